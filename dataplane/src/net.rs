@@ -1,0 +1,1 @@
+//! The thin layer over the io_uring runtime through which all sockets are made.

@@ -1,0 +1,1 @@
+//! Routing of keys to clusters (prefix routes; only the catch-all route for now).

@@ -1,0 +1,1 @@
+//! Per-worker pipelined upstream connections.
