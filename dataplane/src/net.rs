@@ -1,1 +1,155 @@
-//! The thin layer over the io_uring runtime through which all sockets are made.
+//! The thin layer over the io_uring runtime (compio) through which the data plane makes sockets,
+//! spawns tasks, sleeps and wakes tasks. Nothing else names compio, so the runtime can be swapped
+//! (DESIGN.md "Runtime").
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+pub use compio::BufResult;
+use compio::io::{AsyncReadExt, AsyncWriteExt};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+pub use compio::net::{TcpListener, TcpStream};
+
+/// Builds a per-worker io_uring runtime. `COOP_TASKRUN` + `TASKRUN_FLAG` cut proxy CPU per request
+/// by a third or more against compio's defaults at pipeline 1 (../shared/reference/baseline-bench.md).
+/// `cpu`: pin the worker thread to this CPU.
+///
+/// Errors: the kernel refuses io_uring or the flags (kernels before 5.19 lack `TASKRUN_FLAG`).
+pub fn runtime(cpu: Option<usize>) -> io::Result<compio::runtime::Runtime> {
+    let mut proactor = compio::driver::ProactorBuilder::new();
+    proactor
+        .capacity(4096)
+        .coop_taskrun(true)
+        .taskrun_flag(true);
+    let mut builder = compio::runtime::RuntimeBuilder::new();
+    builder.with_proactor(proactor);
+    if let Some(cpu) = cpu {
+        builder.thread_affinity(std::iter::once(cpu).collect());
+    }
+    builder.build()
+}
+
+/// Binds a listening socket with `SO_REUSEPORT` so that every worker owns its own accept queue
+/// for the same address (the kernel spreads connections over them). Backlog 1024.
+pub fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// Accepts one downstream connection and sets `TCP_NODELAY` on it.
+pub async fn accept(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr)> {
+    let (stream, peer) = listener.accept().await?;
+    stream.set_nodelay(true)?;
+    Ok((stream, peer))
+}
+
+/// Connects to `addr` within `timeout`, with `TCP_NODELAY` and TCP keepalive on.
+pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let stream = compio::time::timeout(timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))??;
+    stream.set_nodelay(true)?;
+    SockRef::from(&stream).set_keepalive(true)?;
+    Ok(stream)
+}
+
+/// Reads into the spare capacity of `buf` (appending). `Ok(0)` means end of stream.
+pub async fn read_append(stream: &TcpStream, buf: Vec<u8>) -> BufResult<usize, Vec<u8>> {
+    let mut s = stream;
+    s.append(buf).await
+}
+
+/// Writes all of `buf`, returning it for reuse.
+pub async fn write_all(stream: &TcpStream, buf: Vec<u8>) -> BufResult<(), Vec<u8>> {
+    let mut s = stream;
+    s.write_all(buf).await
+}
+
+/// Shuts both directions of a stream so a task blocked reading it wakes with end of stream.
+pub fn shutdown(stream: &TcpStream) {
+    let _ = SockRef::from(stream).shutdown(std::net::Shutdown::Both);
+}
+
+/// Runs `fut` in the background on the current worker.
+pub fn spawn<F: Future<Output = ()> + 'static>(fut: F) {
+    compio::runtime::spawn(fut).detach();
+}
+
+/// A handle to a background task that is cancelled when dropped.
+pub struct TaskHandle(#[allow(dead_code)] compio::runtime::JoinHandle<()>);
+
+/// Runs `fut` in the background until the returned handle is dropped.
+pub fn spawn_cancellable<F: Future<Output = ()> + 'static>(fut: F) -> TaskHandle {
+    TaskHandle(compio::runtime::spawn(fut))
+}
+
+/// Sleeps for `d`.
+pub async fn sleep(d: Duration) {
+    compio::time::sleep(d).await
+}
+
+/// Sleeps until `deadline`.
+pub async fn sleep_until(deadline: Instant) {
+    compio::time::sleep_until(deadline).await
+}
+
+/// Runs `fut` with a time limit; `None` when it expired.
+pub async fn timeout<F: Future>(d: Duration, fut: F) -> Option<F::Output> {
+    compio::time::timeout(d, fut).await.ok()
+}
+
+/// A single-threaded, single-waiter notification: `notify()` wakes the task waiting in
+/// `notified()`, or makes its next `notified()` return at once. Not `Sync`: worker-local only.
+#[derive(Default)]
+pub struct Notify {
+    set: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Notify {
+    /// Wakes the waiter (or arms the next wait).
+    pub fn notify(&self) {
+        self.set.set(true);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// Waits until `notify()` has been called since the last wait returned.
+    pub fn notified(&self) -> Notified<'_> {
+        Notified(self)
+    }
+}
+
+/// Future returned by [`Notify::notified`].
+pub struct Notified<'a>(&'a Notify);
+
+impl Future for Notified<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.set.replace(false) {
+            return Poll::Ready(());
+        }
+        let mut w = self.0.waker.borrow_mut();
+        match w.as_ref() {
+            Some(old) if old.will_wake(cx.waker()) => {}
+            _ => *w = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+/// Shared handle type for a [`Notify`].
+pub type SharedNotify = Rc<Notify>;

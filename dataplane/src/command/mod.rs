@@ -110,3 +110,17 @@ pub mod split {
     ) {
     }
 }
+
+/// Redis 7's unknown-command error (temporary stub until the table lands).
+pub fn unknown_command_error(_args: &[&[u8]]) -> Vec<u8> {
+    b"-ERR unknown command\r\n".to_vec()
+}
+
+/// `-ERR wrong number of arguments for '<name>' command`.
+pub fn arity_error(spec: &CommandSpec) -> Vec<u8> {
+    format!(
+        "-ERR wrong number of arguments for '{}' command\r\n",
+        spec.name
+    )
+    .into_bytes()
+}

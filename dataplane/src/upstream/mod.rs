@@ -1,1 +1,173 @@
-//! Per-worker pipelined upstream connections.
+//! Per-worker pipelined upstream connections and the per-cluster pools that own them.
+//!
+//! Each worker keeps, per (listener, cluster), `connections_per_host` connections to every host;
+//! all of that worker's sessions share them (Envoy: one connection per upstream host per worker).
+
+mod conn;
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use conn::{Conn, SendError};
+
+use crate::cluster::{LoadBalancer, hashtag};
+use crate::config::{ClusterConfig, ListenerConfig};
+use crate::stats::{Counter, Gauge, Store};
+
+/// Reply given for requests lost with a failed upstream connection or past op_timeout (Envoy).
+pub const UPSTREAM_FAILURE: &[u8] = b"-upstream failure\r\n";
+/// Reply given when no host can take the request (Envoy).
+pub const NO_UPSTREAM_HOST: &[u8] = b"-no upstream host\r\n";
+
+/// Receives the reply to one request (or one part of a split request).
+pub trait Deliver {
+    /// `reply` is one complete RESP reply; `seq` and `part` are the values given in [`Target`].
+    fn deliver(&self, seq: u64, part: u32, reply: &[u8]);
+}
+
+/// Where a reply goes.
+#[derive(Clone)]
+pub struct Target {
+    pub sink: Rc<dyn Deliver>,
+    pub seq: u64,
+    pub part: u32,
+}
+
+impl Target {
+    /// Hands `reply` to the sink.
+    pub fn deliver(&self, reply: &[u8]) {
+        self.sink.deliver(self.seq, self.part, reply)
+    }
+}
+
+/// Connection-pool settings: Envoy's `ConnPoolSettings` of the listener plus the cluster's
+/// connect and auth settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSettings {
+    pub op_timeout: Duration,
+    pub max_buffer_size_before_flush: usize,
+    pub buffer_flush_timeout: Duration,
+    pub enable_hashtagging: bool,
+    pub connect_timeout: Duration,
+    pub auth_username: Option<String>,
+    pub auth_password: Option<String>,
+}
+
+impl PoolSettings {
+    /// The settings a listener gives the pool of one of its clusters.
+    pub fn new(listener: &ListenerConfig, cluster: &ClusterConfig) -> PoolSettings {
+        PoolSettings {
+            op_timeout: listener.op_timeout,
+            max_buffer_size_before_flush: listener.max_buffer_size_before_flush,
+            buffer_flush_timeout: listener.buffer_flush_timeout,
+            enable_hashtagging: listener.enable_hashtagging,
+            connect_timeout: cluster.connect_timeout,
+            auth_username: cluster.auth_username.clone(),
+            auth_password: cluster.auth_password.clone(),
+        }
+    }
+}
+
+/// This worker's shard of one upstream host's stats (`cluster.<name>.…`).
+#[derive(Clone)]
+pub struct HostStats {
+    pub cx_total: Arc<Counter>,
+    pub cx_active: Arc<Gauge>,
+    pub cx_connect_fail: Arc<Counter>,
+    pub rq_total: Arc<Counter>,
+    pub rq_error: Arc<Counter>,
+    pub rq_timeout: Arc<Counter>,
+}
+
+impl HostStats {
+    fn new(store: &Store, worker: usize, cluster: &str, host: &str) -> HostStats {
+        let c = |name: &str| store.counter(&format!("cluster.{cluster}.{name}"), worker);
+        let h =
+            |name: &str| store.counter(&format!("cluster.{cluster}.host.{host}.{name}"), worker);
+        HostStats {
+            cx_total: c("upstream_cx_total"),
+            cx_active: store.gauge(&format!("cluster.{cluster}.upstream_cx_active"), worker),
+            cx_connect_fail: c("upstream_cx_connect_fail"),
+            rq_total: h("rq_total"),
+            rq_error: h("rq_error"),
+            rq_timeout: c("upstream_rq_timeout"),
+        }
+    }
+}
+
+/// The connections of one worker to the hosts of one cluster, and the hash that picks a host.
+pub struct ClusterPool {
+    pub name: String,
+    lb: LoadBalancer,
+    hashtagging: bool,
+    /// `hosts[i]` holds `connections_per_host` connections to host `i`.
+    hosts: Vec<Vec<Rc<Conn>>>,
+    /// The config it was built from, to tell whether a reload changed it.
+    pub cluster: ClusterConfig,
+    pub settings: Rc<PoolSettings>,
+}
+
+impl ClusterPool {
+    /// Builds the pool and starts connecting to every host.
+    pub fn start(
+        cluster: &ClusterConfig,
+        settings: PoolSettings,
+        store: &Store,
+        worker: usize,
+    ) -> Rc<ClusterPool> {
+        let settings = Rc::new(settings);
+        let per_host = cluster.connections_per_host.max(1);
+        let hosts = cluster
+            .hosts
+            .iter()
+            .map(|h| {
+                let stats = HostStats::new(store, worker, &cluster.name, &h.address.to_string());
+                (0..per_host)
+                    .map(|_| Conn::start(h.address, settings.clone(), stats.clone()))
+                    .collect()
+            })
+            .collect();
+        Rc::new(ClusterPool {
+            name: cluster.name.clone(),
+            lb: LoadBalancer::new(cluster.lb_policy, &cluster.hosts),
+            hashtagging: settings.enable_hashtagging,
+            hosts,
+            cluster: cluster.clone(),
+            settings,
+        })
+    }
+
+    /// The host index `key` hashes to (hash tag applied when enabled).
+    #[inline]
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        let k = if self.hashtagging { hashtag(key) } else { key };
+        self.lb.pick(k)
+    }
+
+    /// The connection to host `shard` used by session `session` (a session always uses the same
+    /// one, so its commands to a host stay in order).
+    #[inline]
+    pub fn conn(&self, shard: usize, session: u64) -> Option<&Rc<Conn>> {
+        let conns = self.hosts.get(shard)?;
+        conns.get((session % conns.len().max(1) as u64) as usize)
+    }
+
+    /// Number of hosts.
+    pub fn len(&self) -> usize {
+        self.hosts.len()
+    }
+
+    /// True if the cluster has no hosts.
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty()
+    }
+}
+
+impl Drop for ClusterPool {
+    fn drop(&mut self) {
+        for conn in self.hosts.iter().flatten() {
+            conn.shutdown();
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The ordered reply queue of one downstream session.
+//!
+//! Every request takes a slot in request order; replies fill slots in whatever order upstreams
+//! answer; completed slots at the head move to the output buffer, so the client reads its replies
+//! in the order it sent the requests. A reply that completes the head slot is copied once, straight
+//! into the output buffer.
+
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use super::stats::ListenerStats;
+use crate::command::Merge;
+use crate::command::split::{Part, merge};
+use crate::net::Notify;
+use crate::upstream::Deliver;
+
+/// Slots a session may have waiting before it stops reading (back-pressure).
+const MAX_PENDING_SLOTS: usize = 1024;
+/// Output bytes a session may hold for a slow reader before it stops reading.
+const MAX_OUT_BYTES: usize = 4 * 1024 * 1024;
+
+/// No command id (local replies to unknown or invalid commands).
+pub const NO_CMD: u16 = u16::MAX;
+
+enum SlotState {
+    Waiting,
+    Ready(Vec<u8>),
+    Split(Box<SplitState>),
+}
+
+struct SplitState {
+    merge: Merge,
+    nkeys: usize,
+    parts: Vec<Part>,
+    replies: Vec<Option<Vec<u8>>>,
+    remaining: usize,
+}
+
+struct Slot {
+    cmd: u16,
+    state: SlotState,
+}
+
+#[derive(Default)]
+struct Inner {
+    out: Vec<u8>,
+    /// Replies in `out` (for `downstream_rq_active` and drain accounting).
+    out_replies: usize,
+    head_seq: u64,
+    slots: VecDeque<Slot>,
+    /// The client is gone: replies are counted and dropped.
+    closed: bool,
+    /// The reader has stopped: once every slot is written, the writer closes the connection.
+    reader_done: bool,
+    reader_paused: bool,
+}
+
+/// Reply queue shared by a session's reader, its writer and the upstream connections.
+pub struct Sink {
+    inner: RefCell<Inner>,
+    /// Wakes the writer task.
+    pub writer: Notify,
+    /// Wakes the reader task when back-pressure lifts.
+    pub reader: Notify,
+    stats: Rc<ListenerStats>,
+    /// Requests of this worker not yet fully answered (drain waits for zero).
+    active: Rc<Cell<i64>>,
+}
+
+impl Sink {
+    /// A new, empty queue.
+    pub fn new(stats: Rc<ListenerStats>, active: Rc<Cell<i64>>) -> Sink {
+        Sink {
+            inner: RefCell::new(Inner {
+                out: Vec::with_capacity(4096),
+                ..Default::default()
+            }),
+            writer: Notify::default(),
+            reader: Notify::default(),
+            stats,
+            active,
+        }
+    }
+
+    fn add_active(&self, n: i64) {
+        self.active.set(self.active.get() + n);
+        self.stats.rq_active.add(n);
+    }
+
+    /// Takes the next slot for a request of command `cmd` (its table id); returns its sequence.
+    pub fn push(&self, cmd: u16) -> u64 {
+        let mut inner = self.inner.borrow_mut();
+        let seq = inner.head_seq + inner.slots.len() as u64;
+        inner.slots.push_back(Slot {
+            cmd,
+            state: SlotState::Waiting,
+        });
+        drop(inner);
+        self.add_active(1);
+        seq
+    }
+
+    /// Turns the waiting slot `seq` into a split slot expecting one reply per part.
+    pub fn make_split(&self, seq: u64, merge: Merge, nkeys: usize, parts: Vec<Part>) {
+        let mut inner = self.inner.borrow_mut();
+        let idx = (seq - inner.head_seq) as usize;
+        if let Some(slot) = inner.slots.get_mut(idx) {
+            let n = parts.len();
+            slot.state = SlotState::Split(Box::new(SplitState {
+                merge,
+                nkeys,
+                parts,
+                replies: vec![None; n],
+                remaining: n,
+            }));
+        }
+    }
+
+    /// Queues a locally generated reply in order.
+    pub fn push_local(&self, cmd: u16, reply: &[u8]) {
+        let seq = self.push(cmd);
+        self.deliver(seq, 0, reply);
+    }
+
+    /// True if the reader may read more requests.
+    pub fn has_capacity(&self) -> bool {
+        let inner = self.inner.borrow();
+        inner.slots.len() < MAX_PENDING_SLOTS && inner.out.len() < MAX_OUT_BYTES
+    }
+
+    /// Marks the reader as waiting for capacity (so the writer wakes it).
+    pub fn pause_reader(&self) {
+        self.inner.borrow_mut().reader_paused = true;
+    }
+
+    /// Moves the completed head slot's reply into the output buffer.
+    fn complete_head(&self, inner: &mut Inner, cmd: u16, reply: &[u8]) {
+        inner.slots.pop_front();
+        inner.head_seq += 1;
+        self.stats.record(cmd, reply.first() != Some(&b'-'));
+        if inner.closed {
+            drop_active(self, 1);
+        } else {
+            inner.out.extend_from_slice(reply);
+            inner.out_replies += 1;
+        }
+    }
+
+    /// Moves every completed slot at the head into the output buffer.
+    fn drain_ready(&self, inner: &mut Inner) {
+        while let Some(front) = inner.slots.front_mut() {
+            let SlotState::Ready(bytes) = &mut front.state else {
+                break;
+            };
+            let bytes = std::mem::take(bytes);
+            let cmd = front.cmd;
+            self.complete_head(inner, cmd, &bytes);
+        }
+    }
+
+    /// Takes everything ready to write, swapping in `spare`; returns the bytes and how many
+    /// replies they hold, or `None` if nothing is ready.
+    pub fn take_output(&self, spare: Vec<u8>) -> Result<(Vec<u8>, usize), Vec<u8>> {
+        let mut inner = self.inner.borrow_mut();
+        if inner.out.is_empty() {
+            return Err(spare);
+        }
+        let n = std::mem::take(&mut inner.out_replies);
+        Ok((std::mem::replace(&mut inner.out, spare), n))
+    }
+
+    /// Called by the writer after `n` replies reached the kernel.
+    pub fn written(&self, n: usize) {
+        drop_active(self, n as i64);
+        let mut inner = self.inner.borrow_mut();
+        if inner.reader_paused {
+            inner.reader_paused = false;
+            drop(inner);
+            self.reader.notify();
+        }
+    }
+
+    /// True once the reader stopped and every reply has been handed to the writer.
+    pub fn finished(&self) -> bool {
+        let inner = self.inner.borrow();
+        inner.reader_done && inner.slots.is_empty() && inner.out.is_empty()
+    }
+
+    /// The reader will read no more (client EOF, QUIT, protocol error, drain).
+    pub fn reader_done(&self) {
+        self.inner.borrow_mut().reader_done = true;
+        self.writer.notify();
+    }
+
+    /// The client connection is gone: drop queued output, count outstanding replies as done.
+    pub fn close(&self) {
+        let mut inner = self.inner.borrow_mut();
+        if inner.closed {
+            return;
+        }
+        inner.closed = true;
+        inner.reader_done = true;
+        let n = std::mem::take(&mut inner.out_replies);
+        inner.out = Vec::new();
+        drop(inner);
+        drop_active(self, n as i64);
+        self.reader.notify();
+        self.writer.notify();
+    }
+
+    /// True once the client connection is gone.
+    pub fn is_closed(&self) -> bool {
+        self.inner.borrow().closed
+    }
+}
+
+fn drop_active(sink: &Sink, n: i64) {
+    if n != 0 {
+        sink.add_active(-n);
+    }
+}
+
+impl Deliver for Sink {
+    fn deliver(&self, seq: u64, part: u32, reply: &[u8]) {
+        let mut inner = self.inner.borrow_mut();
+        let Some(idx) = seq.checked_sub(inner.head_seq) else {
+            return;
+        };
+        let idx = idx as usize;
+        let Some(slot) = inner.slots.get_mut(idx) else {
+            return;
+        };
+        let cmd = slot.cmd;
+        let head: Cow<'_, [u8]> = match &mut slot.state {
+            SlotState::Waiting if idx == 0 => Cow::Borrowed(reply),
+            SlotState::Waiting => {
+                slot.state = SlotState::Ready(reply.to_vec());
+                return;
+            }
+            SlotState::Split(st) => {
+                let Some(r) = st.replies.get_mut(part as usize) else {
+                    return;
+                };
+                if r.is_some() {
+                    return;
+                }
+                *r = Some(reply.to_vec());
+                st.remaining -= 1;
+                if st.remaining > 0 {
+                    return;
+                }
+                let replies: Vec<&[u8]> = st
+                    .replies
+                    .iter()
+                    .map(|r| r.as_deref().unwrap_or(b""))
+                    .collect();
+                let mut merged = Vec::new();
+                merge(st.merge, st.nkeys, &st.parts, &replies, &mut merged);
+                if idx != 0 {
+                    slot.state = SlotState::Ready(merged);
+                    return;
+                }
+                Cow::Owned(merged)
+            }
+            SlotState::Ready(_) => return,
+        };
+        self.complete_head(&mut inner, cmd, &head);
+        self.drain_ready(&mut inner);
+        drop(inner);
+        self.writer.notify();
+    }
+}

@@ -1,0 +1,499 @@
+//! One pipelined upstream connection shared by all sessions of a worker.
+//!
+//! Requests from any session are appended to one output buffer and written with one write per
+//! flush; replies come back in the order requests were written (Redis answers a connection's
+//! commands in order), so they are matched FIFO against the queue of pending targets.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, warn};
+
+use super::{HostStats, PoolSettings, Target, UPSTREAM_FAILURE};
+use crate::net::BufResult;
+use crate::net::{self, Notify, TcpStream};
+use crate::resp::{ReplyScanner, encode};
+
+/// Connection life cycle, as seen by request dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Connecting or authenticating: requests queue and go out once ready.
+    Connecting,
+    /// Connected: requests are written as they come.
+    Ready,
+    /// The last attempt failed; waiting to retry. Requests fail fast with `no upstream host`.
+    Backoff,
+    /// Removed by a config change; everything fails.
+    Closed,
+}
+
+/// A request whose reply has not come back yet.
+struct Pending {
+    target: Target,
+    /// Set when the request is handed to the kernel: op_timeout runs from there.
+    deadline: Option<Instant>,
+}
+
+/// Why a request could not be queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The host is known to be down (in reconnect backoff) or the connection was removed.
+    NoHost,
+}
+
+struct Inner {
+    state: State,
+    /// Encoded requests not yet handed to the kernel.
+    out: Vec<u8>,
+    /// Targets in request order: the first `written` have been written, the rest are in `out`.
+    pending: VecDeque<Pending>,
+    /// How many leading entries of `pending` have been written (and stamped with a deadline).
+    written: usize,
+    /// How many leading entries already timed out (answered with an error; their late replies are
+    /// discarded when they arrive).
+    timed_out: usize,
+    /// When the first byte of `out` was queued (for `buffer_flush_timeout`).
+    first_queued: Option<Instant>,
+}
+
+/// A pipelined connection to one upstream host, owned by one worker.
+pub struct Conn {
+    addr: SocketAddr,
+    settings: Rc<PoolSettings>,
+    inner: RefCell<Inner>,
+    /// Wakes the writer (new output, state change).
+    write_ready: Notify,
+    /// Wakes the timeout task (a deadline was stamped).
+    timer_ready: Notify,
+    /// Wakes the supervisor from backoff early (shutdown).
+    wake_supervisor: Notify,
+    stats: HostStats,
+    /// Bumped on every new TCP connection so stale tasks of an old one stop.
+    generation: Cell<u64>,
+}
+
+impl Conn {
+    /// Creates the connection and starts its supervisor task on the current worker.
+    pub fn start(addr: SocketAddr, settings: Rc<PoolSettings>, stats: HostStats) -> Rc<Conn> {
+        let conn = Rc::new(Conn {
+            addr,
+            settings,
+            inner: RefCell::new(Inner {
+                state: State::Connecting,
+                out: Vec::with_capacity(16 * 1024),
+                pending: VecDeque::new(),
+                written: 0,
+                timed_out: 0,
+                first_queued: None,
+            }),
+            write_ready: Notify::default(),
+            timer_ready: Notify::default(),
+            wake_supervisor: Notify::default(),
+            stats,
+            generation: Cell::new(0),
+        });
+        net::spawn(supervise(conn.clone()));
+        net::spawn(expire_timeouts(conn.clone()));
+        conn
+    }
+
+    /// The upstream host's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queues one encoded request whose reply goes to `target`.
+    ///
+    /// Errors: [`SendError::NoHost`] when the host is in reconnect backoff or removed; the caller
+    /// answers the request itself.
+    pub fn send(&self, request: &[u8], target: Target) -> Result<(), SendError> {
+        let mut inner = self.inner.borrow_mut();
+        match inner.state {
+            State::Backoff | State::Closed => return Err(SendError::NoHost),
+            State::Connecting | State::Ready => {}
+        }
+        let first = inner.out.is_empty();
+        if first {
+            inner.first_queued = Some(Instant::now());
+        }
+        inner.out.extend_from_slice(request);
+        inner.pending.push_back(Pending {
+            target,
+            deadline: None,
+        });
+        self.stats.rq_total.inc();
+        let flush_now = self.settings.max_buffer_size_before_flush == 0
+            || inner.out.len() >= self.settings.max_buffer_size_before_flush;
+        drop(inner);
+        // Wake the writer for the first queued byte (it arms the flush timer) and when the batch
+        // is full; in between it is already awake or waiting on the timer.
+        if flush_now || first {
+            self.write_ready.notify();
+        }
+        Ok(())
+    }
+
+    /// Stops the connection for good (cluster removed): pending requests fail.
+    pub fn shutdown(&self) {
+        self.inner.borrow_mut().state = State::Closed;
+        self.write_ready.notify();
+        self.wake_supervisor.notify();
+        self.timer_ready.notify();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.inner.borrow().state == State::Closed
+    }
+
+    fn set_state(&self, state: State) {
+        let mut inner = self.inner.borrow_mut();
+        if inner.state != State::Closed {
+            inner.state = state;
+        }
+    }
+
+    /// Answers every pending request with `upstream failure` and forgets queued output.
+    fn fail_all(&self) {
+        let drained: Vec<Pending> = {
+            let mut inner = self.inner.borrow_mut();
+            inner.out.clear();
+            inner.first_queued = None;
+            let timed_out = inner.timed_out;
+            inner.written = 0;
+            inner.timed_out = 0;
+            inner.pending.drain(..).skip(timed_out).collect()
+        };
+        for p in drained {
+            self.stats.rq_error.inc();
+            p.target.deliver(UPSTREAM_FAILURE);
+        }
+    }
+
+    /// Matches one reply to the oldest pending request. `false` if nothing was pending (a
+    /// desynchronised connection, which the caller closes).
+    fn on_reply(&self, reply: &[u8]) -> bool {
+        let p = {
+            let mut inner = self.inner.borrow_mut();
+            let Some(p) = inner.pending.pop_front() else {
+                return false;
+            };
+            inner.written = inner.written.saturating_sub(1);
+            if inner.timed_out > 0 {
+                inner.timed_out -= 1;
+                return true;
+            }
+            p
+        };
+        if reply.first() == Some(&b'-') {
+            self.stats.rq_error.inc();
+        }
+        p.target.deliver(reply);
+        true
+    }
+}
+
+/// Connects, authenticates, runs the connection until it fails, then backs off and retries, until
+/// the connection is shut down. Backoff: exponential from 50 ms to 5 s with full jitter.
+async fn supervise(conn: Rc<Conn>) {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+    loop {
+        if conn.is_closed() {
+            conn.fail_all();
+            return;
+        }
+        conn.set_state(State::Connecting);
+        match connect(&conn).await {
+            Ok(stream) => {
+                backoff.reset();
+                conn.stats.cx_total.inc();
+                conn.stats.cx_active.inc();
+                let generation = conn.generation.get() + 1;
+                conn.generation.set(generation);
+                conn.set_state(State::Ready);
+                let stream = Rc::new(stream);
+                net::spawn(write_loop(conn.clone(), stream.clone(), generation));
+                conn.write_ready.notify();
+                read_loop(&conn, &stream).await;
+                // Stop the writer of this generation before failing its requests.
+                conn.generation.set(generation + 1);
+                conn.write_ready.notify();
+                net::shutdown(&stream);
+                conn.stats.cx_active.dec();
+                debug!(upstream = %conn.addr, "upstream connection closed");
+            }
+            Err(e) => {
+                conn.stats.cx_connect_fail.inc();
+                debug!(upstream = %conn.addr, error = %e, "upstream connect failed");
+            }
+        }
+        conn.set_state(State::Backoff);
+        conn.fail_all();
+        if conn.is_closed() {
+            return;
+        }
+        let delay = backoff.next();
+        let _ = net::timeout(delay, conn.wake_supervisor.notified()).await;
+    }
+}
+
+/// Opens the TCP connection and runs the handshake (AUTH when configured).
+async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
+    let s = &conn.settings;
+    let stream = net::connect(conn.addr, s.connect_timeout).await?;
+    if let Some(password) = &s.auth_password {
+        let mut req = Vec::new();
+        match &s.auth_username {
+            Some(user) => encode::command(
+                &mut req,
+                [&b"AUTH"[..], user.as_bytes(), password.as_bytes()].into_iter(),
+            ),
+            None => encode::command(&mut req, [&b"AUTH"[..], password.as_bytes()].into_iter()),
+        }
+        let BufResult(res, _) = net::write_all(&stream, req).await;
+        res?;
+        let reply = net::timeout(s.connect_timeout, read_one_reply(&stream))
+            .await
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "AUTH timeout"))??;
+        if !reply.starts_with(b"+OK") {
+            let text = String::from_utf8_lossy(&reply).trim_end().to_string();
+            warn!(upstream = %conn.addr, reply = %text, "upstream AUTH failed");
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                text,
+            ));
+        }
+    }
+    Ok(stream)
+}
+
+/// Reads exactly one reply (used only by the handshake, before pipelining starts).
+async fn read_one_reply(stream: &TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(512);
+    let mut scanner = ReplyScanner::default();
+    loop {
+        if let Some(len) = scanner
+            .scan(&buf)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?
+        {
+            buf.truncate(len);
+            return Ok(buf);
+        }
+        buf.reserve(512);
+        let BufResult(res, b) = net::read_append(stream, buf).await;
+        buf = b;
+        if res? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+}
+
+/// Reads replies and hands each to its pending request, until the connection fails.
+async fn read_loop(conn: &Conn, stream: &TcpStream) {
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut start = 0usize;
+    let mut scanner = ReplyScanner::default();
+    loop {
+        if start == buf.len() {
+            buf.clear();
+            start = 0;
+        } else if start > 0 {
+            buf.drain(..start);
+            start = 0;
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(buf.capacity().max(16 * 1024));
+        }
+        let BufResult(res, b) = net::read_append(stream, buf).await;
+        buf = b;
+        match res {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) => {
+                debug!(upstream = %conn.addr, error = %e, "upstream read failed");
+                return;
+            }
+        }
+        loop {
+            match scanner.scan(&buf[start..]) {
+                Ok(Some(len)) => {
+                    if !conn.on_reply(&buf[start..start + len]) {
+                        warn!(upstream = %conn.addr, "reply with no pending request; closing");
+                        return;
+                    }
+                    start += len;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(upstream = %conn.addr, error = %e, "upstream protocol error; closing");
+                    return;
+                }
+            }
+        }
+        if conn.is_closed() {
+            return;
+        }
+    }
+}
+
+/// Writes queued requests: everything queued goes out in one write per flush.
+async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
+    let mut spare: Vec<u8> = Vec::with_capacity(16 * 1024);
+    loop {
+        if conn.generation.get() != generation {
+            return;
+        }
+        let (has_output, first_queued) = {
+            let inner = conn.inner.borrow();
+            if inner.state == State::Closed {
+                drop(inner);
+                net::shutdown(&stream);
+                return;
+            }
+            (!inner.out.is_empty(), inner.first_queued)
+        };
+        if !has_output {
+            conn.write_ready.notified().await;
+            continue;
+        }
+        let s = &conn.settings;
+        if s.max_buffer_size_before_flush > 0 {
+            let queued = conn.inner.borrow().out.len();
+            if queued < s.max_buffer_size_before_flush {
+                let deadline = first_queued.unwrap_or_else(Instant::now) + s.buffer_flush_timeout;
+                if Instant::now() < deadline {
+                    // Woken early by a send that filled the buffer, or flush at the deadline.
+                    let _ = net::timeout(
+                        deadline.saturating_duration_since(Instant::now()),
+                        conn.write_ready.notified(),
+                    )
+                    .await;
+                    continue;
+                }
+            }
+        }
+        let buf = {
+            let mut inner = conn.inner.borrow_mut();
+            let deadline = Instant::now() + s.op_timeout;
+            let written = inner.written;
+            for p in inner.pending.iter_mut().skip(written) {
+                p.deadline = Some(deadline);
+            }
+            inner.written = inner.pending.len();
+            inner.first_queued = None;
+            std::mem::replace(&mut inner.out, std::mem::take(&mut spare))
+        };
+        conn.timer_ready.notify();
+        let BufResult(res, mut buf) = net::write_all(&stream, buf).await;
+        if let Err(e) = res {
+            debug!(upstream = %conn.addr, error = %e, "upstream write failed");
+            // Wakes the reader with end of stream; the supervisor fails what is pending.
+            net::shutdown(&stream);
+            return;
+        }
+        buf.clear();
+        spare = buf;
+    }
+}
+
+/// Answers requests whose op_timeout expired with `upstream failure`, keeping the connection:
+/// their late replies are discarded when they arrive (FIFO matching stays aligned).
+async fn expire_timeouts(conn: Rc<Conn>) {
+    loop {
+        if conn.is_closed() && conn.inner.borrow().pending.is_empty() {
+            return;
+        }
+        let next = {
+            let inner = conn.inner.borrow();
+            let idx = inner.timed_out;
+            if idx < inner.written {
+                inner.pending.get(idx).and_then(|p| p.deadline)
+            } else {
+                None
+            }
+        };
+        let Some(deadline) = next else {
+            conn.timer_ready.notified().await;
+            continue;
+        };
+        if Instant::now() < deadline {
+            net::sleep_until(deadline).await;
+            continue;
+        }
+        let expired = {
+            let mut inner = conn.inner.borrow_mut();
+            let idx = inner.timed_out;
+            let now = Instant::now();
+            let target = match inner.pending.get(idx) {
+                Some(p) if idx < inner.written && p.deadline.is_some_and(|d| d <= now) => {
+                    Some(p.target.clone())
+                }
+                _ => None,
+            };
+            if target.is_some() {
+                inner.timed_out += 1;
+            }
+            target
+        };
+        if let Some(target) = expired {
+            conn.stats.rq_timeout.inc();
+            conn.stats.rq_error.inc();
+            target.deliver(UPSTREAM_FAILURE);
+        }
+    }
+}
+
+/// Exponential backoff with full jitter (AWS architecture blog, "Exponential Backoff And
+/// Jitter"): each delay is uniform in [0, min(cap, base × 2^attempt)].
+struct Backoff {
+    base: Duration,
+    cap: Duration,
+    attempt: u32,
+}
+
+impl Backoff {
+    fn new(base: Duration, cap: Duration) -> Backoff {
+        Backoff {
+            base,
+            cap,
+            attempt: 0,
+        }
+    }
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
+    fn next(&mut self) -> Duration {
+        let exp = self.base.saturating_mul(1u32 << self.attempt.min(16));
+        self.attempt = self.attempt.saturating_add(1);
+        let ceiling = exp.min(self.cap);
+        // Never zero, so a dead host is not hammered in a tight loop.
+        ceiling
+            .mul_f64(fastrand::f64())
+            .max(Duration::from_millis(10))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_cap_with_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        for attempt in 0..20u32 {
+            let d = b.next();
+            let ceiling = Duration::from_millis(50)
+                .saturating_mul(1u32 << attempt.min(16))
+                .min(Duration::from_secs(5));
+            assert!(
+                d <= ceiling.max(Duration::from_millis(10)),
+                "{attempt}: {d:?}"
+            );
+            assert!(d >= Duration::from_millis(10));
+        }
+        b.reset();
+        assert!(b.next() <= Duration::from_millis(50));
+    }
+}
