@@ -258,3 +258,9 @@ impl Store {
 
 #[cfg(test)]
 mod tests;
+
+/// Test helpers shared with the admin tests.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    pub use super::tests::check_exposition;
+}

@@ -217,7 +217,7 @@ fn label_values_are_escaped() {
 /// `name{label="value",...} value` (labels optional) with a valid metric name, well-formed
 /// quoted/escaped label values and a numeric value; every `# TYPE` names a family once, before
 /// its samples.
-pub(crate) fn check_exposition(text: &str) {
+pub fn check_exposition(text: &str) {
     fn valid_name(n: &str) -> bool {
         let mut cs = n.chars();
         matches!(cs.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
