@@ -33,7 +33,7 @@ impl Source<'_> {
 
     /// Maps a toml/serde error onto the same format. toml keeps the key path of a serde error
     /// private, so the path is recovered by finding which key or value the error span falls in.
-    pub fn from_toml(&self, err: &toml::de::Error) -> ConfigError {
+    pub fn toml_error(&self, err: &toml::de::Error) -> ConfigError {
         let span = err.span();
         let message = err.message().trim_end();
         let mut path = match (&span, DeTable::parse(self.text)) {

@@ -180,6 +180,6 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// are resolved here (blocking DNS), so call it off the data path.
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
     let src = locate::Source { text, origin };
-    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| src.from_toml(&e))?;
+    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
     validate::build(&src, raw)
 }

@@ -680,3 +680,10 @@ fn column_counts_characters() {
         "{e}"
     );
 }
+
+#[test]
+fn listener_errors_come_before_cluster_errors() {
+    let text = edit(r#"op_timeout = "1s""#, r#"op_timeout = "1""#)
+        .replace(r#"hosts = ["127.0.0.1:7001"]"#, "hosts = []");
+    assert_err(&text, 4, "listeners[0].op_timeout", "time unit needed");
+}

@@ -27,20 +27,18 @@ pub(super) fn build(src: &Source<'_>, raw: RawConfig) -> Result<Config> {
     let admin = admin(src, raw.admin)?;
     let runtime = runtime(src, raw.runtime)?;
 
-    let mut clusters = Vec::with_capacity(raw.clusters.len());
+    // Names first, so routes can be checked; cluster bodies after listeners so that errors come
+    // out roughly in file order.
     let mut cluster_names: HashMap<String, usize> = HashMap::new();
-    for (i, c) in raw.clusters.into_iter().enumerate() {
-        let path = format!("clusters[{i}]");
-        let c = c.into_inner();
-        let name = c.name.get_ref();
+    for (i, c) in raw.clusters.iter().enumerate() {
+        let name = c.get_ref().name.get_ref();
         if let Some(first) = cluster_names.insert(name.clone(), i) {
             return Err(src.error(
-                Some(c.name.span()),
-                &format!("{path}.name"),
+                Some(c.get_ref().name.span()),
+                &format!("clusters[{i}].name"),
                 &format!("duplicate cluster name \"{name}\" (also clusters[{first}].name)"),
             ));
         }
-        clusters.push(cluster(src, &path, c)?);
     }
 
     if raw.listeners.is_empty() {
@@ -87,6 +85,11 @@ pub(super) fn build(src: &Source<'_>, raw: RawConfig) -> Result<Config> {
             }
         }
         listeners.push(built);
+    }
+
+    let mut clusters = Vec::with_capacity(raw.clusters.len());
+    for (i, c) in raw.clusters.into_iter().enumerate() {
+        clusters.push(cluster(src, &format!("clusters[{i}]"), c.into_inner())?);
     }
 
     Ok(Config {

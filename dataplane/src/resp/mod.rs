@@ -89,7 +89,10 @@ pub mod encode {
     /// `-<msg>\r\n`; CR/LF inside `msg` are replaced by spaces (as Redis does).
     pub fn error(out: &mut Vec<u8>, msg: &[u8]) {
         out.push(b'-');
-        out.extend(msg.iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+        out.extend(
+            msg.iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
         out.extend_from_slice(b"\r\n");
     }
     pub fn integer(out: &mut Vec<u8>, n: i64) {
