@@ -57,8 +57,12 @@ impl Source<'_> {
 
 /// 1-based line and column (in characters) of byte offset `at`.
 pub(super) fn line_col(text: &str, at: usize) -> (usize, usize) {
-    let at = at.min(text.len());
-    let before = text.get(..at).unwrap_or(text);
+    let mut at = at.min(text.len());
+    // Spans from toml fall on character boundaries; this only guards against a future change.
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
     let line = before.matches('\n').count() + 1;
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let col = before[line_start..].chars().count() + 1;
