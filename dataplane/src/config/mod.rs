@@ -1,92 +1,135 @@
 //! The one config model (DESIGN.md "Config model") and its TOML loader.
 //!
-//! CONTRACT (skeleton): the types below are what the engine consumes; `load`/`parse` turn a TOML
-//! file into a validated [`Config`] or a [`ConfigError`] naming the key and its line.
+//! TOML maps 1:1 onto the model; see `deploy/examples/respite.toml` for every key with its
+//! default. Names follow Envoy's `redis_proxy` (`stat_prefix`, `op_timeout`,
+//! `enable_hashtagging`, `prefix_routes.catch_all_route`, ...).
+//!
+//! Loading happens in two layers: a serde layer of spanned raw values (`raw`) checks the shape
+//! (unknown keys, types, required keys), then `validate` checks meaning (durations, addresses,
+//! references, duplicates) and fills defaults. Every failure is a [`ConfigError`] of the form
+//! `origin:line:col: key.path: message`, with the line taken from toml's spans.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+mod locate;
+mod raw;
+#[cfg(test)]
+mod tests;
+mod validate;
+
 /// A validated configuration snapshot. Immutable once built; a reload builds a new one.
+///
+/// Guarantees after [`parse`]: at least one listener; listener names and (non-zero-port)
+/// addresses are unique; every route names an existing cluster; cluster names are unique; every
+/// cluster has at least one host and no host twice.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// `[admin]`, optional.
     pub admin: AdminConfig,
+    /// `[runtime]`, optional.
     pub runtime: RuntimeConfig,
+    /// `[[listeners]]`, at least one, in file order.
     pub listeners: Vec<ListenerConfig>,
+    /// `[[clusters]]`, in file order.
     pub clusters: Vec<ClusterConfig>,
 }
 
 /// `[admin]`: the admin HTTP endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdminConfig {
-    /// Default `127.0.0.1:9901` (Envoy's admin port).
+    /// TOML `address = "host:port"`. Default `127.0.0.1:9901` (Envoy's admin port).
     pub address: SocketAddr,
 }
 
 /// `[runtime]`: worker threads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuntimeConfig {
-    /// Worker threads; the default is the number of CPUs (resolved at load).
+    /// Worker threads, at least 1; the default is the number of CPUs (resolved at load).
     pub workers: usize,
-    /// Pin worker `i` to CPU `i % ncpu`.
+    /// Pin worker `i` to CPU `i % ncpu`. Default false.
     pub pin_workers: bool,
-    /// How long SIGTERM waits for in-flight requests before exiting. Default 10s.
+    /// How long SIGTERM waits for in-flight requests before exiting. TOML duration string
+    /// (`"10s"`); default 10s.
     pub drain_timeout: Duration,
     /// `tracing` filter directive (e.g. "info", "respite=debug"); `RUST_LOG` overrides it.
+    /// Checked at load. Default none.
     pub log_level: Option<String>,
 }
 
 /// `[[listeners]]`: one downstream RESP listener (Envoy `redis_proxy` filter).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListenerConfig {
+    /// Required, non-empty, unique among listeners.
     pub name: String,
+    /// Required `host:port` to bind; unique among listeners. Port 0 means any free port.
     pub address: SocketAddr,
+    /// Stats root `redis.<stat_prefix>.`; defaults to `name`.
     pub stat_prefix: String,
+    /// Required (as in Envoy), non-zero per-operation upstream timeout, e.g. `"1s"`.
     pub op_timeout: Duration,
+    /// Hash only the `{...}` part of keys. Default false (Envoy's default).
     pub enable_hashtagging: bool,
-    /// Bytes; 0 = unset (flush at the end of each event-loop turn).
+    /// Bytes; 0 = unset (flush at the end of each event-loop turn). Default 0.
     pub max_buffer_size_before_flush: usize,
-    /// Default 3ms when `max_buffer_size_before_flush` is set.
+    /// Default 3ms; used when `max_buffer_size_before_flush` is set.
     pub buffer_flush_timeout: Duration,
+    /// Accepted client passwords; empty (the default) means no client auth. No empty strings.
     pub downstream_auth_passwords: Vec<String>,
+    /// Turns on `AUTH user pass`; requires `downstream_auth_passwords`. Default none.
     pub downstream_auth_username: Option<String>,
+    /// `[listeners.prefix_routes]`; `catch_all_route` is required and always `Some` after load.
     pub prefix_routes: PrefixRoutes,
 }
 
 /// Envoy `PrefixRoutes`; only the catch-all route for now.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PrefixRoutes {
+    /// `[listeners.prefix_routes.catch_all_route]`; required by [`parse`].
     pub catch_all_route: Option<Route>,
 }
 
 /// Envoy `PrefixRoutes.Route`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
+    /// Name of a `[[clusters]]` entry; [`parse`] rejects names that do not exist.
     pub cluster: String,
 }
 
 /// `[[clusters]]`: a set of upstream Redis hosts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterConfig {
+    /// Required, non-empty, unique among clusters.
     pub name: String,
+    /// TOML key `type`; default `"static"`.
     pub cluster_type: ClusterType,
+    /// Required, non-empty; no address twice. TOML items are `"host:port"` or
+    /// `{ address = "host:port", weight = 1, name = "..." }`.
     pub hosts: Vec<HostConfig>,
+    /// `"ketama"` (default), `"ring_hash"` or `"maglev"`.
     pub lb_policy: LbPolicy,
+    /// Non-zero; default 1s.
     pub connect_timeout: Duration,
+    /// Upstream ACL user; requires `auth_password`. Default none.
     pub auth_username: Option<String>,
+    /// Upstream `AUTH` password (`requirepass`). Default none.
     pub auth_password: Option<String>,
-    /// Upstream connections per host per worker; default 1.
+    /// Upstream connections per host per worker; at least 1, default 1.
     pub connections_per_host: usize,
 }
 
-/// Envoy cluster discovery type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Envoy cluster discovery type. TOML: `type = "static"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ClusterType {
+    /// A fixed host list, resolved at load.
     Static,
 }
 
-/// Consistent-hash policy of a cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Consistent-hash policy of a cluster. TOML: `lb_policy = "ketama" | "ring_hash" | "maglev"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LbPolicy {
     /// twemproxy-compatible ketama (`hash: fnv1a_64`, `distribution: ketama`).
     #[default]
@@ -100,16 +143,22 @@ pub enum LbPolicy {
 /// One upstream host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostConfig {
+    /// `address_text` resolved at load (IP literals as is, hostnames via DNS, first result).
     pub address: SocketAddr,
     /// `host:port` exactly as written in the config (twemproxy's ketama hashes this text).
     pub address_text: String,
-    /// Default 1.
+    /// Share of the key space relative to the other hosts; at least 1, default 1.
     pub weight: u32,
     /// Optional twemproxy-style server name; when set, ketama hashes it instead of the address.
+    /// Unique within the cluster.
     pub name: Option<String>,
 }
 
-/// A config that could not be loaded; Display names the file, line and key.
+/// A config that could not be loaded; Display names the file, line and key:
+/// `origin:line:col: key.path: message`, e.g.
+/// `respite.toml:14:14: listeners[0].op_timeout: invalid duration "5": time unit needed, for
+/// example 5sec or 5ms`. The `line:col` part is absent only when nothing in the file can be
+/// pointed at (a missing file, or no `[[listeners]]` at all).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError(pub String);
 
@@ -120,14 +169,17 @@ impl std::fmt::Display for ConfigError {
 }
 impl std::error::Error for ConfigError {}
 
-/// Reads and validates a TOML config file.
+/// Reads and validates a TOML config file; errors name the path as given.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
     parse(&text, &path.display().to_string())
 }
 
-/// Parses and validates TOML text; `origin` names the source in errors.
-pub fn parse(_text: &str, _origin: &str) -> Result<Config, ConfigError> {
-    Err(ConfigError("not implemented".into()))
+/// Parses and validates TOML text; `origin` names the source in errors. Hostnames in addresses
+/// are resolved here (blocking DNS), so call it off the data path.
+pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let src = locate::Source { text, origin };
+    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    validate::build(&src, raw)
 }

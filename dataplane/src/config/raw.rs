@@ -1,0 +1,157 @@
+//! The serde layer: the TOML document exactly as written, with spans kept on every value that a
+//! later semantic check may need to point at. Shape checks (unknown keys, wrong types, missing
+//! required keys) happen here; meaning checks happen in `validate`.
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use toml::Spanned;
+
+use super::{ClusterType, LbPolicy};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub admin: Option<RawAdmin>,
+    #[serde(default)]
+    pub runtime: Option<RawRuntime>,
+    #[serde(default)]
+    pub listeners: Vec<Spanned<RawListener>>,
+    #[serde(default)]
+    pub clusters: Vec<Spanned<RawCluster>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdmin {
+    pub address: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRuntime {
+    pub workers: Option<Spanned<usize>>,
+    #[serde(default)]
+    pub pin_workers: bool,
+    pub drain_timeout: Option<Spanned<RawDuration>>,
+    pub log_level: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawListener {
+    pub name: Spanned<String>,
+    pub address: Spanned<String>,
+    pub stat_prefix: Option<String>,
+    pub op_timeout: Spanned<RawDuration>,
+    #[serde(default)]
+    pub enable_hashtagging: bool,
+    #[serde(default)]
+    pub max_buffer_size_before_flush: usize,
+    pub buffer_flush_timeout: Option<Spanned<RawDuration>>,
+    #[serde(default)]
+    pub downstream_auth_passwords: Vec<Spanned<String>>,
+    pub downstream_auth_username: Option<Spanned<String>>,
+    pub prefix_routes: Option<Spanned<RawPrefixRoutes>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPrefixRoutes {
+    pub catch_all_route: Option<Spanned<RawRoute>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    pub cluster: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCluster {
+    pub name: Spanned<String>,
+    #[serde(rename = "type", default = "default_cluster_type")]
+    pub cluster_type: ClusterType,
+    pub hosts: Spanned<Vec<Spanned<RawHost>>>,
+    #[serde(default)]
+    pub lb_policy: LbPolicy,
+    pub connect_timeout: Option<Spanned<RawDuration>>,
+    pub auth_username: Option<Spanned<String>>,
+    pub auth_password: Option<Spanned<String>>,
+    pub connections_per_host: Option<Spanned<usize>>,
+}
+
+fn default_cluster_type() -> ClusterType {
+    ClusterType::Static
+}
+
+/// A duration as written. Numbers are accepted here only so that validation can reject them with
+/// a message about units instead of serde's generic "invalid type".
+#[derive(Debug)]
+pub(super) enum RawDuration {
+    Text(String),
+    Number(String),
+}
+
+impl<'de> Deserialize<'de> for RawDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawDuration;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a duration string with a unit, like \"250ms\" or \"5s\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawDuration, E> {
+                Ok(RawDuration::Text(v.to_owned()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawDuration, E> {
+                Ok(RawDuration::Number(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawDuration, E> {
+                Ok(RawDuration::Number(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawDuration, E> {
+                Ok(RawDuration::Number(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A host is either `"host:port"` or `{ address, weight, name }`.
+#[derive(Debug)]
+pub(super) enum RawHost {
+    Short(String),
+    Full(RawHostTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHostTable {
+    pub address: Spanned<String>,
+    pub weight: Option<Spanned<u32>>,
+    pub name: Option<Spanned<String>>,
+}
+
+impl<'de> Deserialize<'de> for RawHost {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawHost;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a \"host:port\" string or a table { address, weight, name }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawHost, E> {
+                Ok(RawHost::Short(v.to_owned()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawHost, A::Error> {
+                // The map access is toml's own, so spans and unknown-key errors inside the
+                // table keep their precise locations.
+                RawHostTable::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawHost::Full)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

@@ -1,0 +1,689 @@
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use super::*;
+
+/// Nine numbered lines; the bad-config tests edit one line at a time so line numbers stay put.
+const MINIMAL: &str = r#"[[listeners]]
+name = "main"
+address = "127.0.0.1:6380"
+op_timeout = "1s"
+[listeners.prefix_routes.catch_all_route]
+cluster = "cache"
+[[clusters]]
+name = "cache"
+hosts = ["127.0.0.1:7001"]
+"#;
+
+fn v4(port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+}
+
+fn edit(from: &str, to: &str) -> String {
+    assert!(MINIMAL.contains(from), "{from:?} not in MINIMAL");
+    MINIMAL.replacen(from, to, 1)
+}
+
+fn err(text: &str) -> String {
+    match parse(text, "t.toml") {
+        Ok(c) => panic!("expected an error, parsed {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Asserts the error starts with `t.toml:<line>:` and names `key` and `fragment`.
+fn assert_err(text: &str, line: usize, key: &str, fragment: &str) {
+    let e = err(text);
+    let at = format!("t.toml:{line}:");
+    assert!(e.starts_with(&at), "{e:?} does not start with {at:?}");
+    assert!(
+        e.contains(&format!(": {key}: ")),
+        "{e:?} does not name key {key:?}"
+    );
+    assert!(e.contains(fragment), "{e:?} does not contain {fragment:?}");
+}
+
+#[test]
+fn full_config() {
+    let text = r#"
+[admin]
+address = "127.0.0.1:9902"
+[runtime]
+workers = 3
+pin_workers = true
+drain_timeout = "1m"
+log_level = "respite=debug,warn"
+[[listeners]]
+name = "main"
+address = "127.0.0.1:6380"
+stat_prefix = "edge"
+op_timeout = "250ms"
+enable_hashtagging = true
+max_buffer_size_before_flush = 1024
+buffer_flush_timeout = "5ms"
+downstream_auth_passwords = ["s3cret", "other"]
+downstream_auth_username = "app"
+[listeners.prefix_routes.catch_all_route]
+cluster = "cache"
+[[listeners]]
+name = "second"
+address = "[::1]:6381"
+op_timeout = "2s"
+prefix_routes = { catch_all_route = { cluster = "sessions" } }
+[[clusters]]
+name = "cache"
+type = "static"
+lb_policy = "ketama"
+connect_timeout = "500ms"
+auth_username = "proxy"
+auth_password = "pw"
+connections_per_host = 2
+hosts = ["127.0.0.1:7001", { address = "127.0.0.1:7002", weight = 2, name = "redis-2" }]
+[[clusters]]
+name = "sessions"
+lb_policy = "maglev"
+hosts = [{ address = "127.0.0.1:7003" }]
+"#;
+    let want = Config {
+        admin: AdminConfig { address: v4(9902) },
+        runtime: RuntimeConfig {
+            workers: 3,
+            pin_workers: true,
+            drain_timeout: Duration::from_secs(60),
+            log_level: Some("respite=debug,warn".into()),
+        },
+        listeners: vec![
+            ListenerConfig {
+                name: "main".into(),
+                address: v4(6380),
+                stat_prefix: "edge".into(),
+                op_timeout: Duration::from_millis(250),
+                enable_hashtagging: true,
+                max_buffer_size_before_flush: 1024,
+                buffer_flush_timeout: Duration::from_millis(5),
+                downstream_auth_passwords: vec!["s3cret".into(), "other".into()],
+                downstream_auth_username: Some("app".into()),
+                prefix_routes: PrefixRoutes {
+                    catch_all_route: Some(Route {
+                        cluster: "cache".into(),
+                    }),
+                },
+            },
+            ListenerConfig {
+                name: "second".into(),
+                address: SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 6381),
+                stat_prefix: "second".into(),
+                op_timeout: Duration::from_secs(2),
+                enable_hashtagging: false,
+                max_buffer_size_before_flush: 0,
+                buffer_flush_timeout: Duration::from_millis(3),
+                downstream_auth_passwords: vec![],
+                downstream_auth_username: None,
+                prefix_routes: PrefixRoutes {
+                    catch_all_route: Some(Route {
+                        cluster: "sessions".into(),
+                    }),
+                },
+            },
+        ],
+        clusters: vec![
+            ClusterConfig {
+                name: "cache".into(),
+                cluster_type: ClusterType::Static,
+                hosts: vec![
+                    HostConfig {
+                        address: v4(7001),
+                        address_text: "127.0.0.1:7001".into(),
+                        weight: 1,
+                        name: None,
+                    },
+                    HostConfig {
+                        address: v4(7002),
+                        address_text: "127.0.0.1:7002".into(),
+                        weight: 2,
+                        name: Some("redis-2".into()),
+                    },
+                ],
+                lb_policy: LbPolicy::Ketama,
+                connect_timeout: Duration::from_millis(500),
+                auth_username: Some("proxy".into()),
+                auth_password: Some("pw".into()),
+                connections_per_host: 2,
+            },
+            ClusterConfig {
+                name: "sessions".into(),
+                cluster_type: ClusterType::Static,
+                hosts: vec![HostConfig {
+                    address: v4(7003),
+                    address_text: "127.0.0.1:7003".into(),
+                    weight: 1,
+                    name: None,
+                }],
+                lb_policy: LbPolicy::Maglev,
+                connect_timeout: Duration::from_secs(1),
+                auth_username: None,
+                auth_password: None,
+                connections_per_host: 1,
+            },
+        ],
+    };
+    assert_eq!(parse(text, "t.toml"), Ok(want));
+}
+
+#[test]
+fn defaults() {
+    let c = parse(MINIMAL, "t.toml").expect("minimal config parses");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(c.admin.address, v4(9901));
+    assert_eq!(
+        c.runtime,
+        RuntimeConfig {
+            workers: cpus,
+            pin_workers: false,
+            drain_timeout: Duration::from_secs(10),
+            log_level: None,
+        }
+    );
+    let l = &c.listeners[0];
+    assert_eq!(l.stat_prefix, "main");
+    assert!(!l.enable_hashtagging);
+    assert_eq!(l.max_buffer_size_before_flush, 0);
+    assert_eq!(l.buffer_flush_timeout, Duration::from_millis(3));
+    assert!(l.downstream_auth_passwords.is_empty());
+    assert_eq!(l.downstream_auth_username, None);
+    let cl = &c.clusters[0];
+    assert_eq!(cl.cluster_type, ClusterType::Static);
+    assert_eq!(cl.lb_policy, LbPolicy::Ketama);
+    assert_eq!(cl.connect_timeout, Duration::from_secs(1));
+    assert_eq!(cl.connections_per_host, 1);
+    assert_eq!(
+        (cl.auth_username.as_deref(), cl.auth_password.as_deref()),
+        (None, None)
+    );
+    assert_eq!(cl.hosts[0].weight, 1);
+}
+
+#[test]
+fn example_file_parses() {
+    let c = parse(
+        include_str!("../../../deploy/examples/respite.toml"),
+        "respite.toml",
+    )
+    .expect("example parses");
+    assert_eq!(c.admin.address, v4(9901));
+    assert_eq!(c.listeners.len(), 1);
+    assert_eq!(c.listeners[0].address, v4(6380));
+    assert_eq!(
+        c.listeners[0].prefix_routes.catch_all_route,
+        Some(Route {
+            cluster: "cache".into()
+        })
+    );
+    assert_eq!(c.clusters.len(), 1);
+    assert_eq!(c.clusters[0].lb_policy, LbPolicy::Ketama);
+    let addrs: Vec<_> = c.clusters[0].hosts.iter().map(|h| h.address).collect();
+    assert_eq!(addrs, vec![v4(7001), v4(7002), v4(7003)]);
+}
+
+#[test]
+fn load_reads_a_file_and_names_it_in_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("respite.toml");
+    std::fs::write(&path, MINIMAL).expect("write");
+    let c = load(&path).expect("loads");
+    assert_eq!(c.listeners[0].name, "main");
+
+    std::fs::write(&path, edit(r#"op_timeout = "1s""#, r#"op_timeout = "5""#)).expect("write");
+    let e = load(&path).expect_err("bad duration").to_string();
+    assert_eq!(
+        e,
+        format!(
+            "{}:4:14: listeners[0].op_timeout: invalid duration \"5\": time unit needed, for \
+             example 5sec or 5ms",
+            path.display()
+        )
+    );
+
+    let missing = dir.path().join("nope.toml");
+    let e = load(&missing).expect_err("missing file").to_string();
+    assert!(e.starts_with(&format!("{}: ", missing.display())), "{e}");
+}
+
+#[test]
+fn duration_without_unit() {
+    let e = err(&edit(r#"op_timeout = "1s""#, r#"op_timeout = "5""#));
+    assert_eq!(
+        e,
+        "t.toml:4:14: listeners[0].op_timeout: invalid duration \"5\": time unit needed, for \
+         example 5sec or 5ms"
+    );
+}
+
+#[test]
+fn duration_as_bare_number() {
+    let e = err(&edit(r#"op_timeout = "1s""#, "op_timeout = 5"));
+    assert_eq!(
+        e,
+        "t.toml:4:14: listeners[0].op_timeout: invalid duration 5: a unit is required, write a \
+         string such as \"5s\" or \"5ms\""
+    );
+}
+
+#[test]
+fn duration_of_wrong_type() {
+    assert_err(
+        &edit(r#"op_timeout = "1s""#, "op_timeout = true"),
+        4,
+        "listeners[0].op_timeout",
+        "invalid type: boolean `true`, expected a duration string with a unit",
+    );
+}
+
+#[test]
+fn duration_garbage_and_zero() {
+    assert_err(
+        &edit(r#"op_timeout = "1s""#, r#"op_timeout = "soon""#),
+        4,
+        "listeners[0].op_timeout",
+        "invalid duration \"soon\"",
+    );
+    assert_err(
+        &edit(r#"op_timeout = "1s""#, r#"op_timeout = "0s""#),
+        4,
+        "listeners[0].op_timeout",
+        "must be greater than zero",
+    );
+    let text = format!("{MINIMAL}connect_timeout = 1\n");
+    assert_err(
+        &text,
+        10,
+        "clusters[0].connect_timeout",
+        "a unit is required",
+    );
+    let text = format!("{MINIMAL}[runtime]\ndrain_timeout = \"3 fortnights\"\n");
+    assert_err(&text, 11, "runtime.drain_timeout", "invalid duration");
+}
+
+#[test]
+fn missing_required_key() {
+    let e = err(&edit(
+        "op_timeout = \"1s\"\n",
+        "enable_hashtagging = true\n",
+    ));
+    assert_eq!(
+        e,
+        "t.toml:1:1: listeners[0].op_timeout: missing field `op_timeout`"
+    );
+    assert_err(
+        &edit("name = \"cache\"\n", "# unnamed\n"),
+        7,
+        "clusters[0].name",
+        "missing field `name`",
+    );
+}
+
+#[test]
+fn unknown_keys() {
+    assert_err(
+        &edit(
+            "op_timeout = \"1s\"\n",
+            "op_timeout = \"1s\"\nop_timout = \"2s\"\n",
+        ),
+        5,
+        "listeners[0].op_timout",
+        "unknown field `op_timout`",
+    );
+    assert_err(
+        &edit(
+            "cluster = \"cache\"\n",
+            "cluster = \"cache\"\nprefix = \"a:\"\n",
+        ),
+        7,
+        "listeners[0].prefix_routes.catch_all_route.prefix",
+        "unknown field `prefix`",
+    );
+    assert_err(
+        &format!("{MINIMAL}[stats]\nflush = 1\n"),
+        10,
+        "stats",
+        "unknown field `stats`",
+    );
+    assert_err(
+        &format!("{MINIMAL}[admin]\nadress = \"127.0.0.1:1\"\n"),
+        11,
+        "admin.adress",
+        "unknown field `adress`",
+    );
+    assert_err(
+        &edit(
+            r#"hosts = ["127.0.0.1:7001"]"#,
+            r#"hosts = [{ address = "127.0.0.1:7001", wieght = 2 }]"#,
+        ),
+        9,
+        "clusters[0].hosts[0].wieght",
+        "unknown field `wieght`",
+    );
+}
+
+#[test]
+fn unknown_keys_in_second_array_table() {
+    let text = format!(
+        "{MINIMAL}[[clusters]]\nname = \"b\"\nhosts = [\"127.0.0.1:7002\"]\nbogus = true\n"
+    );
+    assert_err(&text, 13, "clusters[1].bogus", "unknown field `bogus`");
+}
+
+#[test]
+fn bad_types() {
+    assert_err(
+        &format!("{MINIMAL}[runtime]\nworkers = \"two\"\n"),
+        11,
+        "runtime.workers",
+        "invalid type: string \"two\"",
+    );
+    assert_err(
+        &format!("{MINIMAL}[runtime]\npin_workers = 1\n"),
+        11,
+        "runtime.pin_workers",
+        "invalid type: integer `1`, expected a boolean",
+    );
+    assert_err(
+        &edit(
+            r#"hosts = ["127.0.0.1:7001"]"#,
+            r#"hosts = [{ address = "127.0.0.1:7001", weight = -1 }]"#,
+        ),
+        9,
+        "clusters[0].hosts[0].weight",
+        "-1",
+    );
+    assert_err(
+        &edit(r#"hosts = ["127.0.0.1:7001"]"#, "hosts = [7001]"),
+        9,
+        "clusters[0].hosts[0]",
+        "invalid type",
+    );
+    assert_err(
+        &format!("{MINIMAL}lb_policy = \"random\"\n"),
+        10,
+        "clusters[0].lb_policy",
+        "unknown variant `random`, expected one of `ketama`, `ring_hash`, `maglev`",
+    );
+    assert_err(
+        &format!("{MINIMAL}type = \"eds\"\n"),
+        10,
+        "clusters[0].type",
+        "unknown variant `eds`",
+    );
+}
+
+#[test]
+fn zero_workers_and_connections() {
+    let e = err(&format!("{MINIMAL}[runtime]\nworkers = 0\n"));
+    assert_eq!(
+        e,
+        "t.toml:11:11: runtime.workers: must be at least 1 (omit it to use one worker per CPU)"
+    );
+    assert_err(
+        &format!("{MINIMAL}connections_per_host = 0\n"),
+        10,
+        "clusters[0].connections_per_host",
+        "must be at least 1",
+    );
+    assert_err(
+        &edit(
+            r#"hosts = ["127.0.0.1:7001"]"#,
+            r#"hosts = [{ address = "127.0.0.1:7001", weight = 0 }]"#,
+        ),
+        9,
+        "clusters[0].hosts[0].weight",
+        "must be at least 1",
+    );
+}
+
+#[test]
+fn bad_addresses() {
+    let e = err(&edit(
+        r#"address = "127.0.0.1:6380""#,
+        r#"address = "127.0.0.1""#,
+    ));
+    assert_eq!(
+        e,
+        "t.toml:3:11: listeners[0].address: invalid address \"127.0.0.1\": expected host:port, \
+         e.g. \"127.0.0.1:6379\""
+    );
+    assert_err(
+        &edit(
+            r#"address = "127.0.0.1:6380""#,
+            r#"address = "127.0.0.1:99999""#,
+        ),
+        3,
+        "listeners[0].address",
+        "invalid address",
+    );
+    assert_err(
+        &edit(
+            r#"hosts = ["127.0.0.1:7001"]"#,
+            r#"hosts = ["127.0.0.1:0"]"#,
+        ),
+        9,
+        "clusters[0].hosts[0]",
+        "port 0",
+    );
+    assert_err(
+        &edit(
+            r#"hosts = ["127.0.0.1:7001"]"#,
+            r#"hosts = [{ address = "no-such-host.invalid:7001" }]"#,
+        ),
+        9,
+        "clusters[0].hosts[0].address",
+        "cannot resolve",
+    );
+    assert_err(
+        &format!("{MINIMAL}[admin]\naddress = \"::1:9901\"\n"),
+        11,
+        "admin.address",
+        "write IPv6 addresses in brackets",
+    );
+}
+
+#[test]
+fn ipv6_and_hostnames() {
+    let text = edit(
+        r#"hosts = ["127.0.0.1:7001"]"#,
+        r#"hosts = ["[::1]:7001", "localhost:7002"]"#,
+    );
+    let c = parse(&text, "t.toml").expect("parses");
+    let hosts = &c.clusters[0].hosts;
+    assert_eq!(
+        hosts[0].address,
+        SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 7001)
+    );
+    assert_eq!(hosts[0].address_text, "[::1]:7001");
+    assert!(
+        hosts[1].address.ip().is_loopback(),
+        "{:?}",
+        hosts[1].address
+    );
+    assert_eq!(hosts[1].address.port(), 7002);
+    assert_eq!(hosts[1].address_text, "localhost:7002");
+}
+
+#[test]
+fn dangling_cluster() {
+    let e = err(&edit(r#"cluster = "cache""#, r#"cluster = "nosuch""#));
+    assert_eq!(
+        e,
+        "t.toml:6:11: listeners[0].prefix_routes.catch_all_route.cluster: unknown cluster \
+         \"nosuch\""
+    );
+}
+
+#[test]
+fn missing_catch_all_route() {
+    let e = err(&edit(
+        "[listeners.prefix_routes.catch_all_route]\ncluster = \"cache\"\n",
+        "# no route\n#\n",
+    ));
+    assert!(
+        e.starts_with("t.toml:1:1: listeners[0].prefix_routes.catch_all_route: missing"),
+        "{e}"
+    );
+    assert_err(
+        &edit(
+            "[listeners.prefix_routes.catch_all_route]\ncluster = \"cache\"\n",
+            "[listeners.prefix_routes]\n#\n",
+        ),
+        5,
+        "listeners[0].prefix_routes.catch_all_route",
+        "every listener needs a catch-all route",
+    );
+}
+
+#[test]
+fn duplicates() {
+    let second = |name: &str, addr: &str| {
+        format!(
+            "{MINIMAL}[[listeners]]\nname = \"{name}\"\naddress = \"{addr}\"\nop_timeout = \"1s\"\n\
+             prefix_routes.catch_all_route.cluster = \"cache\"\n"
+        )
+    };
+    assert_err(
+        &second("main", "127.0.0.1:6381"),
+        11,
+        "listeners[1].name",
+        "duplicate listener name \"main\" (also listeners[0].name)",
+    );
+    assert_err(
+        &second("other", "127.0.0.1:6380"),
+        12,
+        "listeners[1].address",
+        "duplicate listener address 127.0.0.1:6380 (also listeners[0].address)",
+    );
+    // Port 0 means "pick a free port", so it may repeat.
+    assert!(
+        parse(
+            &second("other", "127.0.0.1:0").replace("127.0.0.1:6380", "127.0.0.1:0"),
+            "t.toml"
+        )
+        .is_ok()
+    );
+    assert_err(
+        &format!("{MINIMAL}[[clusters]]\nname = \"cache\"\nhosts = [\"127.0.0.1:7002\"]\n"),
+        11,
+        "clusters[1].name",
+        "duplicate cluster name \"cache\" (also clusters[0].name)",
+    );
+    assert_err(
+        &edit(
+            r#"hosts = ["127.0.0.1:7001"]"#,
+            "hosts = [\n  \"127.0.0.1:7001\",\n  { address = \"127.0.0.1:7001\" },\n]",
+        ),
+        11,
+        "clusters[0].hosts[1].address",
+        "duplicate host 127.0.0.1:7001 (also clusters[0].hosts[0])",
+    );
+    assert_err(
+        &edit(
+            r#"hosts = ["127.0.0.1:7001"]"#,
+            "hosts = [\n  { address = \"127.0.0.1:7001\", name = \"a\" },\n  { address = \"127.0.0.1:7002\", name = \"a\" },\n]",
+        ),
+        11,
+        "clusters[0].hosts[1].name",
+        "duplicate host name \"a\"",
+    );
+    assert_err(
+        &format!("{MINIMAL}[admin]\naddress = \"127.0.0.1:6380\"\n"),
+        3,
+        "listeners[0].address",
+        "already used by admin.address",
+    );
+}
+
+#[test]
+fn empty_hosts_and_names() {
+    let e = err(&edit(r#"hosts = ["127.0.0.1:7001"]"#, "hosts = []"));
+    assert_eq!(
+        e,
+        "t.toml:9:9: clusters[0].hosts: a cluster needs at least one host"
+    );
+    assert_err(
+        &edit(r#"name = "main""#, r#"name = """#),
+        2,
+        "listeners[0].name",
+        "must not be empty",
+    );
+}
+
+#[test]
+fn auth_rules() {
+    assert_err(
+        &format!("{MINIMAL}auth_username = \"u\"\n"),
+        10,
+        "clusters[0].auth_username",
+        "requires auth_password",
+    );
+    assert_err(
+        &edit(
+            "op_timeout = \"1s\"\n",
+            "op_timeout = \"1s\"\ndownstream_auth_username = \"u\"\n",
+        ),
+        5,
+        "listeners[0].downstream_auth_username",
+        "requires downstream_auth_passwords",
+    );
+    assert_err(
+        &edit(
+            "op_timeout = \"1s\"\n",
+            "op_timeout = \"1s\"\ndownstream_auth_passwords = [\"a\", \"\"]\n",
+        ),
+        5,
+        "listeners[0].downstream_auth_passwords[1]",
+        "must not be empty",
+    );
+    let c = parse(&format!("{MINIMAL}auth_password = \"pw\"\n"), "t.toml").expect("parses");
+    assert_eq!(c.clusters[0].auth_password.as_deref(), Some("pw"));
+}
+
+#[test]
+fn bad_log_level() {
+    assert_err(
+        &format!("{MINIMAL}[runtime]\nlog_level = \"respite=loud\"\n"),
+        11,
+        "runtime.log_level",
+        "invalid log filter",
+    );
+}
+
+#[test]
+fn no_listeners() {
+    let e = err("[[clusters]]\nname = \"cache\"\nhosts = [\"127.0.0.1:7001\"]\n");
+    assert_eq!(
+        e,
+        "t.toml: listeners: at least one [[listeners]] table is required"
+    );
+}
+
+#[test]
+fn syntax_error_has_line() {
+    let e = err(&edit(r#"name = "main""#, r#"name = "main"#));
+    assert!(e.starts_with("t.toml:2:"), "{e}");
+}
+
+#[test]
+fn column_counts_characters() {
+    let line = r#"hosts = [{ name = "é", address = "127.0.0.1:7001", weight = 0 }]"#;
+    let col = line.find("0 }").map(|b| line[..b].chars().count() + 1);
+    assert_eq!(col, Some(61));
+    let e = err(&edit(r#"hosts = ["127.0.0.1:7001"]"#, line));
+    assert!(
+        e.starts_with("t.toml:9:61: clusters[0].hosts[0].weight: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn listener_errors_come_before_cluster_errors() {
+    let text = edit(r#"op_timeout = "1s""#, r#"op_timeout = "1""#)
+        .replace(r#"hosts = ["127.0.0.1:7001"]"#, "hosts = []");
+    assert_err(&text, 4, "listeners[0].op_timeout", "time unit needed");
+}

@@ -1,0 +1,451 @@
+//! Meaning checks and defaults: raw spanned values in, contract types out.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::locate::Source;
+use super::raw::{RawAdmin, RawCluster, RawConfig, RawDuration, RawHost, RawListener, RawRuntime};
+use super::{
+    AdminConfig, ClusterConfig, Config, ConfigError, HostConfig, ListenerConfig, PrefixRoutes,
+    Route, RuntimeConfig,
+};
+
+const DEFAULT_ADMIN_ADDRESS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    9901,
+));
+const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_BUFFER_FLUSH_TIMEOUT: Duration = Duration::from_millis(3);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+pub(super) fn build(src: &Source<'_>, raw: RawConfig) -> Result<Config> {
+    let admin = admin(src, raw.admin)?;
+    let runtime = runtime(src, raw.runtime)?;
+
+    // Names first, so routes can be checked; cluster bodies after listeners so that errors come
+    // out roughly in file order.
+    let mut cluster_names: HashMap<String, usize> = HashMap::new();
+    for (i, c) in raw.clusters.iter().enumerate() {
+        let name = c.get_ref().name.get_ref();
+        if let Some(first) = cluster_names.insert(name.clone(), i) {
+            return Err(src.error(
+                Some(c.get_ref().name.span()),
+                &format!("clusters[{i}].name"),
+                &format!("duplicate cluster name \"{name}\" (also clusters[{first}].name)"),
+            ));
+        }
+    }
+
+    if raw.listeners.is_empty() {
+        return Err(src.error(
+            None,
+            "listeners",
+            "at least one [[listeners]] table is required",
+        ));
+    }
+    let mut listeners = Vec::with_capacity(raw.listeners.len());
+    let mut listener_names: HashMap<String, usize> = HashMap::new();
+    let mut listener_addrs: HashMap<SocketAddr, usize> = HashMap::new();
+    for (i, l) in raw.listeners.into_iter().enumerate() {
+        let path = format!("listeners[{i}]");
+        let name = l.get_ref().name.get_ref().clone();
+        let name_span = l.get_ref().name.span();
+        let addr_span = l.get_ref().address.span();
+        let built = listener(src, &path, l, &cluster_names)?;
+        if let Some(first) = listener_names.insert(name.clone(), i) {
+            return Err(src.error(
+                Some(name_span),
+                &format!("{path}.name"),
+                &format!("duplicate listener name \"{name}\" (also listeners[{first}].name)"),
+            ));
+        }
+        // Port 0 asks the kernel for a free port, so two such listeners never collide.
+        if built.address.port() != 0 {
+            if built.address == admin.address {
+                return Err(src.error(
+                    Some(addr_span),
+                    &format!("{path}.address"),
+                    &format!("address {} is already used by admin.address", built.address),
+                ));
+            }
+            if let Some(first) = listener_addrs.insert(built.address, i) {
+                return Err(src.error(
+                    Some(addr_span),
+                    &format!("{path}.address"),
+                    &format!(
+                        "duplicate listener address {} (also listeners[{first}].address)",
+                        built.address
+                    ),
+                ));
+            }
+        }
+        listeners.push(built);
+    }
+
+    let mut clusters = Vec::with_capacity(raw.clusters.len());
+    for (i, c) in raw.clusters.into_iter().enumerate() {
+        clusters.push(cluster(src, &format!("clusters[{i}]"), c.into_inner())?);
+    }
+
+    Ok(Config {
+        admin,
+        runtime,
+        listeners,
+        clusters,
+    })
+}
+
+fn admin(src: &Source<'_>, raw: Option<RawAdmin>) -> Result<AdminConfig> {
+    let address = match raw.and_then(|a| a.address) {
+        Some(a) => socket_addr(src, "admin.address", &a, true)?,
+        None => DEFAULT_ADMIN_ADDRESS,
+    };
+    Ok(AdminConfig { address })
+}
+
+fn runtime(src: &Source<'_>, raw: Option<RawRuntime>) -> Result<RuntimeConfig> {
+    let Some(raw) = raw else {
+        return Ok(RuntimeConfig {
+            workers: default_workers(),
+            pin_workers: false,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            log_level: None,
+        });
+    };
+    let workers = match raw.workers {
+        Some(w) if *w.get_ref() == 0 => {
+            return Err(src.error(
+                Some(w.span()),
+                "runtime.workers",
+                "must be at least 1 (omit it to use one worker per CPU)",
+            ));
+        }
+        Some(w) => w.into_inner(),
+        None => default_workers(),
+    };
+    let drain_timeout = opt_duration(
+        src,
+        "runtime.drain_timeout",
+        raw.drain_timeout,
+        DEFAULT_DRAIN_TIMEOUT,
+    )?;
+    let log_level = match raw.log_level {
+        Some(level) => {
+            // Checked here so a typo fails the load instead of silently logging nothing.
+            if let Err(e) = tracing_subscriber::EnvFilter::try_new(level.get_ref()) {
+                return Err(src.error(
+                    Some(level.span()),
+                    "runtime.log_level",
+                    &format!("invalid log filter \"{}\": {e}", level.get_ref()),
+                ));
+            }
+            Some(level.into_inner())
+        }
+        None => None,
+    };
+    Ok(RuntimeConfig {
+        workers,
+        pin_workers: raw.pin_workers,
+        drain_timeout,
+        log_level,
+    })
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn listener(
+    src: &Source<'_>,
+    path: &str,
+    raw: Spanned<RawListener>,
+    clusters: &HashMap<String, usize>,
+) -> Result<ListenerConfig> {
+    let span = raw.span();
+    let l = raw.into_inner();
+    let name = non_empty(src, &format!("{path}.name"), l.name)?;
+    let address = socket_addr(src, &format!("{path}.address"), &l.address, true)?;
+    let op_timeout = positive(src, &format!("{path}.op_timeout"), &l.op_timeout)?;
+    let buffer_flush_timeout = opt_duration(
+        src,
+        &format!("{path}.buffer_flush_timeout"),
+        l.buffer_flush_timeout,
+        DEFAULT_BUFFER_FLUSH_TIMEOUT,
+    )?;
+
+    let mut downstream_auth_passwords = Vec::with_capacity(l.downstream_auth_passwords.len());
+    for (i, p) in l.downstream_auth_passwords.into_iter().enumerate() {
+        if p.get_ref().is_empty() {
+            return Err(src.error(
+                Some(p.span()),
+                &format!("{path}.downstream_auth_passwords[{i}]"),
+                "password must not be empty",
+            ));
+        }
+        downstream_auth_passwords.push(p.into_inner());
+    }
+    let downstream_auth_username = match l.downstream_auth_username {
+        Some(u) if downstream_auth_passwords.is_empty() => {
+            return Err(src.error(
+                Some(u.span()),
+                &format!("{path}.downstream_auth_username"),
+                "requires downstream_auth_passwords",
+            ));
+        }
+        Some(u) => Some(non_empty(
+            src,
+            &format!("{path}.downstream_auth_username"),
+            u,
+        )?),
+        None => None,
+    };
+
+    let route_path = format!("{path}.prefix_routes.catch_all_route");
+    let (routes_span, catch_all) = match l.prefix_routes {
+        Some(p) => (p.span(), p.into_inner().catch_all_route),
+        None => (span, None),
+    };
+    let Some(route) = catch_all else {
+        return Err(src.error(
+            Some(routes_span),
+            &route_path,
+            "missing; every listener needs a catch-all route naming a cluster",
+        ));
+    };
+    let cluster = route.into_inner().cluster;
+    if !clusters.contains_key(cluster.get_ref()) {
+        return Err(src.error(
+            Some(cluster.span()),
+            &format!("{route_path}.cluster"),
+            &format!("unknown cluster \"{}\"", cluster.get_ref()),
+        ));
+    }
+
+    Ok(ListenerConfig {
+        stat_prefix: l.stat_prefix.unwrap_or_else(|| name.clone()),
+        name,
+        address,
+        op_timeout,
+        enable_hashtagging: l.enable_hashtagging,
+        max_buffer_size_before_flush: l.max_buffer_size_before_flush,
+        buffer_flush_timeout,
+        downstream_auth_passwords,
+        downstream_auth_username,
+        prefix_routes: PrefixRoutes {
+            catch_all_route: Some(Route {
+                cluster: cluster.into_inner(),
+            }),
+        },
+    })
+}
+
+fn cluster(src: &Source<'_>, path: &str, c: RawCluster) -> Result<ClusterConfig> {
+    let name = non_empty(src, &format!("{path}.name"), c.name)?;
+    let connect_timeout = match &c.connect_timeout {
+        Some(d) => positive(src, &format!("{path}.connect_timeout"), d)?,
+        None => DEFAULT_CONNECT_TIMEOUT,
+    };
+    let connections_per_host = match c.connections_per_host {
+        Some(n) if *n.get_ref() == 0 => {
+            return Err(src.error(
+                Some(n.span()),
+                &format!("{path}.connections_per_host"),
+                "must be at least 1",
+            ));
+        }
+        Some(n) => n.into_inner(),
+        None => 1,
+    };
+    if let (Some(user), None) = (&c.auth_username, &c.auth_password) {
+        return Err(src.error(
+            Some(user.span()),
+            &format!("{path}.auth_username"),
+            "requires auth_password",
+        ));
+    }
+
+    let hosts_span = c.hosts.span();
+    let raw_hosts = c.hosts.into_inner();
+    if raw_hosts.is_empty() {
+        return Err(src.error(
+            Some(hosts_span),
+            &format!("{path}.hosts"),
+            "a cluster needs at least one host",
+        ));
+    }
+    let mut hosts: Vec<HostConfig> = Vec::with_capacity(raw_hosts.len());
+    let mut seen_addrs: HashMap<SocketAddr, usize> = HashMap::new();
+    let mut seen_names: HashMap<String, usize> = HashMap::new();
+    for (i, h) in raw_hosts.into_iter().enumerate() {
+        let hpath = format!("{path}.hosts[{i}]");
+        let host_span = h.span();
+        let (apath, address_text, address_span, weight, hname) = match h.into_inner() {
+            RawHost::Short(text) => (hpath.clone(), text, host_span, None, None),
+            RawHost::Full(t) => {
+                let span = t.address.span();
+                let apath = format!("{hpath}.address");
+                (apath, t.address.into_inner(), span, t.weight, t.name)
+            }
+        };
+        let address = socket_addr(
+            src,
+            &apath,
+            &Spanned::new(address_span.clone(), address_text.clone()),
+            false,
+        )?;
+        // Two spellings of one endpoint would give it twice the share of keys and two pools.
+        if let Some(first) = seen_addrs.insert(address, i) {
+            return Err(src.error(
+                Some(address_span),
+                &apath,
+                &format!("duplicate host {address} (also {path}.hosts[{first}])"),
+            ));
+        }
+        let weight = match weight {
+            Some(w) if *w.get_ref() == 0 => {
+                return Err(src.error(
+                    Some(w.span()),
+                    &format!("{hpath}.weight"),
+                    "must be at least 1",
+                ));
+            }
+            Some(w) => w.into_inner(),
+            None => 1,
+        };
+        let name = match hname {
+            Some(n) => {
+                let span = n.span();
+                let n = non_empty(src, &format!("{hpath}.name"), n)?;
+                // Ketama hashes the name, so two equal names would put both hosts on the same
+                // points of the ring.
+                if let Some(first) = seen_names.insert(n.clone(), i) {
+                    return Err(src.error(
+                        Some(span),
+                        &format!("{hpath}.name"),
+                        &format!("duplicate host name \"{n}\" (also {path}.hosts[{first}].name)"),
+                    ));
+                }
+                Some(n)
+            }
+            None => None,
+        };
+        hosts.push(HostConfig {
+            address,
+            address_text,
+            weight,
+            name,
+        });
+    }
+
+    Ok(ClusterConfig {
+        name,
+        cluster_type: c.cluster_type,
+        hosts,
+        lb_policy: c.lb_policy,
+        connect_timeout,
+        auth_username: c.auth_username.map(Spanned::into_inner),
+        auth_password: c.auth_password.map(Spanned::into_inner),
+        connections_per_host,
+    })
+}
+
+fn non_empty(src: &Source<'_>, path: &str, s: Spanned<String>) -> Result<String> {
+    if s.get_ref().trim().is_empty() {
+        return Err(src.error(Some(s.span()), path, "must not be empty"));
+    }
+    Ok(s.into_inner())
+}
+
+fn duration(src: &Source<'_>, path: &str, d: &Spanned<RawDuration>) -> Result<Duration> {
+    match d.get_ref() {
+        RawDuration::Text(t) => humantime::parse_duration(t).map_err(|e| {
+            src.error(
+                Some(d.span()),
+                path,
+                &format!("invalid duration \"{t}\": {e}"),
+            )
+        }),
+        RawDuration::Number(n) => Err(src.error(
+            Some(d.span()),
+            path,
+            &format!(
+                "invalid duration {n}: a unit is required, write a string such as \"{n}s\" or \"{n}ms\""
+            ),
+        )),
+    }
+}
+
+fn opt_duration(
+    src: &Source<'_>,
+    path: &str,
+    d: Option<Spanned<RawDuration>>,
+    default: Duration,
+) -> Result<Duration> {
+    d.map_or(Ok(default), |d| duration(src, path, &d))
+}
+
+/// A timeout of zero would fail every request, so it is rejected rather than taken literally.
+fn positive(src: &Source<'_>, path: &str, d: &Spanned<RawDuration>) -> Result<Duration> {
+    let v = duration(src, path, d)?;
+    if v.is_zero() {
+        return Err(src.error(Some(d.span()), path, "must be greater than zero"));
+    }
+    Ok(v)
+}
+
+/// `host:port` → the first address it resolves to. `allow_port_zero` is for local listen
+/// addresses, where 0 means "any free port".
+fn socket_addr(
+    src: &Source<'_>,
+    path: &str,
+    text: &Spanned<String>,
+    allow_port_zero: bool,
+) -> Result<SocketAddr> {
+    let err = |msg: String| src.error(Some(text.span()), path, &msg);
+    let t = text.get_ref().as_str();
+    let addr = match t.parse::<SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => {
+            let Some((host, port)) = t.rsplit_once(':') else {
+                return Err(err(format!(
+                    "invalid address \"{t}\": expected host:port, e.g. \"127.0.0.1:6379\""
+                )));
+            };
+            // getaddrinfo would take "::1:9901" as host "::1", but the same text with another
+            // port split is ambiguous, so IPv6 must be bracketed as everywhere else.
+            if host.contains(':') && !host.starts_with('[') {
+                return Err(err(format!(
+                    "invalid address \"{t}\": write IPv6 addresses in brackets, e.g. \"[::1]:6379\""
+                )));
+            }
+            if host.is_empty() || port.parse::<u16>().is_err() {
+                return Err(err(format!(
+                    "invalid address \"{t}\": expected host:port with a port in 0-65535"
+                )));
+            }
+            // A hostname is resolved once, at load; a reload picks up DNS changes.
+            match t.to_socket_addrs() {
+                Ok(mut addrs) => match addrs.next() {
+                    Some(a) => a,
+                    None => {
+                        return Err(err(format!(
+                            "invalid address \"{t}\": resolved to no addresses"
+                        )));
+                    }
+                },
+                Err(e) => {
+                    return Err(err(format!("invalid address \"{t}\": cannot resolve: {e}")));
+                }
+            }
+        }
+    };
+    if addr.port() == 0 && !allow_port_zero {
+        return Err(err(format!("invalid address \"{t}\": port 0")));
+    }
+    Ok(addr)
+}
