@@ -21,7 +21,7 @@ use crate::config::HostConfig;
 const KETAMA_POINTS_PER_SERVER: u32 = 160;
 const KETAMA_POINTS_PER_HASH: u32 = 4;
 const KETAMA_MAX_HOSTLEN: usize = 86;
-const CONF_DEFAULT_KETAMA_PORT: &str = "11211";
+const CONF_DEFAULT_KETAMA_PORT: u16 = 11211;
 
 /// The sorted continuum: `values[i]` is a point, `hosts[i]` the host index that owns it.
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ pub(super) fn server_name(host: &HostConfig) -> &str {
     }
     let text = host.address_text.as_str();
     match text.rsplit_once(':') {
-        Some((addr, port)) if port == CONF_DEFAULT_KETAMA_PORT => addr,
+        Some((addr, port)) if port.parse::<u16>() == Ok(CONF_DEFAULT_KETAMA_PORT) => addr,
         _ => text,
     }
 }
@@ -100,6 +100,12 @@ impl Ketama {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.values.len()
+    }
+
+    /// Host owning the lowest continuum point.
+    #[cfg(test)]
+    pub(super) fn first_host(&self) -> usize {
+        self.hosts[0] as usize
     }
 
     #[inline]
