@@ -1,26 +1,92 @@
 //! Host sets and the consistent-hash load balancers that map a key to a host.
 //!
-//! CONTRACT (skeleton): [`hashtag`] (Redis Cluster spec, key hash tags) and [`LoadBalancer`].
+//! CONTRACT: [`hashtag`] (Redis Cluster spec, key hash tags), [`crc16`] / [`key_slot`] (Redis
+//! Cluster slots) and [`LoadBalancer`] (ketama / ring hash / maglev over a cluster's hosts).
+//!
+//! - [`LbPolicy::Ketama`]: twemproxy 0.5.0 `distribution: ketama` + `hash: fnv1a_64`, so keys
+//!   land on the same server as under nutcracker (see `ketama.rs`).
+//! - [`LbPolicy::RingHash`] / [`LbPolicy::Maglev`]: Envoy's RING_HASH and MAGLEV with their
+//!   defaults, fed with Envoy redis_proxy's key hash, `MurmurHash2_64(key, 0xc70f6907)`
+//!   (`RedisLoadBalancerContextImpl`).
+//!
+//! The caller applies [`hashtag`] before [`LoadBalancer::pick`] when hashtagging is on.
+//! `pick` does not allocate: a binary search over the ring (ketama, ring hash) or one table
+//! lookup (maglev).
+
+mod hash;
+mod ketama;
+mod maglev;
+mod ring_hash;
+
+pub use hash::{ENVOY_STD_HASH_SEED, crc16, fnv1a_64_twemproxy, murmur2_64, xxh64};
 
 use crate::config::{HostConfig, LbPolicy};
 
+/// Number of Redis Cluster hash slots.
+pub const CLUSTER_SLOTS: u16 = 16384;
+
 /// The part of `key` that is hashed: the bytes between the first `{` and the first `}` after it,
 /// unless that is empty or absent, in which case the whole key (Redis Cluster spec, "Hash tags").
+#[inline]
 pub fn hashtag(key: &[u8]) -> &[u8] {
-    key
+    let Some(start) = key.iter().position(|&b| b == b'{') else {
+        return key;
+    };
+    match key[start + 1..].iter().position(|&b| b == b'}') {
+        Some(0) | None => key,
+        Some(len) => &key[start + 1..start + 1 + len],
+    }
+}
+
+/// The Redis Cluster slot of `key`: `crc16(hashtag(key)) % 16384`.
+#[inline]
+pub fn key_slot(key: &[u8]) -> u16 {
+    crc16(hashtag(key)) % CLUSTER_SLOTS
+}
+
+#[derive(Debug, Clone)]
+enum Inner {
+    Ketama(ketama::Ketama),
+    RingHash(ring_hash::RingHash),
+    Maglev(maglev::Maglev),
 }
 
 /// Maps a (hash-tagged) key to an index into the cluster's host list.
+///
+/// Built once per host set (config snapshot); immutable and cheap to share afterwards.
+/// Hosts with weight 0 get no share, unless every host has weight 0, in which case all count
+/// as weight 1. With no hosts at all, [`LoadBalancer::pick`] returns 0, which the caller must
+/// not use as an index (check the host list first).
 #[derive(Debug, Clone)]
-pub struct LoadBalancer {}
+pub struct LoadBalancer {
+    inner: Inner,
+}
 
 impl LoadBalancer {
     /// Builds the ring/table for `hosts` under `policy`.
-    pub fn new(_policy: LbPolicy, _hosts: &[HostConfig]) -> LoadBalancer {
-        LoadBalancer {}
+    pub fn new(policy: LbPolicy, hosts: &[HostConfig]) -> LoadBalancer {
+        let mut weights: Vec<u32> = hosts.iter().map(|h| h.weight).collect();
+        if weights.iter().all(|&w| w == 0) {
+            weights.iter_mut().for_each(|w| *w = 1);
+        }
+        let inner = match policy {
+            LbPolicy::Ketama => Inner::Ketama(ketama::Ketama::new(hosts, &weights)),
+            LbPolicy::RingHash => Inner::RingHash(ring_hash::RingHash::new(hosts, &weights)),
+            LbPolicy::Maglev => Inner::Maglev(maglev::Maglev::new(hosts, &weights)),
+        };
+        LoadBalancer { inner }
     }
+
     /// Index into the `hosts` slice given to [`LoadBalancer::new`].
-    pub fn pick(&self, _key: &[u8]) -> usize {
-        0
+    #[inline]
+    pub fn pick(&self, key: &[u8]) -> usize {
+        match &self.inner {
+            Inner::Ketama(k) => k.pick(key),
+            Inner::RingHash(r) => r.pick_hash(murmur2_64(key, ENVOY_STD_HASH_SEED)),
+            Inner::Maglev(m) => m.pick_hash(murmur2_64(key, ENVOY_STD_HASH_SEED)),
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;
