@@ -8,6 +8,9 @@
 //!   comparisons); [`redis_client`]: a `redis` crate connection.
 //! - [`respite_bin`]: the built `respite` binary.
 
+pub mod respite;
+pub use respite::Respite;
+
 use std::collections::HashSet;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
