@@ -209,3 +209,6 @@ pub mod encode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

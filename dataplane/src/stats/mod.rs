@@ -18,7 +18,10 @@ impl Counter {
     }
     #[inline]
     pub fn add(&self, n: u64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed)
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        )
     }
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
@@ -32,7 +35,10 @@ pub struct Gauge(AtomicI64);
 impl Gauge {
     #[inline]
     pub fn add(&self, n: i64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed)
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        )
     }
     #[inline]
     pub fn inc(&self) {
