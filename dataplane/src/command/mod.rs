@@ -1,7 +1,15 @@
 //! The command table: names, arity, key positions, read/write class and how each command is
 //! executed (routed by key, split and merged, or answered locally).
 //!
-//! CONTRACT (skeleton).
+//! CONTRACT: the public items below are used by the engine; names and signatures are fixed.
+//!
+//! Sources: Redis 7.0 `COMMAND INFO` data (`src/commands/*.json`), Redis 7.0 `server.c`
+//! `processCommand` (error texts), Envoy `redis_proxy` `command_splitter_impl.cc` (split/merge).
+
+use std::sync::OnceLock;
+
+pub mod split;
+mod table;
 
 /// How a command is executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,61 +74,132 @@ impl CommandSpec {
     }
 }
 
-/// Every supported command.
-pub static COMMANDS: &[CommandSpec] = &[];
+/// Every supported command; `COMMANDS[i].id == i`.
+pub static COMMANDS: &[CommandSpec] = &table::TABLE;
 
-/// Case-insensitive lookup, without allocating.
-pub fn lookup(_name: &[u8]) -> Option<&'static CommandSpec> {
-    None
+/// Size of the lowercase buffer; every command name is shorter, so longer names cannot match.
+const MAX_NAME: usize = 32;
+
+/// Command indexes sorted by name, built once.
+fn by_name() -> &'static [u16] {
+    static INDEX: OnceLock<Vec<u16>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut v: Vec<u16> = (0..COMMANDS.len() as u16).collect();
+        v.sort_by_key(|&i| COMMANDS.get(usize::from(i)).map_or("", |c| c.name));
+        v
+    })
 }
 
-/// Splitting of multi-key commands across shards and merging of their replies.
-pub mod split {
-    use super::{CommandSpec, Merge};
-
-    /// One sub-request of a split command.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct Part {
-        /// Shard index returned by `shard_of`.
-        pub shard: usize,
-        /// The encoded RESP sub-request (same command, this shard's keys [and values]).
-        pub request: Vec<u8>,
-        /// Ordinal (0-based, in the original request) of each key in this part, in order.
-        pub keys: Vec<u32>,
+/// Case-insensitive lookup, without allocating (ASCII-lowercased into a stack buffer, then a
+/// binary search over the names).
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    if name.len() > MAX_NAME {
+        return None;
     }
-
-    /// Groups the keys of `args` (args[0] is the command name) by `shard_of(key)`, keeping each
-    /// shard's keys in request order; parts are ordered by first appearance.
-    pub fn split(
-        _spec: &CommandSpec,
-        _args: &[&[u8]],
-        _shard_of: &mut dyn FnMut(&[u8]) -> usize,
-    ) -> Vec<Part> {
-        Vec::new()
+    let mut buf = [0u8; MAX_NAME];
+    let lower = buf.get_mut(..name.len())?;
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
     }
+    let lower = &*lower;
+    let index = by_name();
+    let pos = index
+        .binary_search_by(|&i| {
+            COMMANDS
+                .get(usize::from(i))
+                .map_or(&b""[..], |c| c.name.as_bytes())
+                .cmp(lower)
+        })
+        .ok()?;
+    COMMANDS.get(usize::from(*index.get(pos)?))
+}
 
-    /// Merges one reply per part (same order as `parts`) into the client's reply, appended to
-    /// `out`. `nkeys` is the number of keys of the original request.
-    pub fn merge(
-        _merge: Merge,
-        _nkeys: usize,
-        _parts: &[Part],
-        _replies: &[&[u8]],
-        _out: &mut Vec<u8>,
-    ) {
+/// Indexes in `args` (args[0] = name) of the keys of a command with `argc` args, per the
+/// `first_key`/`last_key`/`step` convention of Redis `COMMAND INFO` (`getKeysUsingLegacyRangeSpec`
+/// in Redis 7.0 db.c). Empty when the command has no key or `argc` is too small.
+pub fn key_indices(spec: &CommandSpec, argc: usize) -> impl Iterator<Item = usize> + use<> {
+    let (first, step) = (spec.first_key, spec.step.max(1));
+    let last = if spec.last_key < 0 {
+        argc as i64 + i64::from(spec.last_key)
+    } else {
+        i64::from(spec.last_key).min(argc as i64 - 1)
+    };
+    let range = if first <= 0 || last < i64::from(first) {
+        0..0
+    } else {
+        i64::from(first)..last + 1
+    };
+    range.step_by(step as usize).map(|i| i as usize)
+}
+
+/// Number of keys of a command with `argc` args (see [`key_indices`]).
+pub fn key_count(spec: &CommandSpec, argc: usize) -> usize {
+    key_indices(spec, argc).count()
+}
+
+/// The routing key: `args[first_key]` (args[0] = name), if the command has one and it is there.
+pub fn key_of<'a>(spec: &CommandSpec, args: &[&'a [u8]]) -> Option<&'a [u8]> {
+    if spec.first_key <= 0 {
+        return None;
+    }
+    args.get(spec.first_key as usize).copied()
+}
+
+/// True if the keys of a split command come in whole groups of `step` (MSET needs key+value
+/// pairs; Envoy `MSETRequest::create` answers `wrong number of arguments` otherwise).
+pub fn keys_complete(spec: &CommandSpec, argc: usize) -> bool {
+    if spec.first_key <= 0 || spec.step <= 1 {
+        return true;
+    }
+    let first = spec.first_key as usize;
+    argc >= first && (argc - first) % spec.step as usize == 0
+}
+
+/// The bytes of an argument up to its first NUL, as C's `%s` prints it.
+fn c_str(a: &[u8]) -> &[u8] {
+    match a.iter().position(|&b| b == 0) {
+        Some(z) => a.get(..z).unwrap_or_default(),
+        None => a,
     }
 }
 
-/// Redis 7's unknown-command error (temporary stub until the table lands).
-pub fn unknown_command_error(_args: &[&[u8]]) -> Vec<u8> {
-    b"-ERR unknown command\r\n".to_vec()
+/// Redis 7.0's reply to an unknown command (server.c `processCommand`):
+/// `-ERR unknown command '<name>', with args beginning with: '<a1>' '<a2>' \r\n`. Args are added
+/// as `'%.*s' ` while the args text is shorter than 128 bytes, each cut to what is left of 128;
+/// the name is cut to 128 bytes; CR/LF become spaces (`rejectCommandFormat`).
+pub fn unknown_command_error(args: &[&[u8]]) -> Vec<u8> {
+    let mut text: Vec<u8> = Vec::with_capacity(200);
+    for a in args.iter().skip(1) {
+        if text.len() >= 128 {
+            break;
+        }
+        let room = 128 - text.len();
+        let a = c_str(a);
+        text.push(b'\'');
+        text.extend_from_slice(a.get(..room.min(a.len())).unwrap_or_default());
+        text.extend_from_slice(b"' ");
+    }
+    let name = c_str(args.first().copied().unwrap_or_default());
+    let name = name.get(..name.len().min(128)).unwrap_or_default();
+    let mut msg = Vec::with_capacity(64 + name.len() + text.len());
+    msg.extend_from_slice(b"ERR unknown command '");
+    msg.extend_from_slice(name);
+    msg.extend_from_slice(b"', with args beginning with: ");
+    msg.extend_from_slice(&text);
+    let mut out = Vec::with_capacity(msg.len() + 3);
+    crate::resp::encode::error(&mut out, &msg);
+    out
 }
 
-/// `-ERR wrong number of arguments for '<name>' command`.
+/// Redis 7.0's arity error (server.c `processCommand`; also Envoy's wording):
+/// `-ERR wrong number of arguments for '<name>' command\r\n`.
 pub fn arity_error(spec: &CommandSpec) -> Vec<u8> {
-    format!(
-        "-ERR wrong number of arguments for '{}' command\r\n",
-        spec.name
-    )
-    .into_bytes()
+    let mut out = Vec::with_capacity(48 + spec.name.len());
+    out.extend_from_slice(b"-ERR wrong number of arguments for '");
+    out.extend_from_slice(spec.name.as_bytes());
+    out.extend_from_slice(b"' command\r\n");
+    out
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,9 +1,20 @@
 //! RESP framing: client requests (arrays of bulk strings and inline commands), upstream reply
 //! boundaries, and encoding of locally generated replies.
 //!
-//! CONTRACT (skeleton).
+//! CONTRACT: the public items below are used by the engine; names and signatures are fixed.
+//!
+//! Sources: Redis 7.0 `networking.c` (`processMultibulkBuffer`, `processInlineBuffer`,
+//! `addReply*`), `sds.c` (`sdssplitargs`), the RESP2 and RESP3 specifications.
 
 use std::ops::Range;
+
+mod reply;
+mod request;
+
+pub use reply::{
+    Elements, array_elements, array_len, elements, integer_reply, is_error, is_null, is_ok,
+    reply_len,
+};
 
 /// A RESP protocol violation; Display is the text after `ERR Protocol error: ` (Redis wording).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,40 +58,115 @@ pub enum Parsed {
 }
 
 /// Incremental request parser (resumes where it stopped on `Incomplete`).
+///
+/// Follows Redis 7.0 `networking.c` `processMultibulkBuffer` / `processInlineBuffer` with these
+/// deliberate differences: `*<n>` with `n < -1` is `invalid multibulk length` (Redis treats any
+/// `n <= 0` as empty), the multibulk count is limited by `limits.max_multibulk_len`, and bulk data
+/// not followed by CRLF is `expected CRLF after bulk data` (Redis skips two bytes unchecked).
+///
+/// Resumable: on `Incomplete` the offset reached, the bulks still expected and the length of a
+/// bulk whose header was read are kept, so a request that arrives in many reads is scanned once.
+/// Do not clear `args`/`scratch` between an `Incomplete` and the next call. After an `Err` the
+/// parser is reset (the connection is expected to close, as Redis does).
 #[derive(Debug, Default)]
 pub struct RequestParser {
     pub limits: Limits,
+    progress: request::Progress,
 }
 
 impl RequestParser {
     pub fn new(limits: Limits) -> RequestParser {
-        RequestParser { limits }
+        RequestParser {
+            limits,
+            progress: request::Progress::Fresh,
+        }
     }
     /// Parses the request at the front of `buf`.
+    ///
+    /// RESP arrays give `Parsed::Resp` with `args` as ranges into `buf`; inline lines give
+    /// `Parsed::Inline` with `args` as ranges into `scratch` (quoting per `sdssplitargs`).
+    /// Errors carry Redis's texts (see [`ProtocolError`]).
     pub fn parse(
         &mut self,
-        _buf: &[u8],
-        _args: &mut Vec<Range<usize>>,
-        _scratch: &mut Vec<u8>,
+        buf: &[u8],
+        args: &mut Vec<Range<usize>>,
+        scratch: &mut Vec<u8>,
     ) -> Result<Parsed, ProtocolError> {
-        Ok(Parsed::Incomplete)
+        self.parse_impl(buf, args, scratch)
+    }
+
+    /// Drops any partial progress (the next call starts a fresh request at offset 0).
+    pub fn reset(&mut self) {
+        self.progress = request::Progress::Fresh;
     }
 }
 
 /// Finds where the first complete RESP2/RESP3 reply in a buffer ends (resumable).
+///
+/// Handles RESP2 `+ - : $ *` (with `$-1`, `*-1`) and RESP3 `_ , # ! = ( % ~ > |`, including
+/// streamed strings (`$?` + `;<n>` chunks) and streamed aggregates (`*?` … `.`). Keeps a stack
+/// of open aggregates and the offset reached, so a huge nested array is scanned once.
 #[derive(Debug, Default)]
-pub struct ReplyScanner {}
+pub struct ReplyScanner {
+    pos: usize,
+    stack: Vec<reply::Frame>,
+}
 
 impl ReplyScanner {
     /// `Ok(Some(len))` when `buf[..len]` is one whole reply; `Ok(None)` if incomplete. After
     /// `Some`, the scanner is reset for the next reply.
-    pub fn scan(&mut self, _buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
-        Ok(None)
+    pub fn scan(&mut self, buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
+        self.scan_impl(buf)
+    }
+
+    /// Drops any partial progress.
+    pub fn reset(&mut self) {
+        self.pos = 0;
+        self.stack.clear();
     }
 }
 
 /// Encoders for locally generated replies and sub-requests (append to `out`).
 pub mod encode {
+    /// Appends the decimal form of `n` without allocating (itoa into a stack buffer).
+    pub fn decimal(out: &mut Vec<u8>, n: i64) {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        let mut v = n.unsigned_abs();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        if n < 0 {
+            out.push(b'-');
+        }
+        out.extend_from_slice(&buf[i..]);
+    }
+    fn length(out: &mut Vec<u8>, n: usize) {
+        decimal(out, i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    /// `-ERR Protocol error: <msg>\r\n`, the reply Redis 7.0 sends before closing on a protocol
+    /// error (networking.c `addReplyError(c, "Protocol error: ...")`).
+    pub fn protocol_error(out: &mut Vec<u8>, e: &super::ProtocolError) {
+        out.extend_from_slice(b"-ERR Protocol error: ");
+        out.extend(
+            e.0.bytes()
+                .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+        out.extend_from_slice(b"\r\n");
+    }
+    /// `-<prefix><msg>\r\n` with CR/LF in either replaced by spaces.
+    pub fn error_fmt(out: &mut Vec<u8>, prefix: &[u8], msg: &[u8]) {
+        out.push(b'-');
+        for &b in prefix.iter().chain(msg) {
+            out.push(if b == b'\r' || b == b'\n' { b' ' } else { b });
+        }
+        out.extend_from_slice(b"\r\n");
+    }
     pub fn simple(out: &mut Vec<u8>, s: &[u8]) {
         out.push(b'+');
         out.extend_from_slice(s);
@@ -97,12 +183,12 @@ pub mod encode {
     }
     pub fn integer(out: &mut Vec<u8>, n: i64) {
         out.push(b':');
-        out.extend_from_slice(n.to_string().as_bytes());
+        decimal(out, n);
         out.extend_from_slice(b"\r\n");
     }
     pub fn bulk(out: &mut Vec<u8>, b: &[u8]) {
         out.push(b'$');
-        out.extend_from_slice(b.len().to_string().as_bytes());
+        length(out, b.len());
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(b);
         out.extend_from_slice(b"\r\n");
@@ -112,7 +198,7 @@ pub mod encode {
     }
     pub fn array_header(out: &mut Vec<u8>, n: usize) {
         out.push(b'*');
-        out.extend_from_slice(n.to_string().as_bytes());
+        length(out, n);
         out.extend_from_slice(b"\r\n");
     }
     /// A command as a RESP array of bulk strings.
@@ -123,3 +209,6 @@ pub mod encode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
