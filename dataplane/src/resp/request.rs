@@ -176,7 +176,7 @@ impl RequestParser {
             let Some(end) = pos.checked_add(len) else {
                 return Err(err("invalid bulk length"));
             };
-            match buf.get(end..end + 2) {
+            match buf.get(end..end.saturating_add(2)) {
                 None => break,
                 Some(b"\r\n") => {}
                 // Redis 7.0 skips these two bytes unchecked; we reject them.
