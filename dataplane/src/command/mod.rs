@@ -152,7 +152,7 @@ pub fn keys_complete(spec: &CommandSpec, argc: usize) -> bool {
         return true;
     }
     let first = spec.first_key as usize;
-    argc >= first && (argc - first) % spec.step as usize == 0
+    argc >= first && (argc - first).is_multiple_of(spec.step as usize)
 }
 
 /// The bytes of an argument up to its first NUL, as C's `%s` prints it.

@@ -82,8 +82,8 @@ fn finished_with_errors(out: &mut Vec<u8>, n: usize) {
 ///
 /// - `Mget`: `*nkeys` with each element in original key order, taken from the part's array
 ///   reply; an error reply of a part goes inline in each of its slots (Envoy: per-key errors
-///   inline); a non-array reply, or an array of the wrong length, gives `-upstream protocol
-///   error` in its slots.
+///   inline); a non-array reply, an array of the wrong length, or an element that is not a bulk
+///   string (or error), gives `-upstream protocol error` in its slot(s).
 /// - `Mset`: `+OK` if every part replied `+OK`, else `-finished with N error(s)` (N failed parts).
 /// - `SumIntegers`: `:<sum>` if every part replied an integer, else `-finished with N error(s)`.
 ///
@@ -138,6 +138,9 @@ fn merge_mget(nkeys: usize, parts: &[Part], replies: &[&[u8]], out: &mut Vec<u8>
                 .as_mut()
                 .and_then(|e| e.next())
                 .and_then(|r| reply.get(r))
+                // Envoy MGETRequest: a non-bulk element (int, array, status, RESP3) is a
+                // protocol error in its slot; errors stay inline.
+                .filter(|e| matches!(e.first(), Some(b'$') | Some(b'-')))
                 .unwrap_or(PROTOCOL_ERROR);
             if let Some(s) = slots.get_mut(o as usize) {
                 *s = elem;

@@ -214,12 +214,18 @@ fn mget_errors_inline() {
         String::from_utf8(out).unwrap(),
         format!("*3\r\n{pe}{pe}{pe}")
     );
-    // A missing reply.
+    // A missing reply, and non-bulk elements.
     let mut out = Vec::new();
-    merge(Merge::Mget, 3, &parts, &[b"*2\r\n:1\r\n:2\r\n"], &mut out);
+    merge(
+        Merge::Mget,
+        3,
+        &parts,
+        &[b"*2\r\n:1\r\n$1\r\nC\r\n"],
+        &mut out,
+    );
     assert_eq!(
         String::from_utf8(out).unwrap(),
-        format!("*3\r\n:1\r\n{pe}:2\r\n")
+        format!("*3\r\n{pe}{pe}$1\r\nC\r\n")
     );
 }
 

@@ -29,8 +29,14 @@ impl std::fmt::Display for ProtocolError {
 /// Size limits for requests (Redis defaults: 512 MB bulk, 1M-element... see resp docs).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Longest bulk argument (Redis `proto-max-bulk-len`, 512 MB); longer → `invalid bulk length`.
     pub max_bulk_len: usize,
+    /// Most arguments in one array (Redis before 7.0: 1024*1024); more → `invalid multibulk
+    /// length`.
     pub max_multibulk_len: usize,
+    /// Longest inline line or count line without a newline (Redis `PROTO_INLINE_MAX_SIZE`,
+    /// 64 KB); longer → `too big inline request` / `too big mbulk count string` / `too big bulk
+    /// count string`.
     pub max_inline_len: usize,
 }
 

@@ -176,7 +176,7 @@ impl RequestParser {
             let Some(end) = pos.checked_add(len) else {
                 return Err(err("invalid bulk length"));
             };
-            match buf.get(end..end + 2) {
+            match buf.get(end..end.saturating_add(2)) {
                 None => break,
                 Some(b"\r\n") => {}
                 // Redis 7.0 skips these two bytes unchecked; we reject them.
@@ -274,12 +274,13 @@ pub(crate) fn split_args(
         loop {
             let c = at(p);
             if inq {
-                if c == b'\\' && at(p + 1) == b'x' {
-                    if let (Some(h), Some(l)) = (hex_val(at(p + 2)), hex_val(at(p + 3))) {
-                        scratch.push(h * 16 + l);
-                        p += 4;
-                        continue;
-                    }
+                if c == b'\\'
+                    && at(p + 1) == b'x'
+                    && let (Some(h), Some(l)) = (hex_val(at(p + 2)), hex_val(at(p + 3)))
+                {
+                    scratch.push(h * 16 + l);
+                    p += 4;
+                    continue;
                 }
                 if c == b'\\' && at(p + 1) != 0 {
                     p += 1;

@@ -479,3 +479,28 @@ proptest! {
         let _ = s.scan(&input);
     }
 }
+
+#[test]
+fn resets_after_error_and_on_request() {
+    let mut p = RequestParser::default();
+    let (mut a, mut s) = (Vec::new(), Vec::new());
+    assert_eq!(
+        p.parse(b"*2\r\n$1\r\nx\r\n", &mut a, &mut s),
+        Ok(Parsed::Incomplete)
+    );
+    p.reset();
+    assert_eq!(
+        p.parse(b"PING\r\n", &mut a, &mut s),
+        Ok(Parsed::Inline { consumed: 6 })
+    );
+    assert!(p.parse(b"*1\r\n:1\r\n", &mut a, &mut s).is_err());
+    assert!(a.is_empty());
+    assert_eq!(
+        p.parse(b"*1\r\n$1\r\nx\r\n", &mut a, &mut s),
+        Ok(Parsed::Resp { consumed: 11 })
+    );
+    let mut r = ReplyScanner::default();
+    assert_eq!(r.scan(b"*2\r\n:1\r\n"), Ok(None));
+    r.reset();
+    assert_eq!(r.scan(b":2\r\n"), Ok(Some(4)));
+}
