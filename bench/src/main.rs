@@ -75,7 +75,7 @@ struct RunArgs {
     /// Requests in flight per connection (sent as one write).
     #[arg(short = 'P', long, default_value_t = 1)]
     pipeline: usize,
-    /// Client threads, each a tokio current_thread runtime owning connections/threads of them.
+    /// Client threads, each a tokio current_thread runtime owning an equal share of the connections.
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Command mix, e.g. `get`, `get:80,set:20`, `mget:10` (grammar below).
