@@ -580,7 +580,15 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
     if !aborted {
         shared.phase.store(MEASURE, Ordering::Relaxed);
         if let Stop::Duration(d) = cfg.stop {
-            std::thread::sleep(d);
+            // Sleep in slices so that a run whose connections all failed ends early.
+            let deadline = start + d;
+            loop {
+                let now = Instant::now();
+                if now >= deadline || handles.iter().all(|h| h.is_finished()) {
+                    break;
+                }
+                std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+            }
             shared.phase.store(DONE, Ordering::Relaxed);
         }
     }
