@@ -1,1 +1,245 @@
-fn main() {}
+//! `respite-bench`: a closed-loop RESP load generator (DESIGN.md "Testing": benchmarks are not
+//! tests). Each connection keeps `--pipeline` requests in flight; the report gives throughput,
+//! latency percentiles and CPU µs per request of this process and of any `--pid`.
+
+mod load;
+mod mix;
+mod procstat;
+mod report;
+mod resp;
+
+use std::net::ToSocketAddrs;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::load::{LoadConfig, Stop};
+use crate::mix::{Mix, parse_mix};
+use crate::procstat::PidSpec;
+
+const AFTER_HELP: &str = "\
+MIX GRAMMAR (--mix):
+  MIX   := ENTRY (\",\" ENTRY)*
+  ENTRY := get[:W] | set[:W] | ping[:W] | mget[:N[:W]] | mset[:N[:W]]
+  W = relative weight (default 1), N = keys per MGET/MSET (default 10).
+  Keys are `key:<n>`, n uniform in [0, keyspace); SET/MSET values are --value-size bytes.
+  Examples: --mix get   --mix get:80,set:20   --mix mget:10   --mix mget:10:1,set:4
+
+The run is closed-loop: each connection writes a batch of --pipeline requests in one write,
+reads all replies, then sends the next batch. Latency = reply time - batch send time.
+Without a subcommand the flags apply to `run`: `respite-bench -c 50 -P 16` == `respite-bench run
+-c 50 -P 16`.
+
+EXAMPLES:
+  respite-bench --port 6380 -c 50 -P 16 --mix get --prefill -n 200000
+  respite-bench --addr 127.0.0.1:6380 --mix get:50,set:50 --duration 10s --warmup 1s \\
+      --pid respite=$(pidof respite) --json";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "respite-bench",
+    version,
+    about = "Closed-loop RESP load generator: throughput, latency percentiles and CPU µs/request",
+    args_conflicts_with_subcommands = true,
+    after_help = AFTER_HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one closed-loop load against one target (the default without a subcommand).
+    #[command(after_help = AFTER_HELP)]
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct RunArgs {
+    /// Target host.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Target port.
+    #[arg(short = 'p', long, default_value_t = 6380)]
+    port: u16,
+    /// Target as HOST:PORT (overrides --host/--port).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["host", "port"])]
+    addr: Option<String>,
+    /// Client connections.
+    #[arg(short = 'c', long, default_value_t = 50)]
+    connections: usize,
+    /// Requests in flight per connection (sent as one write).
+    #[arg(short = 'P', long, default_value_t = 1)]
+    pipeline: usize,
+    /// Client threads, each a tokio current_thread runtime owning an equal share of the connections.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Command mix, e.g. `get`, `get:80,set:20`, `mget:10` (grammar below).
+    #[arg(long, default_value = "get", value_parser = parse_mix)]
+    mix: Mix,
+    /// Number of distinct keys (`key:0` .. `key:<N-1>`), chosen uniformly at random.
+    #[arg(short = 'r', long, default_value_t = 100_000)]
+    keyspace: u64,
+    /// Value size in bytes for SET/MSET (and --prefill).
+    #[arg(short = 'd', long = "value-size", default_value_t = 3)]
+    value_size: usize,
+    /// Measured requests in total [default: 100000 unless --duration is given].
+    #[arg(short = 'n', long, conflicts_with = "duration")]
+    requests: Option<u64>,
+    /// Measure for this long instead of a request count (e.g. `10s`, `1m`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// SET every key of the keyspace first (pipelined, not measured).
+    #[arg(long)]
+    prefill: bool,
+    /// Run unmeasured load this long before measuring (e.g. `1s`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    warmup: Option<Duration>,
+    /// Print the report as JSON on stdout (progress messages go to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Send `AUTH PASSWORD` on every connection first.
+    #[arg(long, value_name = "PASSWORD")]
+    auth: Option<String>,
+    /// Also report CPU µs/request of this process (repeatable; label defaults to its comm).
+    #[arg(long = "pid", value_name = "[LABEL=]PID")]
+    pids: Vec<PidSpec>,
+}
+
+impl RunArgs {
+    fn into_config(self) -> Result<LoadConfig, String> {
+        let target = match &self.addr {
+            Some(a) => a.clone(),
+            None if self.host.contains(':') => format!("[{}]:{}", self.host, self.port),
+            None => format!("{}:{}", self.host, self.port),
+        };
+        let addr = target
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve `{target}`: {e}"))?
+            .next()
+            .ok_or_else(|| format!("`{target}` resolves to no address"))?;
+        if self.connections == 0 {
+            return Err("--connections must be > 0".into());
+        }
+        if self.pipeline == 0 || self.pipeline > 1_000_000 {
+            return Err("--pipeline must be in 1..=1000000".into());
+        }
+        if self.threads == 0 {
+            return Err("--threads must be > 0".into());
+        }
+        if self.keyspace == 0 {
+            return Err("--keyspace must be > 0".into());
+        }
+        let stop = match (self.requests, self.duration) {
+            (Some(0), _) => return Err("--requests must be > 0".into()),
+            (Some(n), _) => Stop::Requests(n),
+            (None, Some(d)) if d.is_zero() => return Err("--duration must be > 0".into()),
+            (None, Some(d)) => Stop::Duration(d),
+            (None, None) => Stop::Requests(100_000),
+        };
+        Ok(LoadConfig {
+            target,
+            addr,
+            connections: self.connections,
+            pipeline: self.pipeline,
+            threads: self.threads,
+            mix: self.mix,
+            keyspace: self.keyspace,
+            value_size: self.value_size,
+            stop,
+            warmup: self.warmup.filter(|w| !w.is_zero()),
+            prefill: self.prefill,
+            auth: self.auth,
+            pids: self.pids,
+        })
+    }
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let json = args.json;
+    let cfg = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("respite-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match load::run(cfg) {
+        Ok(report) => {
+            if json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{}", report.to_text());
+            }
+            if report.failed() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("respite-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Run(args)) => run(args),
+        None => run(cli.run),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_without_subcommand_and_with_run() {
+        let a = Cli::try_parse_from([
+            "respite-bench",
+            "-c",
+            "5",
+            "-P",
+            "16",
+            "--mix",
+            "get:1,set:1",
+        ])
+        .unwrap();
+        assert!(a.command.is_none());
+        assert_eq!(a.run.connections, 5);
+        assert_eq!(a.run.pipeline, 16);
+        let b = Cli::try_parse_from(["respite-bench", "run", "--port", "7777", "--duration", "2s"])
+            .unwrap();
+        match b.command {
+            Some(Command::Run(r)) => {
+                assert_eq!(r.port, 7777);
+                assert_eq!(r.duration, Some(Duration::from_secs(2)));
+            }
+            None => panic!("expected run"),
+        }
+        assert!(Cli::try_parse_from(["respite-bench", "-n", "5", "--duration", "1s"]).is_err());
+        assert!(Cli::try_parse_from(["respite-bench", "--mix", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn config_defaults() {
+        let a = Cli::try_parse_from(["respite-bench", "--pid", "redis=1"]).unwrap();
+        let cfg = a.run.into_config().unwrap();
+        assert_eq!(cfg.stop, Stop::Requests(100_000));
+        assert_eq!(cfg.addr.to_string(), "127.0.0.1:6380");
+        assert_eq!(cfg.pids[0].label, "redis");
+    }
+}

@@ -1,0 +1,711 @@
+//! The closed-loop load generator: threads × current_thread tokio runtimes × connections, each
+//! connection keeping `pipeline` requests in flight.
+
+use std::cell::RefCell;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream as StdTcpStream};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::mix::{Mix, OpKind};
+use crate::procstat::{self, PidSpec};
+use crate::report::{CpuUsage, Report};
+use crate::resp::{ReplyKind, parse_reply};
+
+/// When the measured phase ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Requests(u64),
+    Duration(Duration),
+}
+
+/// Everything one load run needs (resolved from the CLI).
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    pub target: String,
+    pub addr: SocketAddr,
+    pub connections: usize,
+    pub pipeline: usize,
+    pub threads: usize,
+    pub mix: Mix,
+    pub keyspace: u64,
+    pub value_size: usize,
+    pub stop: Stop,
+    pub warmup: Option<Duration>,
+    pub prefill: bool,
+    pub auth: Option<String>,
+    pub pids: Vec<PidSpec>,
+}
+
+const WARMUP: u8 = 0;
+const MEASURE: u8 = 1;
+const DONE: u8 = 2;
+
+/// Prefill batch size (SETs per write).
+const PREFILL_BATCH: u64 = 512;
+
+struct Shared {
+    phase: AtomicU8,
+    claimed: AtomicU64,
+    limit: u64,
+}
+
+impl Shared {
+    /// Claims up to `want` requests of the measured budget; 0 when it is exhausted.
+    fn claim(&self, want: u64) -> u64 {
+        if self.limit == u64::MAX {
+            return want;
+        }
+        let prev = self.claimed.fetch_add(want, Ordering::Relaxed);
+        if prev >= self.limit {
+            0
+        } else {
+            want.min(self.limit - prev)
+        }
+    }
+}
+
+/// Pre-built request pieces; encoding a request only copies bytes and formats key numbers.
+struct Encoder {
+    ops: Vec<EncOp>,
+    /// Cumulative weights, same order as `ops`.
+    cumulative: Vec<u64>,
+    total: u64,
+    keyspace: u64,
+    /// `$<len>\r\n<value>\r\n`
+    value: Vec<u8>,
+}
+
+struct EncOp {
+    header: Vec<u8>,
+    keys: u32,
+    with_value: bool,
+}
+
+impl Encoder {
+    fn new(mix: &Mix, keyspace: u64, value_size: usize) -> Self {
+        let mut ops = Vec::new();
+        let mut cumulative = Vec::new();
+        let mut total = 0u64;
+        for &(op, w) in &mix.entries {
+            ops.push(EncOp::new(op));
+            total += u64::from(w);
+            cumulative.push(total);
+        }
+        debug_assert_eq!(total, mix.total_weight());
+        Encoder {
+            ops,
+            cumulative,
+            total,
+            keyspace,
+            value: bulk_value(value_size),
+        }
+    }
+
+    fn encode(&self, rng: &mut fastrand::Rng, out: &mut Vec<u8>) {
+        let idx = if self.ops.len() == 1 {
+            0
+        } else {
+            let r = rng.u64(0..self.total);
+            self.cumulative.iter().position(|&c| r < c).unwrap_or(0)
+        };
+        let op = &self.ops[idx];
+        out.extend_from_slice(&op.header);
+        for _ in 0..op.keys {
+            write_key(out, rng.u64(0..self.keyspace));
+            if op.with_value {
+                out.extend_from_slice(&self.value);
+            }
+        }
+    }
+}
+
+impl EncOp {
+    fn new(op: OpKind) -> Self {
+        let keys = op.keys();
+        let with_value = op.with_value();
+        let argc = 1 + keys as usize * if with_value { 2 } else { 1 };
+        let name = op.name();
+        let header = format!("*{argc}\r\n${}\r\n{name}\r\n", name.len()).into_bytes();
+        EncOp {
+            header,
+            keys,
+            with_value,
+        }
+    }
+}
+
+fn bulk_value(size: usize) -> Vec<u8> {
+    let mut v = format!("${size}\r\n").into_bytes();
+    v.extend(std::iter::repeat_n(b'x', size));
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
+/// Appends `$<len>\r\nkey:<n>\r\n` without allocating.
+fn write_key(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut v = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let nd = digits.len() - i;
+    let len = 4 + nd; // "key:" + digits
+    out.push(b'$');
+    if len >= 10 {
+        out.push(b'0' + (len / 10) as u8);
+    }
+    out.push(b'0' + (len % 10) as u8);
+    out.extend_from_slice(b"\r\nkey:");
+    out.extend_from_slice(&digits[i..]);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A connection with a reply buffer.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// When the last read completed (the reply time of every reply it completed).
+    last_read: Instant,
+}
+
+impl Conn {
+    fn new(stream: TcpStream) -> Self {
+        Conn {
+            stream,
+            buf: vec![0; 64 * 1024],
+            start: 0,
+            end: 0,
+            last_read: Instant::now(),
+        }
+    }
+
+    /// The next complete reply: its offset in `buf` and its kind (offsets relative to it).
+    async fn next_reply(&mut self) -> io::Result<(usize, ReplyKind)> {
+        loop {
+            if self.start < self.end {
+                match parse_reply(&self.buf[self.start..self.end]) {
+                    Ok(Some(r)) => {
+                        let at = self.start;
+                        self.start += r.len;
+                        return Ok((at, r.kind));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+                }
+            }
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            } else if self.end == self.buf.len() {
+                if self.start > 0 {
+                    self.buf.copy_within(self.start..self.end, 0);
+                    self.end -= self.start;
+                    self.start = 0;
+                } else {
+                    let n = self.buf.len() * 2;
+                    self.buf.resize(n, 0);
+                }
+            }
+            let n = self.stream.read(&mut self.buf[self.end..]).await?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                ));
+            }
+            self.end += n;
+            self.last_read = Instant::now();
+        }
+    }
+
+    fn error_text(&self, at: usize, kind: ReplyKind) -> Option<String> {
+        match kind {
+            ReplyKind::Error { start, end } => {
+                Some(String::from_utf8_lossy(&self.buf[at + start..at + end]).into_owned())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Per-thread measurements, merged at the end.
+struct ThreadStats {
+    hist: Histogram<u64>,
+    requests: u64,
+    errors: u64,
+    nils: u64,
+    first_error: Option<String>,
+    conn_errors: Vec<String>,
+    finished: Option<Instant>,
+    prefill_errors: u64,
+    prefill_first_error: Option<String>,
+}
+
+impl ThreadStats {
+    fn new() -> Self {
+        ThreadStats {
+            // Nanoseconds, 1ns..1h, 3 significant digits; auto-resize beyond that.
+            hist: {
+                let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                    .expect("valid histogram bounds");
+                h.auto(true);
+                h
+            },
+            requests: 0,
+            errors: 0,
+            nils: 0,
+            first_error: None,
+            conn_errors: Vec::new(),
+            finished: None,
+            prefill_errors: 0,
+            prefill_first_error: None,
+        }
+    }
+}
+
+/// Opens one connection (blocking), sets TCP_NODELAY and authenticates.
+fn connect(addr: SocketAddr, auth: Option<&str>) -> io::Result<StdTcpStream> {
+    let mut s = StdTcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_nodelay(true)?;
+    if let Some(pw) = auth {
+        let cmd = format!("*2\r\n$4\r\nAUTH\r\n${}\r\n{pw}\r\n", pw.len());
+        s.write_all(cmd.as_bytes())?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 512];
+        loop {
+            let n = s.read(&mut chunk)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed the connection during AUTH",
+                ));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            match parse_reply(&buf) {
+                Ok(Some(r)) => {
+                    if let ReplyKind::Error { start, end } = r.kind {
+                        return Err(io::Error::other(format!(
+                            "AUTH failed: {}",
+                            String::from_utf8_lossy(&buf[start..end])
+                        )));
+                    }
+                    break;
+                }
+                Ok(None) => continue,
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+            }
+        }
+        s.set_read_timeout(None)?;
+    }
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// SETs keys `index, index + stride, ...` below `keyspace`, pipelined, not measured.
+async fn prefill_conn(
+    conn: &mut Conn,
+    index: u64,
+    stride: u64,
+    keyspace: u64,
+    value: &[u8],
+    stats: &RefCell<ThreadStats>,
+) -> io::Result<()> {
+    let mut wbuf = Vec::with_capacity(64 * 1024);
+    let mut key = index;
+    while key < keyspace {
+        wbuf.clear();
+        let mut n = 0;
+        while key < keyspace && n < PREFILL_BATCH {
+            wbuf.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
+            write_key(&mut wbuf, key);
+            wbuf.extend_from_slice(value);
+            key += stride;
+            n += 1;
+        }
+        conn.stream.write_all(&wbuf).await?;
+        for _ in 0..n {
+            let (at, kind) = conn.next_reply().await?;
+            if let ReplyKind::Error { .. } = kind {
+                let mut st = stats.borrow_mut();
+                st.prefill_errors += 1;
+                if st.prefill_first_error.is_none() {
+                    st.prefill_first_error = conn.error_text(at, kind);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn run_conn(
+    conn: &mut Conn,
+    enc: &Encoder,
+    pipeline: u64,
+    seed: u64,
+    shared: &Shared,
+    stats: &RefCell<ThreadStats>,
+) -> io::Result<()> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut wbuf = Vec::with_capacity(16 * 1024);
+    loop {
+        let phase = shared.phase.load(Ordering::Relaxed);
+        if phase == DONE {
+            break;
+        }
+        let measure = phase == MEASURE;
+        let n = if measure {
+            shared.claim(pipeline)
+        } else {
+            pipeline
+        };
+        if n == 0 {
+            break;
+        }
+        wbuf.clear();
+        for _ in 0..n {
+            enc.encode(&mut rng, &mut wbuf);
+        }
+        let sent = Instant::now();
+        conn.stream.write_all(&wbuf).await?;
+        for _ in 0..n {
+            let (at, kind) = conn.next_reply().await?;
+            if !measure {
+                continue;
+            }
+            let mut st = stats.borrow_mut();
+            let ns = conn.last_read.duration_since(sent).as_nanos() as u64;
+            st.hist.saturating_record(ns.max(1));
+            match kind {
+                ReplyKind::Value => {}
+                ReplyKind::Nil => st.nils += 1,
+                ReplyKind::Error { .. } => {
+                    st.errors += 1;
+                    if st.first_error.is_none() {
+                        st.first_error = conn.error_text(at, kind);
+                    }
+                }
+            }
+        }
+        if measure {
+            stats.borrow_mut().requests += n;
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn thread_main(
+    cfg: Arc<LoadConfig>,
+    shared: Arc<Shared>,
+    barrier: Arc<Barrier>,
+    streams: Vec<(u64, StdTcpStream)>,
+    seed: u64,
+) -> ThreadStats {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio current_thread runtime");
+    let local = tokio::task::LocalSet::new();
+    let stats = Rc::new(RefCell::new(ThreadStats::new()));
+    let enc = Rc::new(Encoder::new(&cfg.mix, cfg.keyspace, cfg.value_size));
+
+    let conns: Vec<(u64, Conn)> = {
+        let _guard = rt.enter();
+        streams
+            .into_iter()
+            .map(|(i, s)| {
+                let s = TcpStream::from_std(s).expect("register socket with tokio");
+                (i, Conn::new(s))
+            })
+            .collect()
+    };
+
+    // Prefill (each connection a slice of the keyspace), before the barrier: not measured.
+    let conns: Vec<(u64, Conn)> = if cfg.prefill {
+        local.block_on(&rt, async {
+            let mut handles = Vec::new();
+            for (i, mut conn) in conns {
+                let stats = stats.clone();
+                let cfg = cfg.clone();
+                let enc = enc.clone();
+                handles.push(tokio::task::spawn_local(async move {
+                    let stride = cfg.connections as u64;
+                    let r =
+                        prefill_conn(&mut conn, i, stride, cfg.keyspace, &enc.value, &stats).await;
+                    (i, conn, r)
+                }));
+            }
+            let mut out = Vec::new();
+            for h in handles {
+                let (i, conn, r) = h.await.expect("prefill task");
+                match r {
+                    Ok(()) => out.push((i, conn)),
+                    Err(e) => stats
+                        .borrow_mut()
+                        .conn_errors
+                        .push(format!("connection {i} (prefill): {e}")),
+                }
+            }
+            out
+        })
+    } else {
+        conns
+    };
+    if !stats.borrow().conn_errors.is_empty() {
+        shared.phase.store(DONE, Ordering::Relaxed);
+    }
+
+    barrier.wait();
+
+    local.block_on(&rt, async {
+        let mut handles = Vec::new();
+        for (i, mut conn) in conns {
+            let stats = stats.clone();
+            let shared = shared.clone();
+            let enc = enc.clone();
+            let pipeline = cfg.pipeline as u64;
+            let conn_seed = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            handles.push(tokio::task::spawn_local(async move {
+                let r = run_conn(&mut conn, &enc, pipeline, conn_seed, &shared, &stats).await;
+                let now = Instant::now();
+                let mut st = stats.borrow_mut();
+                st.finished = Some(st.finished.map_or(now, |f| f.max(now)));
+                if let Err(e) = r {
+                    st.conn_errors.push(format!("connection {i}: {e}"));
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("connection task");
+        }
+    });
+    drop(enc);
+    Rc::try_unwrap(stats)
+        .ok()
+        .expect("all tasks finished")
+        .into_inner()
+}
+
+fn cpu_snapshot(cfg: &LoadConfig) -> Vec<Option<Duration>> {
+    let mut v = vec![procstat::cpu_time("self").ok()];
+    for p in &cfg.pids {
+        v.push(procstat::cpu_time(&p.pid.to_string()).ok());
+    }
+    v
+}
+
+/// Runs one load and returns its report. Progress messages go to stderr.
+pub fn run(cfg: LoadConfig) -> io::Result<Report> {
+    let cfg = Arc::new(cfg);
+    let threads = cfg.threads.clamp(1, cfg.connections);
+
+    // Connect everything up front so that failures are reported before any load.
+    let mut per_thread: Vec<Vec<(u64, StdTcpStream)>> = (0..threads).map(|_| Vec::new()).collect();
+    for i in 0..cfg.connections {
+        let s = connect(cfg.addr, cfg.auth.as_deref()).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("connecting to {} (connection {i}): {e}", cfg.target),
+            )
+        })?;
+        per_thread[i % threads].push((i as u64, s));
+    }
+
+    let shared = Arc::new(Shared {
+        phase: AtomicU8::new(if cfg.warmup.is_some() {
+            WARMUP
+        } else {
+            MEASURE
+        }),
+        claimed: AtomicU64::new(0),
+        limit: match cfg.stop {
+            Stop::Requests(n) => n,
+            Stop::Duration(_) => u64::MAX,
+        },
+    });
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let base_seed = fastrand::u64(..);
+    let prefill_started = Instant::now();
+    if cfg.prefill {
+        eprintln!(
+            "prefilling {} keys ({}-byte values) over {} connections...",
+            cfg.keyspace, cfg.value_size, cfg.connections
+        );
+    }
+    let handles: Vec<_> = per_thread
+        .into_iter()
+        .enumerate()
+        .map(|(t, streams)| {
+            let cfg = cfg.clone();
+            let shared = shared.clone();
+            let barrier = barrier.clone();
+            let seed = base_seed.wrapping_add(t as u64);
+            std::thread::Builder::new()
+                .name(format!("bench-{t}"))
+                .spawn(move || thread_main(cfg, shared, barrier, streams, seed))
+                .expect("spawn bench thread")
+        })
+        .collect();
+
+    barrier.wait();
+    let aborted = shared.phase.load(Ordering::Relaxed) == DONE;
+    if cfg.prefill && !aborted {
+        eprintln!(
+            "prefill done in {:.2} s",
+            prefill_started.elapsed().as_secs_f64()
+        );
+    }
+    if !aborted && let Some(w) = cfg.warmup {
+        eprintln!("warming up for {}...", humantime::format_duration(w));
+        std::thread::sleep(w);
+    }
+    let cpu_before = cpu_snapshot(&cfg);
+    let start = Instant::now();
+    if !aborted {
+        shared.phase.store(MEASURE, Ordering::Relaxed);
+        if let Stop::Duration(d) = cfg.stop {
+            // Sleep in slices so that a run whose connections all failed ends early.
+            let deadline = start + d;
+            loop {
+                let now = Instant::now();
+                if now >= deadline || handles.iter().all(|h| h.is_finished()) {
+                    break;
+                }
+                std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+            }
+            shared.phase.store(DONE, Ordering::Relaxed);
+        }
+    }
+
+    let mut results = Vec::new();
+    for h in handles {
+        match h.join() {
+            Ok(r) => results.push(r),
+            Err(_) => return Err(io::Error::other("a bench thread panicked")),
+        }
+    }
+    let end = results
+        .iter()
+        .filter_map(|r| r.finished)
+        .max()
+        .unwrap_or_else(Instant::now);
+    let cpu_after = cpu_snapshot(&cfg);
+    let elapsed = end.saturating_duration_since(start);
+
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds");
+    hist.auto(true);
+    let mut report = Report::new(&cfg, threads);
+    for r in results {
+        hist.add(&r.hist).expect("histogram merge");
+        report.requests += r.requests;
+        report.errors += r.errors;
+        report.nil_replies += r.nils;
+        report.prefill_errors += r.prefill_errors;
+        if report.first_error.is_none() {
+            report.first_error = r.first_error;
+        }
+        if report.prefill_first_error.is_none() {
+            report.prefill_first_error = r.prefill_first_error;
+        }
+        report.connection_errors.extend(r.conn_errors);
+    }
+    report.set_timing(elapsed, &hist);
+
+    let labels = std::iter::once(("respite-bench".to_string(), Some(std::process::id())))
+        .chain(cfg.pids.iter().map(|p| (p.label.clone(), Some(p.pid))));
+    for ((label, pid), (before, after)) in labels.zip(cpu_before.into_iter().zip(cpu_after)) {
+        let cpu = match (before, after) {
+            (Some(b), Some(a)) => Some(a.saturating_sub(b)),
+            _ => None,
+        };
+        report
+            .cpu
+            .push(CpuUsage::new(label, pid, cpu, report.requests, elapsed));
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mix::parse_mix;
+
+    #[test]
+    fn key_encoding() {
+        for n in [0u64, 7, 10, 99_999, 123_456_789, u64::MAX] {
+            let mut out = Vec::new();
+            write_key(&mut out, n);
+            let key = format!("key:{n}");
+            assert_eq!(out, format!("${}\r\n{key}\r\n", key.len()).into_bytes());
+        }
+    }
+
+    #[test]
+    fn encodes_valid_commands() {
+        let enc = Encoder::new(&parse_mix("get,set,mget:3,mset:2,ping").unwrap(), 100, 5);
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut out = Vec::new();
+        for _ in 0..200 {
+            enc.encode(&mut rng, &mut out);
+        }
+        // Requests are RESP arrays of bulk strings, so the reply reader frames them too.
+        let mut pos = 0;
+        let mut count = 0;
+        while pos < out.len() {
+            let r = parse_reply(&out[pos..]).unwrap().expect("complete command");
+            pos += r.len;
+            count += 1;
+        }
+        assert_eq!(count, 200);
+        let s = String::from_utf8(out).unwrap();
+        for cmd in ["GET", "SET", "MGET", "MSET", "PING"] {
+            assert!(s.contains(&format!("\r\n{cmd}\r\n")), "{cmd}");
+        }
+        assert!(s.contains("*4\r\n$4\r\nMGET\r\n"));
+        assert!(s.contains("*5\r\n$4\r\nMSET\r\n"));
+        assert!(s.contains("$5\r\nxxxxx\r\n"));
+    }
+
+    #[test]
+    fn weighted_choice_follows_weights() {
+        let enc = Encoder::new(&parse_mix("get:80,set:20").unwrap(), 10, 1);
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut out = Vec::new();
+        for _ in 0..10_000 {
+            enc.encode(&mut rng, &mut out);
+        }
+        let s = String::from_utf8(out).unwrap();
+        let sets = s.matches("\r\nSET\r\n").count();
+        assert!((1500..2500).contains(&sets), "{sets}");
+    }
+
+    #[test]
+    fn budget_claims_exactly() {
+        let s = Shared {
+            phase: AtomicU8::new(MEASURE),
+            claimed: AtomicU64::new(0),
+            limit: 10,
+        };
+        assert_eq!(s.claim(4), 4);
+        assert_eq!(s.claim(4), 4);
+        assert_eq!(s.claim(4), 2);
+        assert_eq!(s.claim(4), 0);
+    }
+}
