@@ -74,7 +74,12 @@ impl Respite {
     pub fn start(config: &str, port: u16, admin_port: u16) -> Respite {
         let dir = tempfile::tempdir().expect("tempdir");
         fs::write(dir.path().join("respite.toml"), config).expect("write config");
-        let mut r = Respite { port, admin_port, child: None, dir };
+        let mut r = Respite {
+            port,
+            admin_port,
+            child: None,
+            dir,
+        };
         r.spawn();
         r
     }
@@ -84,7 +89,10 @@ impl Respite {
         let child = Command::new(respite_bin())
             .arg("--config")
             .arg(self.config_path())
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .stdin(Stdio::null())
@@ -92,7 +100,11 @@ impl Respite {
             .expect("spawn respite");
         self.child = Some(child);
         if !wait_for_port(self.port, START_TIMEOUT) {
-            panic!("respite did not listen on {}: log:\n{}", self.port, self.log());
+            panic!(
+                "respite did not listen on {}: log:\n{}",
+                self.port,
+                self.log()
+            );
         }
     }
 
@@ -113,7 +125,10 @@ impl Respite {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).expect("respite not running")
+        self.child
+            .as_ref()
+            .map(|c| c.id())
+            .expect("respite not running")
     }
 
     /// What respite logged so far.
@@ -197,6 +212,9 @@ pub fn admin_get(port: u16, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (status, body)
 }
