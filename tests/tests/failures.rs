@@ -45,6 +45,8 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
     // Per worker: consecutive successes on victim keys since the restart.
     let recovered = Arc::new(AtomicUsize::new(0));
     let victim_errors = Arc::new(AtomicUsize::new(0));
+    // Per client: (errors since the restart, last error).
+    let late_errors = Arc::new(std::sync::Mutex::new(vec![(0usize, String::new()); 4]));
     let workers: Vec<_> = (0..4)
         .map(|w| {
             let (addr, phase, keys, placement) = (
@@ -54,6 +56,7 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
                 placement.clone(),
             );
             let (recovered, victim_errors) = (recovered.clone(), victim_errors.clone());
+            let late_errors = late_errors.clone();
             std::thread::spawn(move || {
                 let mut c = RawClient::connect(&addr);
                 c.stream()
@@ -110,6 +113,11 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
                         );
                     }
                     victim_errors.fetch_add(1, Ordering::SeqCst);
+                    if p == RESTARTED {
+                        let mut l = late_errors.lock().unwrap();
+                        l[w].0 += 1;
+                        l[w].1 = format!("SET -> {}, GET -> {}", show(&set), show(&get));
+                    }
                     streak = 0;
                 }
                 n
@@ -125,11 +133,23 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
     let errors_while_down = victim_errors.load(Ordering::SeqCst);
     backends[victim].restart();
     let restarted = Instant::now();
+    let cx_stats = |r: &Respite| {
+        let s = r.stats();
+        let get = |k: &str| s.get(k).copied().unwrap_or(0);
+        format!(
+            "upstream_cx_total {}, upstream_cx_connect_fail {}, upstream_cx_active {}",
+            get("cluster.cache.upstream_cx_total"),
+            get("cluster.cache.upstream_cx_connect_fail"),
+            get("cluster.cache.upstream_cx_active")
+        )
+    };
+    let at_restart = cx_stats(&respite);
     phase.store(RESTARTED, Ordering::SeqCst);
     let ok = wait_until(Duration::from_secs(10), || {
         recovered.load(Ordering::SeqCst) == workers.len() || workers.iter().any(|w| w.is_finished())
     });
     let recovery = restarted.elapsed();
+    let at_deadline = cx_stats(&respite);
     phase.store(STOP, Ordering::SeqCst);
     let mut total = 0;
     for w in workers {
@@ -150,8 +170,11 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
         panic!(
             "only {} of 4 clients saw 20 consecutive successes on the restarted backend's keys \
              within 10 s of the restart; 1 s after the load stopped, {failing} of 40 SETs on \
-             fresh connections still fail",
-            recovered.load(Ordering::SeqCst)
+             fresh connections still fail. Stats at restart: {at_restart}; 10 s later: \
+             {at_deadline}; now: {}. Per client (errors since restart, last): {:?}",
+            recovered.load(Ordering::SeqCst),
+            cx_stats(&respite),
+            late_errors.lock().unwrap()
         );
     }
     assert!(
