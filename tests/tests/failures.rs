@@ -29,24 +29,42 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
     let placement = Arc::new(Placement::new(&addrs));
     let victim = 1usize;
     const PER_WORKER: usize = 150;
-    // Worker w owns keys[w * PER_WORKER..][..PER_WORKER]: nobody else writes them.
-    let keys: Arc<Vec<Vec<u8>>> = Arc::new(
-        (0..4)
-            .flat_map(|w| (0..PER_WORKER).map(move |i| format!("load:{w}:{i}").into_bytes()))
-            .collect(),
-    );
-    let on_victim = keys.iter().filter(|k| placement.owner(k) == victim).count();
-    assert!(
-        on_victim >= 30 && on_victim <= keys.len() - 30,
-        "{on_victim} keys on the victim"
-    );
+    // Worker w owns keys[w * PER_WORKER..][..PER_WORKER]: nobody else writes them. Each worker
+    // gets 50 keys on every backend (twemproxy's FNV-1a ketama clusters keys that differ only
+    // in their last bytes, so keys are picked by placement, not by name).
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for w in 0..4 {
+        let mut per_backend = [0usize; 3];
+        for i in 0.. {
+            let k = format!("{i}:load:{w}").into_bytes();
+            let b = placement.owner(&k);
+            if per_backend[b] < PER_WORKER / 3 {
+                per_backend[b] += 1;
+                keys.push(k);
+            }
+            if per_backend.iter().all(|&n| n == PER_WORKER / 3) {
+                break;
+            }
+            assert!(i < 1_000_000, "cannot spread keys: {per_backend:?}");
+        }
+    }
+    let keys = Arc::new(keys);
 
     let phase = Arc::new(AtomicU8::new(RUNNING));
     // Per worker: consecutive successes on victim keys since the restart.
     let recovered = Arc::new(AtomicUsize::new(0));
     let victim_errors = Arc::new(AtomicUsize::new(0));
-    // Per client: (errors since the restart, last error).
-    let late_errors = Arc::new(std::sync::Mutex::new(vec![(0usize, String::new()); 4]));
+    // Per client since the restart: (errors, last error, its time, iterations, victim-key successes).
+    let late_errors = Arc::new(std::sync::Mutex::new(vec![
+        (
+            0usize,
+            String::new(),
+            None::<Instant>,
+            0usize,
+            0usize
+        );
+        4
+    ]));
     let workers: Vec<_> = (0..4)
         .map(|w| {
             let (addr, phase, keys, placement) = (
@@ -83,6 +101,11 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
                     });
                     n += 1;
                     let ok = set == OK && get == bulk(value.as_bytes());
+                    if p == RESTARTED {
+                        let mut l = late_errors.lock().unwrap();
+                        l[w].3 += 1;
+                        l[w].4 += (ok && on_victim) as usize;
+                    }
                     if ok {
                         if on_victim && p == RESTARTED {
                             streak += 1;
@@ -117,6 +140,7 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
                         let mut l = late_errors.lock().unwrap();
                         l[w].0 += 1;
                         l[w].1 = format!("SET -> {}, GET -> {}", show(&set), show(&get));
+                        l[w].2 = Some(Instant::now());
                     }
                     streak = 0;
                 }
@@ -174,7 +198,16 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
              {at_deadline}; now: {}. Per client (errors since restart, last): {:?}",
             recovered.load(Ordering::SeqCst),
             cx_stats(&respite),
-            late_errors.lock().unwrap()
+            late_errors
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(n, last, at, iters, victim_ok)| format!(
+                    "{iters} iterations, {victim_ok} ok on victim keys, {n} errors, last {:?} \
+                     after the restart: {last}",
+                    at.map(|t| t - restarted)
+                ))
+                .collect::<Vec<_>>()
         );
     }
     assert!(
@@ -182,8 +215,27 @@ fn killed_backend_fails_only_its_keys_and_recovers() {
         "no request failed while the backend was dead ({total} requests)"
     );
 
-    // Finally every key works on fresh connections, landing on its backend.
-    let mut c = respite.raw();
+    // Finally every key works on fresh connections (8 of them, so both respite workers are
+    // used), landing on its backend, within 10 s of the restart.
+    let mut conns: Vec<RawClient> = (0..8).map(|_| respite.raw()).collect();
+    let mut last = String::new();
+    let all_ok = wait_until(
+        (restarted + Duration::from_secs(10)).saturating_duration_since(Instant::now()),
+        || {
+            for c in conns.iter_mut() {
+                for k in keys.iter() {
+                    let r = c.cmd(&[b"SET", k, b"final"]);
+                    if r != OK {
+                        last = format!("SET {} -> {}", show(k), show(&r));
+                        return false;
+                    }
+                }
+            }
+            true
+        },
+    );
+    assert!(all_ok, "10 s after the restart a key still fails: {last}");
+    let c = &mut conns[0];
     for k in keys.iter() {
         assert_eq!(
             show(&c.cmd(&[b"SET", k, b"final"])),

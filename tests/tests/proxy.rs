@@ -18,7 +18,10 @@ fn keys_land_where_the_hash_says() {
     let respite = Respite::over(&addrs, 2);
     let placement = Placement::new(&addrs);
 
-    let mut keys: Vec<Vec<u8>> = (0..2000).map(|i| format!("key:{i}").into_bytes()).collect();
+    let mut keys: Vec<Vec<u8>> = (0..1000)
+        .flat_map(|i| [format!("key:{i}"), format!("{i}:key")])
+        .map(String::into_bytes)
+        .collect();
     keys.push(b"{user1}.a".to_vec());
     keys.push(b"{user1}.b".to_vec());
     let commands: Vec<Vec<Vec<u8>>> = keys.iter().map(|k| cmd(&[b"SET", k, b"v"])).collect();
@@ -48,7 +51,7 @@ fn keys_land_where_the_hash_says() {
         "hash-tagged keys must hash together"
     );
     // Every backend got a share (the check above is not vacuous).
-    assert!(per_backend.iter().all(|&n| n > 300), "{per_backend:?}");
+    assert!(per_backend.iter().all(|&n| n >= 50), "{per_backend:?}");
 }
 
 /// The differential multi-key stream of test 2.

@@ -36,7 +36,7 @@ fn sighup_reload() {
     let respite = Respite::start(&simple_config(port, admin, &two, 1, ""), port, admin);
     let old = Placement::new(&two);
     let new = Placement::new(&all);
-    let keys: Vec<Vec<u8>> = (0..300).map(|i| format!("r:{i}").into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..300).map(|i| format!("{i}:r").into_bytes()).collect();
 
     let mut c = respite.raw();
     for k in &keys {
