@@ -64,13 +64,16 @@ pub struct CommandSpec {
 }
 
 impl CommandSpec {
-    /// True if `argc` (including the command name) satisfies the arity.
+    /// True if `argc` (including the command name) satisfies the arity and, for commands whose
+    /// keys run to the last argument in groups (MSET's key/value pairs), the groups are whole —
+    /// Redis answers both with the same "wrong number of arguments" error.
     pub fn arity_ok(&self, argc: usize) -> bool {
-        if self.arity >= 0 {
+        let count_ok = if self.arity >= 0 {
             argc == self.arity as usize
         } else {
             argc >= (-self.arity) as usize
-        }
+        };
+        count_ok && (self.last_key != -1 || keys_complete(self, argc))
     }
 }
 

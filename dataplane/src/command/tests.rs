@@ -310,3 +310,19 @@ fn sum_integers() {
     merge(Merge::SumIntegers, 1, &one, &[b":0\r\n"], &mut out);
     assert_eq!(out, b":0\r\n");
 }
+
+#[test]
+fn arity_ok_rejects_incomplete_key_groups_for_every_grouped_command() {
+    // Every row whose keys come in groups to the end (MSET's pairs) must refuse a partial group
+    // with the arity error, as Redis does, not just MSET.
+    let grouped: Vec<_> = COMMANDS
+        .iter()
+        .filter(|c| c.step > 1 && c.last_key == -1)
+        .collect();
+    assert!(grouped.iter().any(|c| c.name == "mset"));
+    for c in grouped {
+        let whole = c.first_key as usize + c.step as usize;
+        assert!(c.arity_ok(whole), "{} with {whole} args", c.name);
+        assert!(!c.arity_ok(whole + 1), "{} with {} args", c.name, whole + 1);
+    }
+}

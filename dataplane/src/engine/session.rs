@@ -170,7 +170,7 @@ impl Session {
             self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
             return;
         };
-        let Some(conn) = pool.conn(pool.shard_of(key), self.id) else {
+        let Some(conn) = pool.conn(pool.shard_of(rt.hash_key(key)), self.id) else {
             self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
             return;
         };
@@ -210,7 +210,7 @@ impl Session {
             self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
             return;
         };
-        let mut parts = split::split(spec, &argv, &mut |key| pool.shard_of(key));
+        let mut parts = split::split(spec, &argv, &mut |key| pool.shard_of(rt.hash_key(key)));
         let nkeys = parts.iter().map(|p| p.keys.len()).sum();
         let seq = self.sink.push(spec.id);
         let mut failed = Vec::new();

@@ -57,6 +57,19 @@ pub struct ListenerRuntime {
     pub stats: Rc<ListenerStats>,
 }
 
+impl ListenerRuntime {
+    /// The part of `key` that is hashed: its hash tag when `enable_hashtagging` is on (Redis
+    /// Cluster spec, "Hash tags"), else the whole key.
+    #[inline]
+    pub fn hash_key<'k>(&self, key: &'k [u8]) -> &'k [u8] {
+        if self.config.enable_hashtagging {
+            crate::cluster::hashtag(key)
+        } else {
+            key
+        }
+    }
+}
+
 /// A listener's current runtime; swapped on reload, read by sessions once per read batch.
 pub struct ListenerHandle {
     current: RefCell<Rc<ListenerRuntime>>,
@@ -79,7 +92,8 @@ struct Worker {
     shared: Rc<WorkerShared>,
     store: Arc<Store>,
     listeners: HashMap<String, ActiveListener>,
-    pools: HashMap<(String, String), Rc<ClusterPool>>,
+    /// Keyed by cluster and connection settings: listeners with the same settings share a pool.
+    pools: HashMap<(String, PoolSettings), Rc<ClusterPool>>,
     listener_stats: HashMap<String, Rc<ListenerStats>>,
 }
 
@@ -163,10 +177,10 @@ impl Worker {
                         .ok_or_else(|| {
                             format!("listener {}: unknown cluster {}", l.name, route.cluster)
                         })?;
-                    let key = (l.name.clone(), cluster.name.clone());
                     let settings = PoolSettings::new(l, cluster);
-                    let pool = match self.pools.get(&key) {
-                        Some(p) if p.cluster == *cluster && *p.settings == settings => p.clone(),
+                    let key = (cluster.name.clone(), settings.clone());
+                    let pool = match pools.get(&key).or_else(|| self.pools.get(&key)) {
+                        Some(p) if p.cluster == *cluster => p.clone(),
                         _ => ClusterPool::start(cluster, settings, &self.store, wid),
                     };
                     pools.insert(key, pool.clone());

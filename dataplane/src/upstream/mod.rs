@@ -11,7 +11,7 @@ use std::time::Duration;
 
 pub use conn::{Conn, SendError};
 
-use crate::cluster::{LoadBalancer, hashtag};
+use crate::cluster::LoadBalancer;
 use crate::config::{ClusterConfig, ListenerConfig};
 use crate::stats::{Counter, Gauge, Store};
 
@@ -41,14 +41,14 @@ impl Target {
     }
 }
 
-/// Connection-pool settings: Envoy's `ConnPoolSettings` of the listener plus the cluster's
-/// connect and auth settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Connection settings: the parts of the listener's Envoy `ConnPoolSettings` that act on upstream
+/// connections, plus the cluster's connect and auth settings. Listeners whose settings are equal
+/// share one pool (and so its connections) per worker.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolSettings {
     pub op_timeout: Duration,
     pub max_buffer_size_before_flush: usize,
     pub buffer_flush_timeout: Duration,
-    pub enable_hashtagging: bool,
     pub connect_timeout: Duration,
     pub auth_username: Option<String>,
     pub auth_password: Option<String>,
@@ -61,7 +61,6 @@ impl PoolSettings {
             op_timeout: listener.op_timeout,
             max_buffer_size_before_flush: listener.max_buffer_size_before_flush,
             buffer_flush_timeout: listener.buffer_flush_timeout,
-            enable_hashtagging: listener.enable_hashtagging,
             connect_timeout: cluster.connect_timeout,
             auth_username: cluster.auth_username.clone(),
             auth_password: cluster.auth_password.clone(),
@@ -100,7 +99,6 @@ impl HostStats {
 pub struct ClusterPool {
     pub name: String,
     lb: LoadBalancer,
-    hashtagging: bool,
     /// `hosts[i]` holds `connections_per_host` connections to host `i`.
     hosts: Vec<Vec<Rc<Conn>>>,
     /// The config it was built from, to tell whether a reload changed it.
@@ -131,18 +129,16 @@ impl ClusterPool {
         Rc::new(ClusterPool {
             name: cluster.name.clone(),
             lb: LoadBalancer::new(cluster.lb_policy, &cluster.hosts),
-            hashtagging: settings.enable_hashtagging,
             hosts,
             cluster: cluster.clone(),
             settings,
         })
     }
 
-    /// The host index `key` hashes to (hash tag applied when enabled).
+    /// The host index `key` hashes to. The caller applies the listener's hash-tag rule first.
     #[inline]
     pub fn shard_of(&self, key: &[u8]) -> usize {
-        let k = if self.hashtagging { hashtag(key) } else { key };
-        self.lb.pick(k)
+        self.lb.pick(key)
     }
 
     /// The connection to host `shard` used by session `session` (a session always uses the same
