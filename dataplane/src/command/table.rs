@@ -6,7 +6,7 @@
 //! key-taking subcommands at argv[2]. Blocking commands and commands whose keys must all be
 //! together (rename, smove, lmove, …) are not here yet.
 
-use super::{CommandSpec, Kind, Local, Merge};
+use super::{CommandSpec, KeySpec, Kind, Local, Merge};
 
 const fn row(
     name: &'static str,
@@ -26,6 +26,7 @@ const fn row(
         step,
         write,
         kind,
+        keys: KeySpec::Range,
     }
 }
 

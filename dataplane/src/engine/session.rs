@@ -150,6 +150,7 @@ impl Session {
             Kind::Local(local) => self.local(rt, spec, local, args.len(), arg),
             Kind::Keyed => self.keyed(rt, spec, args, base, frame),
             Kind::Split(merge) => self.split(rt, spec, merge, args, base),
+            _ => self.sink.push_local(spec.id, b"-ERR not supported yet\r\n"),
         }
     }
 
@@ -267,6 +268,7 @@ impl Session {
                 }
             },
             Local::Auth => reply = self.auth(rt, argc, arg),
+            _ => reply.extend_from_slice(b"-ERR not supported yet\r\n"),
         }
         self.sink.push_local(spec.id, &reply);
     }
