@@ -71,6 +71,7 @@ fn rows_follow_redis() {
             Kind::Keyed => 0,
             Kind::Split(_) => 1,
             Kind::Local(_) => 2,
+            _ => return a,
         }] += 1;
         a
     });
