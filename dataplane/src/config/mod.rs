@@ -79,6 +79,12 @@ pub struct ListenerConfig {
     pub downstream_auth_passwords: Vec<String>,
     /// Turns on `AUTH user pass`; requires `downstream_auth_passwords`. Default none.
     pub downstream_auth_username: Option<String>,
+    /// Extra command names (modules) routed like single-key commands by argv[1] (Envoy
+    /// `custom_commands`); stored lowercase. Default empty.
+    pub custom_commands: Vec<String>,
+    /// Largest bulk string a request may carry, bytes; default and maximum 512 MiB (Redis's
+    /// `proto-max-bulk-len`). A larger one gets a protocol error and the connection closes.
+    pub max_request_bytes: usize,
     /// `[listeners.prefix_routes]`; `catch_all_route` is required and always `Some` after load.
     pub prefix_routes: PrefixRoutes,
 }

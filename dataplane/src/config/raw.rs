@@ -52,6 +52,9 @@ pub(super) struct RawListener {
     #[serde(default)]
     pub downstream_auth_passwords: Vec<Spanned<String>>,
     pub downstream_auth_username: Option<Spanned<String>>,
+    #[serde(default)]
+    pub custom_commands: Vec<Spanned<String>>,
+    pub max_request_bytes: Option<Spanned<usize>>,
     pub prefix_routes: Option<Spanned<RawPrefixRoutes>>,
 }
 

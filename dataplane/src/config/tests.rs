@@ -63,6 +63,8 @@ max_buffer_size_before_flush = 1024
 buffer_flush_timeout = "5ms"
 downstream_auth_passwords = ["s3cret", "other"]
 downstream_auth_username = "app"
+custom_commands = ["BF.ADD", "bf.exists"]
+max_request_bytes = 1048576
 [listeners.prefix_routes.catch_all_route]
 cluster = "cache"
 [[listeners]]
@@ -103,6 +105,8 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 buffer_flush_timeout: Duration::from_millis(5),
                 downstream_auth_passwords: vec!["s3cret".into(), "other".into()],
                 downstream_auth_username: Some("app".into()),
+                custom_commands: vec!["bf.add".into(), "bf.exists".into()],
+                max_request_bytes: 1024 * 1024,
                 prefix_routes: PrefixRoutes {
                     catch_all_route: Some(Route {
                         cluster: "cache".into(),
@@ -119,6 +123,8 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 buffer_flush_timeout: Duration::from_millis(3),
                 downstream_auth_passwords: vec![],
                 downstream_auth_username: None,
+                custom_commands: vec![],
+                max_request_bytes: 512 * 1024 * 1024,
                 prefix_routes: PrefixRoutes {
                     catch_all_route: Some(Route {
                         cluster: "sessions".into(),
@@ -686,4 +692,20 @@ fn listener_errors_come_before_cluster_errors() {
     let text = edit(r#"op_timeout = "1s""#, r#"op_timeout = "1""#)
         .replace(r#"hosts = ["127.0.0.1:7001"]"#, "hosts = []");
     assert_err(&text, 4, "listeners[0].op_timeout", "time unit needed");
+}
+
+#[test]
+fn custom_commands_and_max_request_bytes_are_checked() {
+    let base = |extra: &str| {
+        format!(
+            "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:6380\"\nop_timeout = \"1s\"\n{extra}\n\
+             [listeners.prefix_routes.catch_all_route]\ncluster = \"c\"\n\
+             [[clusters]]\nname = \"c\"\nhosts = [\"127.0.0.1:7001\"]\n"
+        )
+    };
+    let e = parse(&base("custom_commands = [\"get\"]"), "t.toml").unwrap_err().to_string();
+    assert!(e.starts_with("t.toml:5:"), "{e}");
+    assert!(e.contains("listeners[0].custom_commands[0]") && e.contains("built-in"), "{e}");
+    let e = parse(&base("max_request_bytes = 0"), "t.toml").unwrap_err().to_string();
+    assert!(e.starts_with("t.toml:5:") && e.contains("listeners[0].max_request_bytes"), "{e}");
 }

@@ -19,6 +19,8 @@ const DEFAULT_ADMIN_ADDRESS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4:
 ));
 const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_BUFFER_FLUSH_TIMEOUT: Duration = Duration::from_millis(3);
+/// Redis's `proto-max-bulk-len` default.
+const DEFAULT_MAX_REQUEST_BYTES: usize = 512 * 1024 * 1024;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -205,6 +207,34 @@ fn listener(
         None => None,
     };
 
+    let mut custom_commands = Vec::with_capacity(l.custom_commands.len());
+    for (i, c) in l.custom_commands.into_iter().enumerate() {
+        let name = c.get_ref();
+        let key = format!("{path}.custom_commands[{i}]");
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(src.error(Some(c.span()), &key, "a command name is one word"));
+        }
+        if crate::command::lookup(name.as_bytes()).is_some() {
+            return Err(src.error(
+                Some(c.span()),
+                &key,
+                &format!("\"{name}\" is a built-in command"),
+            ));
+        }
+        custom_commands.push(c.into_inner().to_ascii_lowercase());
+    }
+    let max_request_bytes = match l.max_request_bytes {
+        Some(m) if *m.get_ref() == 0 || *m.get_ref() > DEFAULT_MAX_REQUEST_BYTES => {
+            return Err(src.error(
+                Some(m.span()),
+                &format!("{path}.max_request_bytes"),
+                &format!("must be between 1 and {DEFAULT_MAX_REQUEST_BYTES} (Redis's proto-max-bulk-len)"),
+            ));
+        }
+        Some(m) => m.into_inner(),
+        None => DEFAULT_MAX_REQUEST_BYTES,
+    };
+
     let route_path = format!("{path}.prefix_routes.catch_all_route");
     let (routes_span, catch_all) = match l.prefix_routes {
         Some(p) => (p.span(), p.into_inner().catch_all_route),
@@ -236,6 +266,8 @@ fn listener(
         buffer_flush_timeout,
         downstream_auth_passwords,
         downstream_auth_username,
+        custom_commands,
+        max_request_bytes,
         prefix_routes: PrefixRoutes {
             catch_all_route: Some(Route {
                 cluster: cluster.into_inner(),

@@ -1,6 +1,7 @@
 //! Workers, listeners and downstream sessions, and the process around them: start-up, SIGHUP
 //! reload and SIGTERM drain.
 
+mod local;
 mod session;
 mod sink;
 mod stats;

@@ -8,22 +8,32 @@ use tracing::debug;
 
 use super::sink::{NO_CMD, Sink};
 use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
-use crate::command::{self, CommandSpec, Kind, Local, split};
+use super::local::{self, ConnState};
+use crate::command::{self, CommandSpec, Kind, Local, ResolveError, split};
 use crate::net::{self, BufResult, TcpStream};
 use crate::resp::{Limits, Parsed, RequestParser, encode};
-use crate::upstream::{Deliver, NO_UPSTREAM_HOST, Target};
+use crate::upstream::{ClusterPool, Deliver, NO_UPSTREAM_HOST, Target};
 
+/// Growth step of a session's read buffer; a new connection starts with `READ_INITIAL`, so an idle
+/// connection holds little memory, and a buffer grown by a burst is given back once drained.
 const READ_CHUNK: usize = 16 * 1024;
+const READ_INITIAL: usize = 2048;
+const READ_KEEP: usize = 256 * 1024;
+
+/// The reply to a command whose keys are on different shards (Redis Cluster's text, which
+/// cluster-aware clients already understand).
+const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
 
 /// Session state the request handler needs besides the request itself.
 struct Session {
     id: u64,
     sink: Rc<Sink>,
-    authed: bool,
-    /// Stop reading after the current batch (QUIT).
-    quit: bool,
+    /// Connection-level state answered locally (auth, name, QUIT).
+    conn: ConnState,
     /// Reused buffer for re-encoding inline requests.
     encoded: Vec<u8>,
+    /// Reused buffer for a request's key positions.
+    key_idx: Vec<usize>,
 }
 
 /// Serves one client connection until it closes.
@@ -36,18 +46,22 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
     let sink = Rc::new(Sink::new(stats.clone(), worker.active.clone()));
     net::spawn(write_loop(stream.clone(), sink.clone(), stats.clone()));
 
+    let id = worker.next_session_id();
     let mut session = Session {
-        id: worker.next_session_id(),
+        id,
         sink: sink.clone(),
-        authed: first.config.downstream_auth_passwords.is_empty(),
-        quit: false,
+        conn: ConnState::new(worker.client_id(id), &first.config),
         encoded: Vec::new(),
+        key_idx: Vec::new(),
     };
+    let mut parser = RequestParser::new(Limits {
+        max_bulk_len: first.config.max_request_bytes,
+        ..Limits::default()
+    });
     drop(first);
-    let mut parser = RequestParser::new(Limits::default());
     let mut args: Vec<Range<usize>> = Vec::with_capacity(8);
     let mut scratch: Vec<u8> = Vec::new();
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_INITIAL);
     let mut start = 0usize;
 
     'conn: loop {
@@ -59,13 +73,16 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             break;
         }
         if start == buf.len() {
+            if buf.capacity() > READ_KEEP {
+                buf = Vec::with_capacity(READ_INITIAL);
+            }
             buf.clear();
             start = 0;
         } else if start > 0 {
             buf.drain(..start);
             start = 0;
         }
-        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+        if buf.capacity() - buf.len() < READ_INITIAL / 2 {
             buf.reserve(buf.len().max(READ_CHUNK));
         }
         let BufResult(res, b) = net::read_append(&stream, buf).await;
@@ -103,7 +120,7 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
                     break 'conn;
                 }
             }
-            if session.quit {
+            if session.conn.quit {
                 break 'conn;
             }
         }
@@ -125,36 +142,73 @@ impl Session {
         frame: Option<&[u8]>,
     ) {
         let arg = |i: usize| args.get(i).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
-        let Some(spec) = command::lookup(arg(0)) else {
-            // Unknown commands are answered before the auth gate, as Envoy does.
-            rt.stats.unsupported_command.inc();
-            let argv: Vec<&[u8]> = (0..args.len()).map(arg).collect();
-            self.sink
-                .push_local(NO_CMD, &command::unknown_command_error(&argv));
-            return;
+        let argc = args.len();
+        let spec = match command::resolve(argc, arg) {
+            Ok(spec) => spec,
+            Err(ResolveError::Unknown(reply)) => {
+                if rt.custom_command(arg(0)) && argc >= 2 {
+                    return self.custom(rt, args, base, frame);
+                }
+                // Unknown commands are answered before the auth gate, as Envoy does.
+                rt.stats.unsupported_command.inc();
+                return self.sink.push_local(NO_CMD, &reply);
+            }
+            Err(ResolveError::Invalid(reply)) => {
+                if let Some(spec) = command::lookup(arg(0)) {
+                    rt.stats.request(spec.id);
+                    return self.sink.push_local(spec.id, &reply);
+                }
+                return self.sink.push_local(NO_CMD, &reply);
+            }
         };
         rt.stats.request(spec.id);
-        if !spec.arity_ok(args.len()) {
-            self.sink.push_local(spec.id, &command::arity_error(spec));
-            return;
-        }
-        if !self.authed
-            && spec.kind != Kind::Local(Local::Auth)
-            && spec.kind != Kind::Local(Local::Quit)
-        {
-            self.sink
-                .push_local(spec.id, b"-NOAUTH Authentication required.\r\n");
-            return;
+        let gate_exempt = matches!(
+            spec.kind,
+            Kind::Local(Local::Auth | Local::Quit | Local::Hello | Local::Reset)
+        );
+        if !self.conn.authed && !gate_exempt {
+            return self.sink.push_local(spec.id, b"-NOAUTH Authentication required.\r\n");
         }
         match spec.kind {
-            Kind::Local(local) => self.local(rt, spec, local, args.len(), arg),
+            Kind::Local(local) => {
+                let mut reply = Vec::new();
+                local::answer(&mut self.conn, rt, spec, local, argc, arg, &mut reply);
+                self.sink.push_local(spec.id, &reply);
+            }
             Kind::Keyed => self.keyed(rt, spec, args, base, frame),
             Kind::Split(merge) => self.split(rt, spec, merge, args, base),
-            _ => self.sink.push_local(spec.id, b"-ERR not supported yet\r\n"),
+            Kind::FanOut(merge) => self.fan_out(rt, spec, merge, args, base, frame),
+            Kind::Scan => self.scan(rt, spec, args, base),
+            Kind::Refused(reason) => {
+                let mut reply = Vec::new();
+                encode::error(&mut reply, reason.as_bytes());
+                self.sink.push_local(spec.id, &reply);
+            }
+            // `resolve` never returns a container row.
+            Kind::Container => self.sink.push_local(spec.id, &command::arity_error(spec)),
         }
     }
 
-    /// Routes a single-key command whole.
+    /// The request as RESP: the client's own bytes, or the inline request re-encoded.
+    fn request_bytes<'b>(
+        encoded: &'b mut Vec<u8>,
+        frame: Option<&'b [u8]>,
+        args: &[Range<usize>],
+        base: &'b [u8],
+    ) -> &'b [u8] {
+        match frame {
+            Some(f) => f,
+            None => {
+                encoded.clear();
+                encode::command(encoded, args.iter().map(|r| base.get(r.clone()).unwrap_or(&[])));
+                encoded
+            }
+        }
+    }
+
+    /// Routes a command whole to the shard of its keys. Every key must hash to the same shard
+    /// (else `-CROSSSLOT`, as Redis Cluster answers); a command with no key (EVAL with numkeys 0)
+    /// goes to shard 0, so scripts that touch no key always run on the same backend.
     fn keyed(
         &mut self,
         rt: &ListenerRuntime,
@@ -163,64 +217,99 @@ impl Session {
         base: &[u8],
         frame: Option<&[u8]>,
     ) {
-        let key = args
-            .get(spec.first_key.max(0) as usize)
-            .and_then(|r| base.get(r.clone()))
-            .unwrap_or(&[]);
-        let Some(pool) = rt.router.route(key) else {
-            self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
-            return;
+        let arg = |i: usize| args.get(i).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
+        if command::is_blocking(spec, args.len(), arg) {
+            let mut reply = Vec::new();
+            encode::error(
+                &mut reply,
+                format!(
+                    "ERR '{}' with BLOCK is not supported by respite: blocking commands would \
+                     hold a shared upstream connection",
+                    spec.name
+                )
+                .as_bytes(),
+            );
+            return self.sink.push_local(spec.id, &reply);
+        }
+        self.key_idx.clear();
+        if let Err(reply) = command::keys(spec, args.len(), arg, &mut self.key_idx) {
+            return self.sink.push_local(spec.id, &reply);
+        }
+        let first_key = self.key_idx.first().map(|&i| arg(i)).unwrap_or(&[]);
+        let Some(pool) = rt.router.route(first_key) else {
+            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
-        let Some(conn) = pool.conn(pool.shard_of(rt.hash_key(key)), self.id) else {
-            self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
-            return;
+        let shard = match self.key_idx.first() {
+            Some(_) => pool.shard_of(rt.hash_key(first_key)),
+            None => 0,
+        };
+        let cross = self
+            .key_idx
+            .iter()
+            .skip(1)
+            .any(|&i| pool.shard_of(rt.hash_key(arg(i))) != shard);
+        if cross {
+            return self.sink.push_local(spec.id, CROSSSLOT);
+        }
+        self.send_one(spec, pool, shard, args, base, frame);
+    }
+
+    /// A listener `custom_commands` entry: a single-key command routed by argv[1].
+    fn custom(
+        &mut self,
+        rt: &ListenerRuntime,
+        args: &[Range<usize>],
+        base: &[u8],
+        frame: Option<&[u8]>,
+    ) {
+        let key = args.get(1).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
+        rt.stats.custom_request();
+        let Some(pool) = rt.router.route(key) else {
+            return self.sink.push_local(NO_CMD, NO_UPSTREAM_HOST);
+        };
+        let shard = pool.shard_of(rt.hash_key(key));
+        let seq = self.sink.push(NO_CMD);
+        let request = Self::request_bytes(&mut self.encoded, frame, args, base);
+        let target = Target { sink: self.sink.clone(), seq, part: 0 };
+        if !pool.conn(shard, self.id).is_some_and(|c| c.send(request, target).is_ok()) {
+            self.sink.deliver(seq, 0, NO_UPSTREAM_HOST);
+        }
+    }
+
+    /// Sends the whole request to one shard.
+    fn send_one(
+        &mut self,
+        spec: &CommandSpec,
+        pool: &ClusterPool,
+        shard: usize,
+        args: &[Range<usize>],
+        base: &[u8],
+        frame: Option<&[u8]>,
+    ) {
+        let Some(conn) = pool.conn(shard, self.id) else {
+            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
         let seq = self.sink.push(spec.id);
-        let target = Target {
-            sink: self.sink.clone(),
-            seq,
-            part: 0,
-        };
-        let request = match frame {
-            Some(f) => f,
-            None => {
-                self.encoded.clear();
-                encode::command(&mut self.encoded, args.iter().map(|r| &base[r.clone()]));
-                &self.encoded
-            }
-        };
+        let target = Target { sink: self.sink.clone(), seq, part: 0 };
+        let request = Self::request_bytes(&mut self.encoded, frame, args, base);
         if conn.send(request, target).is_err() {
             self.sink.deliver(seq, 0, NO_UPSTREAM_HOST);
         }
     }
 
-    /// Splits a multi-key command per host and merges the replies (MGET, MSET, DEL, …).
-    fn split(
+    /// Sends `parts` (one sub-request each) and merges their replies into one slot.
+    fn send_parts(
         &mut self,
-        rt: &ListenerRuntime,
         spec: &CommandSpec,
+        pool: &ClusterPool,
         merge: command::Merge,
-        args: &[Range<usize>],
-        base: &[u8],
+        nkeys: usize,
+        mut parts: Vec<split::Part>,
     ) {
-        let argv: Vec<&[u8]> = args
-            .iter()
-            .map(|r| base.get(r.clone()).unwrap_or(&[]))
-            .collect();
-        let Some(pool) = rt.router.route(argv.get(1).copied().unwrap_or(&[])) else {
-            self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
-            return;
-        };
-        let mut parts = split::split(spec, &argv, &mut |key| pool.shard_of(rt.hash_key(key)));
-        let nkeys = parts.iter().map(|p| p.keys.len()).sum();
         let seq = self.sink.push(spec.id);
         let mut failed = Vec::new();
         for (i, part) in parts.iter_mut().enumerate() {
-            let target = Target {
-                sink: self.sink.clone(),
-                seq,
-                part: i as u32,
-            };
+            let target = Target { sink: self.sink.clone(), seq, part: i as u32 };
             let sent = pool
                 .conn(part.shard, self.id)
                 .is_some_and(|c| c.send(&part.request, target).is_ok());
@@ -236,88 +325,72 @@ impl Session {
         }
     }
 
-    /// Commands answered by the proxy.
-    fn local<'a>(
+    /// Splits a multi-key command per host and merges the replies (MGET, MSET, DEL, …).
+    fn split(
         &mut self,
         rt: &ListenerRuntime,
         spec: &CommandSpec,
-        local: Local,
-        argc: usize,
-        arg: impl Fn(usize) -> &'a [u8],
+        merge: command::Merge,
+        args: &[Range<usize>],
+        base: &[u8],
     ) {
-        let mut reply = Vec::new();
-        match local {
-            Local::Ping => match argc {
-                1 => reply.extend_from_slice(b"+PONG\r\n"),
-                2 => encode::bulk(&mut reply, arg(1)),
-                _ => reply = command::arity_error(spec),
-            },
-            Local::Echo => encode::bulk(&mut reply, arg(1)),
-            Local::Quit => {
-                reply.extend_from_slice(b"+OK\r\n");
-                self.quit = true;
-            }
-            Local::Select => match std::str::from_utf8(arg(1))
-                .ok()
-                .and_then(|s| s.parse::<i64>().ok())
-            {
-                Some(0) => reply.extend_from_slice(b"+OK\r\n"),
-                Some(_) => reply.extend_from_slice(b"-ERR DB index is out of range\r\n"),
-                None => {
-                    reply.extend_from_slice(b"-ERR value is not an integer or out of range\r\n")
-                }
-            },
-            Local::Auth => reply = self.auth(rt, argc, arg),
-            _ => reply.extend_from_slice(b"-ERR not supported yet\r\n"),
-        }
-        self.sink.push_local(spec.id, &reply);
+        let argv: Vec<&[u8]> = args.iter().map(|r| base.get(r.clone()).unwrap_or(&[])).collect();
+        let Some(pool) = rt.router.route(argv.get(1).copied().unwrap_or(&[])) else {
+            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
+        };
+        let parts = split::split(spec, &argv, &mut |key| pool.shard_of(rt.hash_key(key)));
+        let nkeys = parts.iter().map(|p| p.keys.len()).sum();
+        let pool = pool.clone();
+        self.send_parts(spec, &pool, merge, nkeys, parts);
     }
 
-    /// `AUTH [username] password` against the listener's downstream credentials (Envoy
-    /// `downstream_auth_passwords` / `downstream_auth_username`).
-    fn auth<'a>(
+    /// Sends the request unchanged to every shard and merges the replies (FLUSHALL, DBSIZE, …).
+    fn fan_out(
         &mut self,
         rt: &ListenerRuntime,
-        argc: usize,
-        arg: impl Fn(usize) -> &'a [u8],
-    ) -> Vec<u8> {
-        let cfg = &rt.config;
-        if cfg.downstream_auth_passwords.is_empty() {
-            return b"-ERR Client sent AUTH, but no password is set\r\n".to_vec();
-        }
-        let password_ok = |p: &[u8]| {
-            cfg.downstream_auth_passwords
-                .iter()
-                .any(|x| x.as_bytes() == p)
+        spec: &CommandSpec,
+        merge: command::Merge,
+        args: &[Range<usize>],
+        base: &[u8],
+        frame: Option<&[u8]>,
+    ) {
+        let Some(pool) = rt.router.route(&[]).cloned() else {
+            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
-        match argc {
-            2 => {
-                if password_ok(arg(1)) {
-                    self.authed = true;
-                    b"+OK\r\n".to_vec()
-                } else {
-                    b"-ERR invalid password\r\n".to_vec()
-                }
-            }
-            3 => {
-                let user_ok =
-                    cfg.downstream_auth_username.as_deref().map(str::as_bytes) == Some(arg(1));
-                if user_ok && password_ok(arg(2)) {
-                    self.authed = true;
-                    b"+OK\r\n".to_vec()
-                } else {
-                    b"-WRONGPASS invalid username-password pair\r\n".to_vec()
-                }
-            }
-            _ => b"-ERR syntax error\r\n".to_vec(),
-        }
+        let request = Self::request_bytes(&mut self.encoded, frame, args, base).to_vec();
+        let parts = (0..pool.len())
+            .map(|shard| split::Part { shard, request: request.clone(), keys: Vec::new() })
+            .collect();
+        self.send_parts(spec, &pool, merge, 0, parts);
+    }
+
+    /// SCAN: the client's cursor names a shard and that shard's cursor; the reply's cursor is
+    /// rewritten so that a full iteration walks every shard in turn.
+    fn scan(&mut self, rt: &ListenerRuntime, spec: &CommandSpec, args: &[Range<usize>], base: &[u8]) {
+        let Some(pool) = rt.router.route(&[]).cloned() else {
+            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
+        };
+        let cursor = args.get(1).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
+        let Some((shard, shard_cursor)) = command::scan::decode(cursor, pool.len()) else {
+            return self.sink.push_local(spec.id, b"-ERR invalid cursor\r\n");
+        };
+        let mut request = Vec::new();
+        let c = shard_cursor.to_string();
+        let rest = args.iter().skip(2).map(|r| base.get(r.clone()).unwrap_or(&[]));
+        encode::command(
+            &mut request,
+            [&b"SCAN"[..], c.as_bytes()].into_iter().chain(rest).collect::<Vec<_>>().into_iter(),
+        );
+        let merge = command::Merge::ScanCursor { shard: shard as u32, shards: pool.len() as u32 };
+        let part = split::Part { shard, request, keys: Vec::new() };
+        self.send_parts(spec, &pool, merge, 0, vec![part]);
     }
 }
 
 /// Writes completed replies to the client; closes the connection when the reader is done and
 /// every reply is written, or when a write fails.
 async fn write_loop(stream: Rc<TcpStream>, sink: Rc<Sink>, stats: Rc<super::stats::ListenerStats>) {
-    let mut spare: Vec<u8> = Vec::with_capacity(4096);
+    let mut spare: Vec<u8> = Vec::new();
     loop {
         match sink.take_output(spare) {
             Ok((buf, n)) => {
@@ -332,8 +405,8 @@ async fn write_loop(stream: Rc<TcpStream>, sink: Rc<Sink>, stats: Rc<super::stat
                 stats.tx_bytes.add(len as u64);
                 sink.written(n);
                 buf.clear();
-                if buf.capacity() > 1024 * 1024 {
-                    buf = Vec::with_capacity(4096);
+                if buf.capacity() > READ_KEEP {
+                    buf = Vec::new();
                 }
                 spare = buf;
             }

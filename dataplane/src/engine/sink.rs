@@ -73,10 +73,7 @@ impl Sink {
     /// A new, empty queue.
     pub fn new(stats: Rc<ListenerStats>, active: Rc<Cell<i64>>) -> Sink {
         Sink {
-            inner: RefCell::new(Inner {
-                out: Vec::with_capacity(4096),
-                ..Default::default()
-            }),
+            inner: RefCell::new(Inner::default()),
             writer: Notify::default(),
             reader: Notify::default(),
             stats,

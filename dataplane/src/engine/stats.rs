@@ -29,6 +29,7 @@ pub struct ListenerStats {
     pub rq_active: Arc<Gauge>,
     pub unsupported_command: Arc<Counter>,
     pub invalid_request: Arc<Counter>,
+    pub custom_total: Arc<Counter>,
     commands: RefCell<Vec<Option<CommandStats>>>,
 }
 
@@ -49,6 +50,7 @@ impl ListenerStats {
             rq_active: g("downstream_rq_active"),
             unsupported_command: c("splitter.unsupported_command"),
             invalid_request: c("splitter.invalid_request"),
+            custom_total: c("command.custom.total"),
             commands: RefCell::new(Vec::new()),
             prefix,
             worker,
@@ -83,6 +85,12 @@ impl ListenerStats {
     pub fn request(&self, cmd: u16) {
         self.rq_total.inc();
         self.with_command(cmd, |s| s.total.inc());
+    }
+
+    /// Counts a request of a listener `custom_commands` entry (`command.custom.total`).
+    pub fn custom_request(&self) {
+        self.rq_total.inc();
+        self.custom_total.inc();
     }
 
     /// Counts the outcome of a request of command `cmd`.

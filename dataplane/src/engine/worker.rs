@@ -30,6 +30,8 @@ pub enum Control {
 /// Worker-wide state the sessions see.
 pub struct WorkerShared {
     pub id: usize,
+    /// Number of workers in the process.
+    pub workers: usize,
     /// Requests accepted and not yet fully written back (drain waits for zero).
     pub active: Rc<Cell<i64>>,
     draining: Cell<bool>,
@@ -42,6 +44,11 @@ impl WorkerShared {
         let id = self.next_session.get();
         self.next_session.set(id.wrapping_add(1));
         id
+    }
+
+    /// CLIENT ID of session `session`: unique across the process's workers.
+    pub fn client_id(&self, session: u64) -> u64 {
+        session * self.workers as u64 + self.id as u64 + 1
     }
 
     /// True once SIGTERM asked this worker to drain.
@@ -58,6 +65,14 @@ pub struct ListenerRuntime {
 }
 
 impl ListenerRuntime {
+    /// True if `name` is one of the listener's `custom_commands` (case-insensitive).
+    pub fn custom_command(&self, name: &[u8]) -> bool {
+        self.config
+            .custom_commands
+            .iter()
+            .any(|c| c.as_bytes().eq_ignore_ascii_case(name))
+    }
+
     /// The part of `key` that is hashed: its hash tag when `enable_hashtagging` is on (Redis
     /// Cluster spec, "Hash tags"), else the whole key.
     #[inline]
@@ -121,6 +136,7 @@ pub fn spawn(
                 let mut worker = Worker {
                     shared: Rc::new(WorkerShared {
                         id,
+                        workers: config.runtime.workers.max(1),
                         active: Rc::new(Cell::new(0)),
                         draining: Cell::new(false),
                         next_session: Cell::new(0),

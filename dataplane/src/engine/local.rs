@@ -1,0 +1,270 @@
+//! Commands about the connection itself, answered by the proxy: PING, ECHO, QUIT, AUTH, SELECT,
+//! HELLO, CLIENT, COMMAND, RESET, TIME, READONLY/READWRITE. Reply texts are Redis 7.0's
+//! (`networking.c`, `server.c`) unless Envoy defines the wording (AUTH).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::worker::ListenerRuntime;
+use crate::command::{self, CommandSpec, Local};
+use crate::config::ListenerConfig;
+use crate::resp::encode;
+
+/// The Redis version whose command surface Respite serves, reported by HELLO.
+const REDIS_VERSION: &[u8] = b"7.0.0";
+
+/// Per-connection state that local commands read and change.
+pub struct ConnState {
+    /// CLIENT ID: unique within the process.
+    pub client_id: u64,
+    pub authed: bool,
+    pub name: Option<Vec<u8>>,
+    /// QUIT was received: stop reading, close after the replies.
+    pub quit: bool,
+}
+
+impl ConnState {
+    /// A fresh connection of a listener: authenticated when no password is configured.
+    pub fn new(client_id: u64, listener: &ListenerConfig) -> ConnState {
+        ConnState {
+            client_id,
+            authed: listener.downstream_auth_passwords.is_empty(),
+            name: None,
+            quit: false,
+        }
+    }
+}
+
+/// Appends the reply to a local command to `out`.
+pub fn answer<'a>(
+    conn: &mut ConnState,
+    rt: &ListenerRuntime,
+    spec: &CommandSpec,
+    local: Local,
+    argc: usize,
+    arg: impl Fn(usize) -> &'a [u8],
+    out: &mut Vec<u8>,
+) {
+    match local {
+        Local::Ping => match argc {
+            1 => out.extend_from_slice(b"+PONG\r\n"),
+            2 => encode::bulk(out, arg(1)),
+            _ => out.extend_from_slice(&command::arity_error(spec)),
+        },
+        Local::Echo => encode::bulk(out, arg(1)),
+        Local::Quit => {
+            out.extend_from_slice(b"+OK\r\n");
+            conn.quit = true;
+        }
+        Local::Select => match parse_i64(arg(1)) {
+            Some(0) => out.extend_from_slice(b"+OK\r\n"),
+            Some(_) => out.extend_from_slice(b"-ERR DB index is out of range\r\n"),
+            None => out.extend_from_slice(b"-ERR value is not an integer or out of range\r\n"),
+        },
+        Local::Auth => auth(conn, &rt.config, argc, &arg, out),
+        Local::Hello => hello(conn, &rt.config, argc, &arg, out),
+        Local::Client => client(conn, spec, argc, &arg, out),
+        Local::Command => command::command_reply(argc, arg, out),
+        Local::Reset => {
+            conn.name = None;
+            conn.authed = rt.config.downstream_auth_passwords.is_empty();
+            out.extend_from_slice(b"+RESET\r\n");
+        }
+        Local::Time => {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            encode::array_header(out, 2);
+            encode::bulk(out, now.as_secs().to_string().as_bytes());
+            encode::bulk(out, now.subsec_micros().to_string().as_bytes());
+        }
+        Local::Ok => out.extend_from_slice(b"+OK\r\n"),
+    }
+}
+
+fn parse_i64(b: &[u8]) -> Option<i64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// True if `user`/`password` are the listener's downstream credentials. Without a configured
+/// username, Redis's implicit `default` user is the only name accepted.
+fn credentials_ok(cfg: &ListenerConfig, user: Option<&[u8]>, password: &[u8]) -> bool {
+    let user_ok = match (cfg.downstream_auth_username.as_deref(), user) {
+        (_, None) => true,
+        (Some(u), Some(given)) => u.as_bytes() == given,
+        (None, Some(given)) => given == b"default",
+    };
+    user_ok && cfg.downstream_auth_passwords.iter().any(|p| p.as_bytes() == password)
+}
+
+/// `AUTH [username] password` (Envoy `downstream_auth_passwords` / `downstream_auth_username`).
+fn auth<'a>(
+    conn: &mut ConnState,
+    cfg: &ListenerConfig,
+    argc: usize,
+    arg: &impl Fn(usize) -> &'a [u8],
+    out: &mut Vec<u8>,
+) {
+    if cfg.downstream_auth_passwords.is_empty() {
+        out.extend_from_slice(b"-ERR Client sent AUTH, but no password is set\r\n");
+        return;
+    }
+    let (user, password) = match argc {
+        2 => (None, arg(1)),
+        3 => (Some(arg(1)), arg(2)),
+        _ => {
+            out.extend_from_slice(b"-ERR syntax error\r\n");
+            return;
+        }
+    };
+    if credentials_ok(cfg, user, password) {
+        conn.authed = true;
+        out.extend_from_slice(b"+OK\r\n");
+    } else if user.is_some() {
+        out.extend_from_slice(b"-WRONGPASS invalid username-password pair\r\n");
+    } else {
+        out.extend_from_slice(b"-ERR invalid password\r\n");
+    }
+}
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]` (Redis 7.0 `helloCommand`).
+/// Only RESP2 is spoken: `HELLO 3` gets `-NOPROTO` so clients fall back to RESP2.
+fn hello<'a>(
+    conn: &mut ConnState,
+    cfg: &ListenerConfig,
+    argc: usize,
+    arg: &impl Fn(usize) -> &'a [u8],
+    out: &mut Vec<u8>,
+) {
+    if argc >= 2 {
+        match parse_i64(arg(1)) {
+            Some(2) => {}
+            Some(_) => {
+                out.extend_from_slice(b"-NOPROTO unsupported protocol version\r\n");
+                return;
+            }
+            None => {
+                out.extend_from_slice(
+                    b"-ERR Protocol version is not an integer or out of range\r\n",
+                );
+                return;
+            }
+        }
+    }
+    let mut i = 2;
+    let mut auth: Option<(&[u8], &[u8])> = None;
+    let mut name: Option<&[u8]> = None;
+    while i < argc {
+        let opt = arg(i).to_ascii_lowercase();
+        let more = argc - i - 1;
+        if opt == b"auth" && more >= 2 {
+            auth = Some((arg(i + 1), arg(i + 2)));
+            i += 3;
+        } else if opt == b"setname" && more >= 1 {
+            name = Some(arg(i + 1));
+            i += 2;
+        } else {
+            out.extend_from_slice(b"-ERR Syntax error in HELLO option '");
+            out.extend(arg(i).iter().filter(|b| !matches!(b, b'\r' | b'\n')));
+            out.extend_from_slice(b"'\r\n");
+            return;
+        }
+    }
+    if let Some((user, password)) = auth {
+        if cfg.downstream_auth_passwords.is_empty() || credentials_ok(cfg, Some(user), password) {
+            conn.authed = true;
+        } else {
+            out.extend_from_slice(
+                b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+            );
+            return;
+        }
+    }
+    if !conn.authed {
+        out.extend_from_slice(
+            b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+              HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+              select the RESP protocol version at the same time\r\n",
+        );
+        return;
+    }
+    if let Some(n) = name {
+        if !valid_name(n) {
+            out.extend_from_slice(INVALID_NAME);
+            return;
+        }
+        conn.name = (!n.is_empty()).then(|| n.to_vec());
+    }
+    encode::array_header(out, 14);
+    encode::bulk(out, b"server");
+    encode::bulk(out, b"redis");
+    encode::bulk(out, b"version");
+    encode::bulk(out, REDIS_VERSION);
+    encode::bulk(out, b"proto");
+    encode::integer(out, 2);
+    encode::bulk(out, b"id");
+    encode::integer(out, conn.client_id as i64);
+    encode::bulk(out, b"mode");
+    encode::bulk(out, b"standalone");
+    encode::bulk(out, b"role");
+    encode::bulk(out, b"master");
+    encode::bulk(out, b"modules");
+    encode::array_header(out, 0);
+}
+
+const INVALID_NAME: &[u8] =
+    b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n";
+
+/// Redis accepts names of printable ASCII without spaces (`validateClientName`).
+fn valid_name(n: &[u8]) -> bool {
+    n.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+/// The `CLIENT` subcommands answered locally; `spec.name` is `client|<sub>`.
+fn client<'a>(
+    conn: &mut ConnState,
+    spec: &CommandSpec,
+    argc: usize,
+    arg: &impl Fn(usize) -> &'a [u8],
+    out: &mut Vec<u8>,
+) {
+    let sub = spec.name.strip_prefix("client|").unwrap_or(spec.name);
+    match sub {
+        "setname" => {
+            let n = arg(2);
+            if !valid_name(n) {
+                out.extend_from_slice(INVALID_NAME);
+            } else {
+                conn.name = (!n.is_empty()).then(|| n.to_vec());
+                out.extend_from_slice(b"+OK\r\n");
+            }
+        }
+        "getname" => match &conn.name {
+            Some(n) => encode::bulk(out, n),
+            None => encode::nil(out),
+        },
+        "id" => encode::integer(out, conn.client_id as i64),
+        "setinfo" => {
+            let attr = arg(2).to_ascii_lowercase();
+            if attr == b"lib-name" || attr == b"lib-ver" {
+                out.extend_from_slice(b"+OK\r\n");
+            } else {
+                out.extend_from_slice(b"-ERR Unrecognized option '");
+                out.extend(arg(2).iter().filter(|b| !matches!(b, b'\r' | b'\n')));
+                out.extend_from_slice(b"'\r\n");
+            }
+        }
+        "no-evict" | "no-touch" => {
+            let v = arg(2).to_ascii_lowercase();
+            if argc == 3 && (v == b"on" || v == b"off") {
+                out.extend_from_slice(b"+OK\r\n");
+            } else {
+                out.extend_from_slice(b"-ERR syntax error\r\n");
+            }
+        }
+        _ => {
+            let mut msg = Vec::new();
+            msg.extend_from_slice(b"ERR 'client ");
+            msg.extend_from_slice(sub.as_bytes());
+            msg.extend_from_slice(b"' is not supported by respite");
+            encode::error(out, &msg);
+        }
+    }
+}
