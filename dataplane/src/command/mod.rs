@@ -325,6 +325,10 @@ pub mod scan {
 }
 
 /// True for a request that would block the upstream connection (XREAD/XREADGROUP with BLOCK).
-pub fn is_blocking<'a>(_spec: &CommandSpec, _argc: usize, _arg: impl Fn(usize) -> &'a [u8]) -> bool {
+pub fn is_blocking<'a>(
+    _spec: &CommandSpec,
+    _argc: usize,
+    _arg: impl Fn(usize) -> &'a [u8],
+) -> bool {
     false
 }
