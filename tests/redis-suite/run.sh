@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Runs units of Redis's own tcl test suite (Debian's redis 7.0 source package) against an
+# external server — a plain redis-server or Respite — and prints pass/fail counts per unit.
+#
+#   tests/redis-suite/run.sh <port> <unit>...        e.g. run.sh 6379 unit/type/string unit/type/incr
+#
+# Each unit runs in its own `./runtest` process (an exception in one unit does not end the
+# others), in external + cluster-compatible mode:
+#   --host 127.0.0.1 --port <port> --singledb --cluster-mode --ignore-encoding --ignore-digest
+#   --tags -needs:debug -needs:repl -needs:save -needs:reset -needs:config-maxmemory
+#          -needs:config-resetstat -needs:pfdebug -needs:latency -needs:local-process
+# (every `needs:` tag Redis 7.0.15's tests/ use). --cluster-mode also skips `cluster:skip` tests
+# and implies --singledb; external mode skips `external:skip` tests.
+#
+# Environment:
+#   REDIS_SUITE_OUT   directory for per-unit result files <unit with / → _>.{ok,err,log}
+#                     (test names one per line); default: a temp dir, printed at the end.
+#   REDIS_SUITE_UNIT_TIMEOUT   wall-clock seconds per unit (default 150); on expiry the unit is
+#                     killed and reported with `timeout=1` (counts are what finished).
+#   REDIS_SUITE_TEST_TIMEOUT   runtest --timeout, seconds per test (default 30).
+#   REDIS_SRC         an extracted redis source tree to use instead of target/redis-src.
+#
+# The source tree is fetched once with `apt-get source redis` into target/redis-src (deb-src is
+# enabled in /etc/apt if needed, with sudo when not root); tclsh is installed (package tcl) if
+# missing.
+#
+# Output, one line per unit:
+#   UNIT unit/type/string ok=NN err=NN exception=NN timeout=0|1
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+[ $# -ge 2 ] || { echo "usage: $0 <port> <unit>..." >&2; exit 2; }
+port="$1"; shift
+
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+apt() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get "$@"; }
+
+if ! command -v tclsh >/dev/null; then
+  apt update -q >&2 && apt install -y -q tcl >&2
+fi
+
+src="${REDIS_SRC:-}"
+if [ -z "$src" ]; then
+  cache="$root/target/redis-src"
+  src="$(ls -d "$cache"/redis-*/ 2>/dev/null | head -n1 || true)"
+  if [ -z "$src" ] || [ ! -x "$src/runtest" ]; then
+    # Enable deb-src (Debian 12 deb822 sources or classic sources.list), then fetch.
+    if ! grep -rqs '^Types:.*deb-src\|^deb-src ' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+        $sudo sed -i 's/^Types: deb$/Types: deb deb-src/' /etc/apt/sources.list.d/debian.sources
+      else
+        grep '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' \
+          | $sudo tee /etc/apt/sources.list.d/respite-deb-src.list >/dev/null
+      fi
+      apt update -q >&2
+    fi
+    command -v dpkg-source >/dev/null || apt install -y -q dpkg-dev >&2
+    mkdir -p "$cache"
+    (cd "$cache" && apt-get source redis >&2) || { echo "apt-get source redis failed" >&2; exit 1; }
+    src="$(ls -d "$cache"/redis-*/ | head -n1)"
+  fi
+fi
+src="${src%/}"
+
+out="${REDIS_SUITE_OUT:-$(mktemp -d /tmp/redis-suite.XXXXXX)}"
+mkdir -p "$out"
+unit_timeout="${REDIS_SUITE_UNIT_TIMEOUT:-150}"
+test_timeout="${REDIS_SUITE_TEST_TIMEOUT:-30}"
+
+tags=(--tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:reset
+      --tags -needs:config-maxmemory --tags -needs:config-resetstat --tags -needs:pfdebug
+      --tags -needs:latency --tags -needs:local-process)
+
+for unit in "$@"; do
+  name="${unit//\//_}"
+  log="$out/$name.log"
+  set +e
+  # runtest forks its test client; run in its own process group so a timeout kills all of it.
+  (cd "$src" && exec timeout -k 5 "$unit_timeout" setsid tclsh tests/test_helper.tcl \
+      --host 127.0.0.1 --port "$port" --singledb --cluster-mode --ignore-encoding \
+      --ignore-digest "${tags[@]}" --timeout "$test_timeout" --clients 1 \
+      --single "$unit") >"$log" 2>&1 </dev/null
+  rc=$?
+  set -e
+  timed_out=0
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then timed_out=1; fi
+  # Drop the colour escapes runtest prints around "ok"/"err".
+  sed -i 's/\x1b\[[0-9;]*m//g' "$log"
+  # "[ok]: name (12 ms)" / "[err]: name in tests/unit/..." / "[exception]: ..."
+  sed -n 's/^\[ok\]: \(.*\) ([0-9]* ms)$/\1/p' "$log" >"$out/$name.ok"
+  sed -n 's/^\[err\]: \(.*\) in tests\/.*$/\1/p; s/^\[err\]: \(.*\)$/\1/p' "$log" | sort -u >"$out/$name.err"
+  ok=$(wc -l <"$out/$name.ok")
+  err=$(wc -l <"$out/$name.err")
+  exc=$(grep -c '^\[exception\]:' "$log" || true)
+  echo "UNIT $unit ok=$ok err=$err exception=$exc timeout=$timed_out"
+done
+echo "results in $out" >&2
