@@ -9,7 +9,10 @@
 #   --host 127.0.0.1 --port <port> --singledb --cluster-mode --ignore-encoding --ignore-digest
 #   --tags -needs:debug -needs:repl -needs:save -needs:reset -needs:config-maxmemory
 #          -needs:config-resetstat -needs:pfdebug -needs:latency -needs:local-process
-# (every `needs:` tag Redis 7.0.15's tests/ use). --cluster-mode also skips `cluster:skip` tests
+#   -resp3
+# (every `needs:` tag Redis 7.0.15's tests/ use, and `resp3`: Respite speaks RESP2 to clients
+# and answers HELLO 3 with NOPROTO; list.tcl switches protocols with HELLO outside any test, which
+# would end the unit). --cluster-mode also skips `cluster:skip` tests
 # and implies --singledb; external mode skips `external:skip` tests.
 #
 # Environment:
@@ -19,6 +22,18 @@
 #                     killed and reported with `timeout=1` (counts are what finished).
 #   REDIS_SUITE_TEST_TIMEOUT   runtest --timeout, seconds per test (default 30).
 #   REDIS_SRC         an extracted redis source tree to use instead of target/redis-src.
+#   REDIS_SUITE_NO_SHIM=1  run the pristine suite (see "CONFIG shim" below).
+#
+# CONFIG shim (default): the suite changes server settings with `r config set/get` (mostly
+# encoding thresholds, irrelevant with --ignore-encoding; also as start_server "overrides", where
+# a refused CONFIG aborts the whole unit). A proxy cannot honour CONFIG for its backends (Respite
+# refuses it, like Envoy and twemproxy), so by default a patched copy of the tree is used in
+# which the `r` helper answers `config set` with OK and `config get` with an empty list without
+# sending them. Use it for both the direct and the proxied run: tests that depend on a setting
+# then fail (or pass) the same way against both.
+#
+# --durable keeps a unit running after a test throws (a refused command, a timeout): the test is
+# counted as [err] and the next one runs.
 #
 # The source tree is fetched once with `apt-get source redis` into target/redis-src (deb-src is
 # enabled in /etc/apt if needed, with sudo when not root); tclsh is installed (package tcl) if
@@ -61,6 +76,31 @@ if [ -z "$src" ]; then
 fi
 src="${src%/}"
 
+if [ -z "${REDIS_SUITE_NO_SHIM:-}" ]; then
+  shim="$(dirname "$src")/shim-$(basename "$src")"
+  if [ ! -f "$shim/.respite-shim" ]; then
+    rm -rf "$shim"
+    cp -a "$src" "$shim"
+    # In proc r: answer CONFIG SET/GET/RESETSTAT locally in external mode.
+    awk '
+      /^    \[srv \$level "client"\] \{\*\}\$args$/ && !done {
+        print "    if {$::external && [string equal -nocase [lindex $args 0] config]} {"
+        print "        switch -- [string tolower [lindex $args 1]] {"
+        print "            set - resetstat { return OK }"
+        print "            get { return {} }"
+        print "        }"
+        print "    }"
+        done = 1
+      }
+      { print }
+      END { if (!done) exit 1 }
+    ' "$src/tests/test_helper.tcl" >"$shim/tests/test_helper.tcl" \
+      || { echo "cannot patch test_helper.tcl for the CONFIG shim" >&2; exit 1; }
+    touch "$shim/.respite-shim"
+  fi
+  src="$shim"
+fi
+
 out="${REDIS_SUITE_OUT:-$(mktemp -d /tmp/redis-suite.XXXXXX)}"
 mkdir -p "$out"
 unit_timeout="${REDIS_SUITE_UNIT_TIMEOUT:-150}"
@@ -68,7 +108,7 @@ test_timeout="${REDIS_SUITE_TEST_TIMEOUT:-30}"
 
 tags=(--tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:reset
       --tags -needs:config-maxmemory --tags -needs:config-resetstat --tags -needs:pfdebug
-      --tags -needs:latency --tags -needs:local-process)
+      --tags -needs:latency --tags -needs:local-process --tags -resp3)
 
 for unit in "$@"; do
   name="${unit//\//_}"
@@ -77,7 +117,7 @@ for unit in "$@"; do
   # runtest forks its test client; run in its own process group so a timeout kills all of it.
   (cd "$src" && exec timeout -k 5 "$unit_timeout" setsid tclsh tests/test_helper.tcl \
       --host 127.0.0.1 --port "$port" --singledb --cluster-mode --ignore-encoding \
-      --ignore-digest "${tags[@]}" --timeout "$test_timeout" --clients 1 \
+      --ignore-digest "${tags[@]}" --timeout "$test_timeout" --clients 1 --durable \
       --single "$unit") >"$log" 2>&1 </dev/null
   rc=$?
   set -e

@@ -1,20 +1,25 @@
 //! Differential test: random command sequences sent through Respite over 3 redis-servers and
 //! straight to one redis-server must get byte-identical replies, command by command.
 //!
-//! The key space is small so commands collide on keys and types (WRONGTYPE errors, overwrites,
+//! The key space is small (5 plain keys spread so every backend owns one, 3 tagged) so commands collide on keys and types (WRONGTYPE errors, overwrites,
 //! expiry, renames). Untagged keys spread over the backends (checked below); commands that need
 //! their keys together (MSETNX, RENAME, LMOVE, SMOVE, SINTER, ...) only get the hash-tagged keys
 //! `{t}a`, `{t}b`, `{t}c`, which live on one backend. MSET/MGET/DEL/EXISTS/TOUCH/UNLINK get any
-//! keys: Respite splits them and merges the replies, which must still equal Redis's.
+//! keys: Respite splits them and merges the replies, which must still equal Redis's. DBSIZE,
+//! KEYS and FLUSHALL fan out to every backend and are merged. Movable-key commands (SINTERCARD,
+//! ZUNIONSTORE, ZINTER, LMPOP) and containers (OBJECT ENCODING) get tagged keys.
 //!
 //! Normalisations (the only ones; everything else is compared byte for byte):
 //! - `SMEMBERS`/`SINTER`/`SUNION`/`SDIFF`: array elements sorted. Redis 7.0 keeps string sets in
 //!   a hashtable whose iteration order depends on the process's random hash seed, so two plain
 //!   redis-servers already disagree on it.
+//! - `KEYS`: elements sorted (Respite concatenates the backends' answers in shard order; each
+//!   backend's order is its dict's).
 //! - `TTL`: a positive TTL becomes `:<positive>` (the two servers' clocks tick apart; the TTLs
 //!   set are 100000 s, so a key never expires during the test).
 //!
-//! Deterministic: proptest runs 30 cases × up to 60 commands from a fixed seed (ChaCha
+//! Deterministic: proptest runs 64 cases × up to 80 commands (`DIFF_CASES` to change) from a
+//! fixed seed (ChaCha
 //! deterministic RNG), no failure persistence; a failure shrinks to a short sequence and prints
 //! it with both replies. Between cases every server is FLUSHALLed directly.
 
@@ -24,9 +29,10 @@ use common::{Placement, addrs, servers, show};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use respite_tests::respite::Respite;
-use respite_tests::{RawClient, RedisServer};
+use respite_tests::RedisServer;
 
-const KEYS: &[&str] = &["a", "b", "c", "d", "e", "{t}a", "{t}b", "{t}c"];
+/// Untagged keys per test (picked at run time so they cover every backend, see [`key_space`]).
+const UNTAGGED: usize = 5;
 const TAGGED: &[&str] = &["{t}a", "{t}b", "{t}c"];
 const VALUES: &[&str] = &[
     "1",
@@ -43,7 +49,7 @@ const FIELDS: &[&str] = &["f1", "f2", "f3"];
 const MEMBERS: &[&str] = &["1", "2", "x", "y"];
 
 /// Number of distinct operations `build` knows.
-const OPS: u8 = 56;
+const OPS: u8 = 70;
 
 /// One random command before it is rendered: an operation number and random picks.
 #[derive(Debug, Clone)]
@@ -60,7 +66,7 @@ struct Raw {
 fn raw() -> impl Strategy<Value = Raw> {
     (
         0..OPS,
-        [0..KEYS.len(), 0..KEYS.len(), 0..KEYS.len()],
+        [0..NKEYS, 0..NKEYS, 0..NKEYS],
         [0..TAGGED.len(), 0..TAGGED.len(), 0..TAGGED.len()],
         [0..VALUES.len(), 0..VALUES.len()],
         [0..FIELDS.len(), 0..FIELDS.len()],
@@ -78,9 +84,39 @@ fn raw() -> impl Strategy<Value = Raw> {
         })
 }
 
-/// Renders a [`Raw`] into the command's arguments.
-fn build(r: &Raw) -> Vec<String> {
-    let k = |i: usize| KEYS[r.k[i]].to_string();
+/// All keys: [`UNTAGGED`] plain ones, then the tagged ones.
+const NKEYS: usize = UNTAGGED + 3;
+
+/// The key space for backends at `addrs`: `UNTAGGED` short keys, taken from `k0`, `k1`, … so
+/// that every backend owns at least one (placement depends on the backends' ports), then the
+/// tagged keys.
+fn key_space(addrs: &[String]) -> Vec<String> {
+    let placement = Placement::new(addrs);
+    let mut chosen: Vec<String> = Vec::new();
+    let mut owned = vec![0usize; addrs.len()];
+    for i in 0..1000 {
+        let k = format!("k{i}");
+        let o = placement.owner(k.as_bytes());
+        // Take a key if its backend has fewer than its share, until UNTAGGED keys are chosen.
+        if owned[o] < UNTAGGED.div_ceil(addrs.len()) {
+            owned[o] += 1;
+            chosen.push(k);
+            if chosen.len() == UNTAGGED {
+                break;
+            }
+        }
+    }
+    assert!(
+        chosen.len() == UNTAGGED && owned.iter().all(|&n| n > 0),
+        "cannot spread keys over the backends: {owned:?}"
+    );
+    chosen.extend(TAGGED.iter().map(|t| t.to_string()));
+    chosen
+}
+
+/// Renders a [`Raw`] into the command's arguments over the key space `keys`.
+fn build(keys: &[String], r: &Raw) -> Vec<String> {
+    let k = |i: usize| keys[r.k[i]].clone();
     let t = |i: usize| TAGGED[r.t[i]].to_string();
     let v = |i: usize| VALUES[r.v[i]].to_string();
     let f = |i: usize| FIELDS[r.f[i]].to_string();
@@ -154,7 +190,28 @@ fn build(r: &Raw) -> Vec<String> {
         52 => vec![s("EXPIRE"), k(0), s("100000")],
         53 => vec![s(["TTL", "PERSIST"][r.m[0] % 2]), k(0)],
         54 => vec![s("TYPE"), k(0)],
-        _ => vec![s(["RENAME", "RENAMENX"][r.m[0] % 2]), t(0), t(1)],
+        55 => vec![s(["RENAME", "RENAMENX"][r.m[0] % 2]), t(0), t(1)],
+        // fan-out and movable-key commands
+        56 => vec![s("DBSIZE")],
+        57 => vec![s("KEYS"), s(["*", "k*", "{t}*"][r.m[0] % 3])],
+        58 => vec![s("FLUSHALL")],
+        59 => vec![s("INCRBYFLOAT"), k(0), s("1.5")],
+        60 => vec![
+            s("ZRANGEBYSCORE"),
+            k(0),
+            s("-inf"),
+            s("+inf"),
+            s("WITHSCORES"),
+        ],
+        61 => vec![s("ZPOPMIN"), k(0)],
+        62 => vec![s("LPOS"), k(0), v(0)],
+        63 => vec![s("SINTERCARD"), s("2"), t(0), t(1)],
+        64 => vec![s("ZUNIONSTORE"), t(0), s("2"), t(1), t(2)],
+        65 => vec![s("ZINTER"), s("2"), t(0), t(1), s("WITHSCORES")],
+        66 => vec![s("LMPOP"), s("2"), t(0), t(1), s("LEFT")],
+        67 => vec![s("OBJECT"), s("ENCODING"), k(0)],
+        68 => vec![s("GETEX"), k(0), s("PERSIST")],
+        _ => vec![s("COPY"), t(0), t(1), s("REPLACE")],
     }
 }
 
@@ -162,7 +219,7 @@ fn build(r: &Raw) -> Vec<String> {
 fn normalise(args: &[String], reply: Vec<u8>) -> Vec<u8> {
     let name = args[0].as_str();
     match name {
-        "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" => {
+        "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "KEYS" => {
             let Some(ranges) = respite::resp::array_elements(&reply) else {
                 return reply;
             };
@@ -179,6 +236,14 @@ fn normalise(args: &[String], reply: Vec<u8>) -> Vec<u8> {
         }
         _ => reply,
     }
+}
+
+/// `DIFF_CASES` overrides the number of cases of each test.
+fn cases(default: u32) -> u32 {
+    std::env::var("DIFF_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(default)
 }
 
 fn flush(servers: &[&RedisServer]) {
@@ -201,18 +266,9 @@ fn respite_replies_like_a_single_redis() {
     let respite = Respite::over(&backend_addrs, 2);
     let direct = RedisServer::start();
 
-    // The untagged keys must really spread over the backends, or the comparison proves little.
-    let placement = Placement::new(&backend_addrs);
-    let mut owners: Vec<usize> = KEYS[..5].iter().map(|k| placement.owner(k.as_bytes())).collect();
-    owners.sort();
-    owners.dedup();
-    assert!(
-        owners.len() >= 2,
-        "untagged keys all on one backend: {owners:?}"
-    );
-
+    let keys = key_space(&backend_addrs);
     let config = Config {
-        cases: 30,
+        cases: cases(64),
         max_shrink_iters: 300,
         failure_persistence: None,
         ..Config::default()
@@ -222,14 +278,14 @@ fn respite_replies_like_a_single_redis() {
         TestRng::deterministic_rng(RngAlgorithm::ChaCha),
     );
     let all: Vec<&RedisServer> = backends.iter().chain([&direct]).collect();
-    let mut compared = 0usize;
-    let result = runner.run(&prop::collection::vec(raw(), 1..60), |seq| {
+    let compared = std::cell::Cell::new(0usize);
+    let result = runner.run(&prop::collection::vec(raw(), 1..80), |seq| {
         flush(&all);
         let mut via = respite.raw();
         let mut straight = direct.raw();
         let mut history: Vec<String> = Vec::new();
         for r in &seq {
-            let args = build(r);
+            let args = build(&keys, r);
             let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
             let want = normalise(&args, straight.cmd(&argv));
             let got = normalise(&args, via.cmd(&argv));
@@ -243,13 +299,14 @@ fn respite_replies_like_a_single_redis() {
                     history.join("\n  ")
                 )));
             }
-            compared += 1;
+            compared.set(compared.get() + 1);
         }
         Ok(())
     });
     if let Err(e) = result {
         panic!("{e}\nrespite log:\n{}", respite.log());
     }
+    let compared = compared.get();
     println!("differential: {compared} commands compared byte for byte");
     assert!(compared > 300, "only {compared} commands compared");
 }
@@ -259,12 +316,14 @@ fn respite_replies_like_a_single_redis() {
 #[test]
 fn pipelined_stream_matches_single_redis() {
     let backends = servers(3);
-    let respite = Respite::over(&addrs(&backends), 2);
+    let backend_addrs = addrs(&backends);
+    let respite = Respite::over(&backend_addrs, 2);
     let direct = RedisServer::start();
+    let keys = key_space(&backend_addrs);
 
     let mut runner = TestRunner::new_with_rng(
         Config {
-            cases: 10,
+            cases: cases(16),
             max_shrink_iters: 100,
             failure_persistence: None,
             ..Config::default()
@@ -274,7 +333,7 @@ fn pipelined_stream_matches_single_redis() {
     let all: Vec<&RedisServer> = backends.iter().chain([&direct]).collect();
     let result = runner.run(&prop::collection::vec(raw(), 1..200), |seq| {
         flush(&all);
-        let cmds: Vec<Vec<String>> = seq.iter().map(build).collect();
+        let cmds: Vec<Vec<String>> = seq.iter().map(|r| build(&keys, r)).collect();
         let bytes: Vec<Vec<Vec<u8>>> = cmds
             .iter()
             .map(|c| c.iter().map(|a| a.as_bytes().to_vec()).collect())
