@@ -7,7 +7,10 @@ fn ids_are_row_indexes_and_names_unique() {
         assert_eq!(usize::from(c.id), i, "{}", c.name);
         assert_eq!(c.name, c.name.to_ascii_lowercase());
         assert!(c.name.len() <= MAX_NAME);
-        assert_eq!(lookup(c.name.as_bytes()), Some(c));
+        assert_eq!(lookup_fullname(c.name.as_bytes()), Some(c));
+        if !c.name.contains('|') {
+            assert_eq!(lookup(c.name.as_bytes()), Some(c));
+        }
     }
     let mut names: Vec<&str> = COMMANDS.iter().map(|c| c.name).collect();
     names.sort_unstable();
@@ -27,19 +30,12 @@ fn lookup_is_case_insensitive() {
     assert_eq!(lookup(b""), None);
     assert_eq!(lookup(&[b'a'; 33]), None);
     assert_eq!(lookup(b"get\0"), None);
-    // Not supported yet: blocking and keys-together commands.
-    for n in [
-        "blpop",
-        "brpop",
-        "blmove",
-        "bzpopmin",
-        "xread",
-        "xreadgroup",
-        "rename",
-        "smove",
-    ] {
-        assert_eq!(lookup(n.as_bytes()), None, "{n}");
-    }
+    // Subcommand rows are not command names.
+    assert_eq!(lookup(b"script|load"), None);
+    assert_eq!(
+        lookup_fullname(b"SCRIPT|Load").map(|c| c.name),
+        Some("script|load")
+    );
 }
 
 #[test]
@@ -63,8 +59,9 @@ fn rows_follow_redis() {
     assert_eq!(c("ping").kind, Kind::Local(Local::Ping));
     assert_eq!(c("echo").arity, 2);
     assert_eq!(c("auth").arity, -2);
-    assert_eq!(c("xgroup").first_key, 2);
-    assert_eq!(c("object").first_key, 2);
+    assert_eq!(c("xgroup").kind, Kind::Container);
+    assert_eq!(lookup_fullname(b"xgroup|create").unwrap().first_key, 2);
+    assert_eq!(lookup_fullname(b"object|encoding").unwrap().first_key, 2);
     assert!(c("getex").write && !c("sort_ro").write && c("xadd").write);
     let counts = COMMANDS.iter().fold([0; 3], |mut a, c| {
         a[match c.kind {
@@ -76,7 +73,7 @@ fn rows_follow_redis() {
         a
     });
     assert_eq!(counts[1], 6);
-    assert_eq!(counts[2], 5);
+    assert_eq!(counts[2], 20);
     assert!(counts[0] > 120);
 }
 
@@ -92,7 +89,10 @@ fn arity_and_keys() {
     assert_eq!(key_count(lookup(b"ping").unwrap(), 2), 0);
     assert_eq!(key_count(get, 1), 0);
     let args: [&[u8]; 3] = [b"xinfo", b"stream", b"s1"];
-    assert_eq!(key_of(lookup(b"xinfo").unwrap(), &args), Some(&b"s1"[..]));
+    assert_eq!(
+        key_of(lookup_fullname(b"xinfo|stream").unwrap(), &args),
+        Some(&b"s1"[..])
+    );
     assert_eq!(key_of(get, &[b"get"]), None);
     assert_eq!(key_of(lookup(b"ping").unwrap(), &[b"ping", b"x"]), None);
 }
