@@ -280,6 +280,8 @@ pub fn arity_error(spec: &CommandSpec) -> Vec<u8> {
 }
 
 #[cfg(test)]
+mod redis70;
+#[cfg(test)]
 mod tests;
 
 /// True if `spec` has subcommand rows (`script` → `script|load`, …; also `command`, which
