@@ -280,6 +280,8 @@ pub fn arity_error(spec: &CommandSpec) -> Vec<u8> {
 }
 
 #[cfg(test)]
+mod live_tests;
+#[cfg(test)]
 mod redis70;
 #[cfg(test)]
 mod tests;
