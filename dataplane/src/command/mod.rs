@@ -3,6 +3,11 @@
 //!
 //! CONTRACT: the public items below are used by the engine; names and signatures are fixed.
 //!
+//! Every command and subcommand of Redis 7.0.15's `COMMAND LIST` has a row (366): keyed
+//! (routed whole; multi-key ones need their keys on one shard), split, fan-out, SCAN, local,
+//! refused with a reason, or a container of `container|sub` rows. Zero-key rows that are
+//! Keyed (`*|help`, LOLWUT, FUNCTION LIST, …) go to shard 0.
+//!
 //! Sources: Redis 7.0 `COMMAND INFO` data (`src/commands/*.json`), Redis 7.0 `server.c`
 //! `processCommand` (error texts), Envoy `redis_proxy` `command_splitter_impl.cc` (split/merge).
 
@@ -34,8 +39,9 @@ pub enum Kind {
     /// supported by respite: …`, naming the command and saying why); reply
     /// [`refused_reply`] (`-<reason>\r\n`). The connection stays open.
     Refused(&'static str),
-    /// A container (`SCRIPT`, `CLIENT`, `COMMAND`, `OBJECT`, …) resolved by [`resolve`] into the
-    /// row of its subcommand (`script|load`).
+    /// A container (`SCRIPT`, `CLIENT`, `OBJECT`, …) resolved by [`resolve`] into the row of its
+    /// subcommand (`script|load`). `COMMAND` is a container too but is `Local(Command)`, since
+    /// Redis also runs it alone (see [`is_container`]). [`resolve`] never returns this kind.
     Container,
 }
 
@@ -64,8 +70,8 @@ pub enum Merge {
     Info,
     /// SCRIPT EXISTS: element-wise AND (1 only if every shard has the script).
     AndArrays,
-    /// SCRIPT LOAD, PING: every shard must give the same reply, which is returned once; else the
-    /// first error / the first differing reply as an error.
+    /// SCRIPT LOAD, FUNCTION LOAD: every shard must give the same reply, which is returned once;
+    /// else the first error, else `-ERR shards gave different replies`.
     Same,
     /// SCAN's single part: rewrite the cursor of shard `shard` of `shards` (see [`scan`]).
     ScanCursor { shard: u32, shards: u32 },
@@ -80,9 +86,12 @@ pub enum Local {
     Auth,
     Select,
     Hello,
-    /// `CLIENT <sub>` rows (`client|setname`, …) carry the subcommand in [`CommandSpec::name`].
+    /// `CLIENT <sub>` rows carry the subcommand in [`CommandSpec::name`]: `client|setname`,
+    /// `client|getname`, `client|id`, `client|no-evict` (Redis 7.0.15 has no SETINFO/NO-TOUCH;
+    /// the other CLIENT subcommands are refused, `client|help` goes to shard 0).
     Client,
-    /// `COMMAND [COUNT|INFO|DOCS|LIST]`, answered from this table by [`command_reply`].
+    /// `COMMAND [COUNT|INFO|DOCS|LIST|GETKEYS]`, answered from this table by [`command_reply`]
+    /// (`command|help` goes to shard 0, `command|getkeysandflags` is refused).
     Command,
     Reset,
     Time,
