@@ -385,7 +385,7 @@ pub fn resolve<'a>(
 /// than 0`, `ERR at least 1 input key is needed for 'zunion' command`, …). Where Redis's answer
 /// depends on more than the key list (EVALSHA of a short sha, FCALL of a missing function, XREAD
 /// without STREAMS, …), no error is returned and no key is added: the request goes to shard 0,
-/// which rejects it with its own words. See [`keys::keys`].
+/// which rejects it with its own words.
 pub fn keys<'a>(
     spec: &CommandSpec,
     argc: usize,
