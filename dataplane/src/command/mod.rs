@@ -18,6 +18,7 @@ mod introspect;
 mod keys;
 pub mod split;
 mod table;
+mod table_raw;
 
 pub use keys::is_blocking;
 

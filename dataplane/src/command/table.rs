@@ -6251,3 +6251,5 @@ const fn numbered() -> [CommandSpec; N] {
 pub(super) static TABLE: [CommandSpec; N] = numbered();
 
 const _: () = assert!(INFO.len() == N);
+const _: () = assert!(super::table_raw::KEY_SPECS.len() == N);
+const _: () = assert!(super::table_raw::DOCS.len() == N);
