@@ -1,7 +1,7 @@
 //! The rows of [`super::COMMANDS`]: every command and subcommand Redis 7.0.15 lists in
 //! `COMMAND LIST`, in name order (containers before their `container|sub` rows).
 //!
-//! Generated from a real redis-server 7.0.15 (`COMMAND`, `COMMAND DOCS`): arity, first/last key,
+//! By `gen_table.py` from redis-server 7.0.15 (`COMMAND`, `COMMAND DOCS`): arity, first/last key,
 //! step and the `write` flag are Redis's `COMMAND INFO` values, except PUBLISH, which is routed
 //! by its channel (argv[1]) as Envoy does; [`INFO`] keeps what Redis reports. The kind of each row
 //! (keyed, split, fan-out, local, scan, refused, container) is Respite's choice.

@@ -1102,11 +1102,11 @@ fn command_replies() {
         command(&[b"COMMAND", b"COUNT"]),
         format!(":{top}\r\n").as_bytes()
     );
-    // COMMAND INFO get: Redis's bytes up to the key specs (which Respite leaves empty).
+    // COMMAND INFO get: Redis 7.0.15's bytes.
     let get = command(&[b"command", b"info", b"get", b"nosuch"]);
     assert_eq!(
         String::from_utf8(get).unwrap(),
-        "*2\r\n*10\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*3\r\n+@read\r\n+@string\r\n+@fast\r\n*0\r\n*0\r\n*0\r\n$-1\r\n"
+        "*2\r\n*10\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*3\r\n+@read\r\n+@string\r\n+@fast\r\n*0\r\n*1\r\n*6\r\n$5\r\nflags\r\n*2\r\n+RO\r\n+access\r\n$12\r\nbegin_search\r\n*4\r\n$4\r\ntype\r\n$5\r\nindex\r\n$4\r\nspec\r\n*2\r\n$5\r\nindex\r\n:1\r\n$9\r\nfind_keys\r\n*4\r\n$4\r\ntype\r\n$5\r\nrange\r\n$4\r\nspec\r\n*6\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n*0\r\n$-1\r\n"
     );
     // A container lists its subcommands; tips are kept.
     let script = command(&[b"COMMAND", b"INFO", b"script"]);
@@ -1167,7 +1167,7 @@ fn command_replies() {
     let docs = command(&[b"COMMAND", b"DOCS", b"get", b"nosuch"]);
     assert_eq!(
         String::from_utf8(docs).unwrap(),
-        "*2\r\n$3\r\nget\r\n*6\r\n$7\r\nsummary\r\n$22\r\nGet the value of a key\r\n$5\r\nsince\r\n$5\r\n1.0.0\r\n$5\r\ngroup\r\n$6\r\nstring\r\n"
+        "*2\r\n$3\r\nget\r\n*10\r\n$7\r\nsummary\r\n$22\r\nGet the value of a key\r\n$5\r\nsince\r\n$5\r\n1.0.0\r\n$5\r\ngroup\r\n$6\r\nstring\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*1\r\n*6\r\n$4\r\nname\r\n$3\r\nkey\r\n$4\r\ntype\r\n$3\r\nkey\r\n$14\r\nkey_spec_index\r\n:0\r\n"
     );
     assert_eq!(command(&[b"COMMAND", b"DOCS", b"nosuch"]), b"*0\r\n");
     let all_docs = command(&[b"COMMAND", b"DOCS"]);
