@@ -422,12 +422,3 @@ pub mod scan {
         ((shard as u64) << 56) | (cursor & MASK)
     }
 }
-
-/// True for a request that would block the upstream connection (XREAD/XREADGROUP with BLOCK).
-pub fn is_blocking<'a>(
-    _spec: &CommandSpec,
-    _argc: usize,
-    _arg: impl Fn(usize) -> &'a [u8],
-) -> bool {
-    false
-}
