@@ -96,31 +96,6 @@ fn parse_i64(b: &[u8]) -> Option<i64> {
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_i64;
-
-    #[test]
-    fn integers_parse_as_redis_string2ll() {
-        assert_eq!(parse_i64(b"0"), Some(0));
-        assert_eq!(parse_i64(b"-12"), Some(-12));
-        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
-        for bad in [
-            &b""[..],
-            b"00",
-            b"-0",
-            b"+1",
-            b" 1",
-            b"1 ",
-            b"01",
-            b"9223372036854775808",
-            b"-",
-        ] {
-            assert_eq!(parse_i64(bad), None, "{bad:?}");
-        }
-    }
-}
-
 /// True if `user`/`password` are the listener's downstream credentials. As in Redis, a password
 /// alone means the `default` user: with `downstream_auth_username` set, that is not enough.
 fn credentials_ok(cfg: &ListenerConfig, user: Option<&[u8]>, password: &[u8]) -> bool {
@@ -307,6 +282,31 @@ fn client<'a>(
             msg.extend_from_slice(sub.as_bytes());
             msg.extend_from_slice(b"' is not supported by respite");
             encode::error(out, &msg);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_i64;
+
+    #[test]
+    fn integers_parse_as_redis_string2ll() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            &b""[..],
+            b"00",
+            b"-0",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"9223372036854775808",
+            b"-",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{bad:?}");
         }
     }
 }
