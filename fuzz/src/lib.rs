@@ -8,8 +8,9 @@
 //!   give the same requests / error as fed at once; re-encoding a request's args parses back to
 //!   the same args.
 //! - [`inline`]: an inline line parses exactly as a literal port of Redis 7.0 `sdssplitargs`
-//!   (NUL ends the C string, `\r\n` or `\n` ends the line) says: same args, empty line skipped,
-//!   `unbalanced quotes in request` on the same inputs.
+//!   says (`\r\n` or `\n` ends the line): same args, empty line skipped, `unbalanced quotes in
+//!   request` on the same inputs; a NUL before the newline leaves the request incomplete (Redis
+//!   looks for the newline with `strchr`).
 //! - [`reply_scanner`]: `ReplyScanner::scan` agrees with `reply_len`, the found length is within
 //!   the buffer, feeding prefixes finds the reply at exactly that length (every shorter prefix is
 //!   incomplete) or the same error; a reply generated from the input (every RESP2/RESP3 type,
@@ -58,14 +59,25 @@ fn event(
         Err(e) => Some(Event::Error(e.0)),
         Ok(Parsed::Incomplete) => None,
         Ok(Parsed::Empty { consumed }) => {
-            assert!(consumed > 0 && consumed <= buf.len(), "Empty consumed {consumed} of {}", buf.len());
+            assert!(
+                consumed > 0 && consumed <= buf.len(),
+                "Empty consumed {consumed} of {}",
+                buf.len()
+            );
             Some(Event::Empty(consumed))
         }
         Ok(Parsed::Resp { consumed }) => {
-            assert!(consumed > 0 && consumed <= buf.len(), "Resp consumed {consumed} of {}", buf.len());
+            assert!(
+                consumed > 0 && consumed <= buf.len(),
+                "Resp consumed {consumed} of {}",
+                buf.len()
+            );
             assert!(!args.is_empty(), "Resp request without args");
             for r in args {
-                assert!(r.start <= r.end && r.end <= consumed, "arg {r:?} outside request ..{consumed}");
+                assert!(
+                    r.start <= r.end && r.end <= consumed,
+                    "arg {r:?} outside request ..{consumed}"
+                );
             }
             Some(Event::Request {
                 inline: false,
@@ -74,11 +86,22 @@ fn event(
             })
         }
         Ok(Parsed::Inline { consumed }) => {
-            assert!(consumed > 0 && consumed <= buf.len(), "Inline consumed {consumed} of {}", buf.len());
+            assert!(
+                consumed > 0 && consumed <= buf.len(),
+                "Inline consumed {consumed} of {}",
+                buf.len()
+            );
             assert!(!args.is_empty(), "Inline request without args");
-            assert_eq!(buf[consumed - 1], b'\n', "inline request must end at a newline");
+            assert_eq!(
+                buf[consumed - 1],
+                b'\n',
+                "inline request must end at a newline"
+            );
             for r in args {
-                assert!(r.start <= r.end && r.end <= scratch.len(), "inline arg {r:?} outside scratch");
+                assert!(
+                    r.start <= r.end && r.end <= scratch.len(),
+                    "inline arg {r:?} outside scratch"
+                );
             }
             Some(Event::Request {
                 inline: true,
@@ -138,7 +161,11 @@ pub fn request_parser(data: &[u8]) {
     let whole = parse_fed(data, &[]);
     // Byte by byte.
     let every: Vec<usize> = (1..data.len()).collect();
-    assert_eq!(parse_fed(data, &every), whole, "byte-by-byte feeding differs");
+    assert_eq!(
+        parse_fed(data, &every),
+        whole,
+        "byte-by-byte feeding differs"
+    );
     // One cut at every point (short inputs), else at a few points.
     let cuts: Vec<usize> = if data.len() <= 160 {
         (1..data.len()).collect()
@@ -275,6 +302,9 @@ pub fn inline(data: &[u8]) {
     let (mut args, mut scratch) = (Vec::new(), Vec::new());
     let res = parser.parse(&buf, &mut args, &mut scratch);
     let got = event(res, &buf, &args, &scratch);
+    // Redis finds the newline with strchr: a NUL before it hides it, the request never
+    // completes (until it is too big).
+    let nul_first = buf[..nl].contains(&0);
     let expected = match want {
         None => Event::Error("unbalanced quotes in request".into()),
         Some(a) if a.is_empty() => Event::Empty(nl + 1),
@@ -284,7 +314,13 @@ pub fn inline(data: &[u8]) {
             args: a,
         },
     };
-    assert_eq!(got, Some(expected), "inline line {:?}", String::from_utf8_lossy(line));
+    let expected = if nul_first { None } else { Some(expected) };
+    assert_eq!(
+        got,
+        expected,
+        "inline line {:?}",
+        String::from_utf8_lossy(line)
+    );
     // The whole-buffer checks apply too.
     request_parser(&buf);
 }
@@ -354,12 +390,25 @@ pub fn gen_reply(b: &mut Bytes, depth: u32, out: &mut Vec<u8>) {
         4 => out.extend_from_slice(b"$-1\r\n"),
         5 => out.extend_from_slice(b"*-1\r\n"),
         6 => out.extend_from_slice(b"_\r\n"),
-        7 => out.extend_from_slice(if b.byte() & 1 == 0 { b"#t\r\n" } else { b"#f\r\n" }),
+        7 => out.extend_from_slice(if b.byte() & 1 == 0 {
+            b"#t\r\n"
+        } else {
+            b"#f\r\n"
+        }),
         8 => out.extend_from_slice(format!(",{}\r\n", f64::from(b.byte()) / 4.0).as_bytes()),
-        9 => out.extend_from_slice(format!("({}\r\n", u64::from(b.byte()) * 1_000_000_007).as_bytes()),
+        9 => out
+            .extend_from_slice(format!("({}\r\n", u64::from(b.byte()) * 1_000_000_007).as_bytes()),
         10 => {
-            let (tag, n) = if b.byte() & 1 == 0 { (b'!', b.below(10)) } else { (b'=', 4 + b.below(6)) };
-            let mut data = if tag == b'=' { b"txt:".to_vec() } else { Vec::new() };
+            let (tag, n) = if b.byte() & 1 == 0 {
+                (b'!', b.below(10))
+            } else {
+                (b'=', 4 + b.below(6))
+            };
+            let mut data = if tag == b'=' {
+                b"txt:".to_vec()
+            } else {
+                Vec::new()
+            };
             data.extend(b.bytes(n - data.len()));
             out.extend_from_slice(format!("{}{}\r\n", tag as char, data.len()).as_bytes());
             out.extend(data);
@@ -400,7 +449,11 @@ fn scan_prefixes(buf: &[u8]) -> (Result<Option<usize>, ProtocolError>, usize) {
 pub fn reply_scanner(data: &[u8]) {
     // Arbitrary bytes.
     let once = ReplyScanner::default().scan(data);
-    assert_eq!(resp::reply_len(data), once, "reply_len disagrees with ReplyScanner::scan");
+    assert_eq!(
+        resp::reply_len(data),
+        once,
+        "reply_len disagrees with ReplyScanner::scan"
+    );
     if let Ok(Some(n)) = once {
         assert!(n > 0 && n <= data.len(), "scan found {n} of {}", data.len());
     }
@@ -430,7 +483,11 @@ pub fn reply_scanner(data: &[u8]) {
             String::from_utf8_lossy(&reply)
         );
     }
-    assert_eq!(sc.scan(&buf), Ok(Some(reply.len())), "resumed scan of generated reply");
+    assert_eq!(
+        sc.scan(&buf),
+        Ok(Some(reply.len())),
+        "resumed scan of generated reply"
+    );
 }
 
 // ---- split / merge -------------------------------------------------------------------------
@@ -444,9 +501,9 @@ pub fn split_commands() -> Vec<&'static CommandSpec> {
 }
 
 fn shard_of(key: &[u8], shards: usize) -> usize {
-    let h = key
-        .iter()
-        .fold(key.len() as u32, |h, &c| h.wrapping_mul(31).wrapping_add(u32::from(c)));
+    let h = key.iter().fold(key.len() as u32, |h, &c| {
+        h.wrapping_mul(31).wrapping_add(u32::from(c))
+    });
     (h as usize) % shards
 }
 
@@ -460,7 +517,9 @@ pub fn split_merge(data: &[u8]) {
     assert!(!cmds.is_empty(), "no split commands in the table");
     let mut b = Bytes::new(data);
     let spec = cmds[b.below(cmds.len())];
-    let Kind::Split(how) = spec.kind else { unreachable!() };
+    let Kind::Split(how) = spec.kind else {
+        unreachable!()
+    };
     let shards = 1 + b.below(4);
     let step = spec.step.max(1) as usize;
     let first = spec.first_key.max(1) as usize;
@@ -497,7 +556,11 @@ pub fn split_merge(data: &[u8]) {
             let o = o as usize;
             assert!(o < nkeys && !seen[o], "key {o} twice or out of range");
             seen[o] = true;
-            assert_eq!(shard_of(argv[key_at[o]], shards), p.shard, "key on the wrong shard");
+            assert_eq!(
+                shard_of(argv[key_at[o]], shards),
+                p.shard,
+                "key on the wrong shard"
+            );
             want.extend(argv[key_at[o]..key_at[o] + step].iter().map(|a| a.to_vec()));
         }
         assert_eq!(
@@ -617,7 +680,9 @@ pub fn split_merge(data: &[u8]) {
         assert!(
             is_one_reply(&out),
             "{m:?} merge of {:?} is not one reply: {:?}",
-            fan.iter().map(|r| String::from_utf8_lossy(r)).collect::<Vec<_>>(),
+            fan.iter()
+                .map(|r| String::from_utf8_lossy(r))
+                .collect::<Vec<_>>(),
             String::from_utf8_lossy(&out)
         );
     }

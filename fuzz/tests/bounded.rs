@@ -1,7 +1,7 @@
 //! The fuzz targets as bounded loops on stable Rust (no libFuzzer, no sanitizer, no coverage
 //! feedback): each target runs over its seed corpus (`corpus/<target>/`) and then over inputs
 //! mutated from the corpus and from RESP-shaped tokens by a fixed-seed RNG, for
-//! `FUZZ_SECS` seconds (default 5) or `FUZZ_ITERS` inputs (default 200000), whichever is first.
+//! `FUZZ_SECS` seconds (default 5) or `FUZZ_ITERS` inputs (default 5000000), whichever is first.
 //! A failing input is written to `target/fuzz-failures/<target>-<n>` and its bytes printed.
 //!
 //!   cargo test --release --manifest-path fuzz/Cargo.toml
@@ -28,14 +28,55 @@ impl Rng {
 
 /// Pieces that make RESP-looking input likely (random bytes rarely do).
 const TOKENS: &[&[u8]] = &[
-    b"*", b"$", b"+", b"-", b":", b"_", b",", b"#", b"(", b"!", b"=", b"%", b"~", b">", b"|",
-    b"\r\n", b"\n", b"\r", b"0", b"1", b"2", b"3", b"-1", b"-2", b"10", b"99999999999999999999",
-    b"?", b";", b".", b"GET", b"SET", b"MGET", b"\"", b"'", b"\\x4", b"\\", b" ", b"\t", b"\0",
-    b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", b"$3\r\nabc\r\n", b"*1\r\n", b"\"a\\\"b\" 'c'",
+    b"*",
+    b"$",
+    b"+",
+    b"-",
+    b":",
+    b"_",
+    b",",
+    b"#",
+    b"(",
+    b"!",
+    b"=",
+    b"%",
+    b"~",
+    b">",
+    b"|",
+    b"\r\n",
+    b"\n",
+    b"\r",
+    b"0",
+    b"1",
+    b"2",
+    b"3",
+    b"-1",
+    b"-2",
+    b"10",
+    b"99999999999999999999",
+    b"?",
+    b";",
+    b".",
+    b"GET",
+    b"SET",
+    b"MGET",
+    b"\"",
+    b"'",
+    b"\\x4",
+    b"\\",
+    b" ",
+    b"\t",
+    b"\0",
+    b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+    b"$3\r\nabc\r\n",
+    b"*1\r\n",
+    b"\"a\\\"b\" 'c'",
 ];
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus").join(target);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
@@ -94,7 +135,7 @@ fn budget() -> (Duration, usize) {
     let iters = std::env::var("FUZZ_ITERS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(200_000);
+        .unwrap_or(5_000_000);
     (Duration::from_secs_f64(secs), iters)
 }
 

@@ -18,9 +18,11 @@
 # Environment:
 #   REDIS_SUITE_OUT   directory for per-unit result files <unit with / → _>.{ok,err,log}
 #                     (test names one per line); default: a temp dir, printed at the end.
-#   REDIS_SUITE_UNIT_TIMEOUT   wall-clock seconds per unit (default 150); on expiry the unit is
+#   REDIS_SUITE_UNIT_TIMEOUT   wall-clock seconds per unit (default 400); on expiry the unit is
 #                     killed and reported with `timeout=1` (counts are what finished).
 #   REDIS_SUITE_TEST_TIMEOUT   runtest --timeout, seconds per test (default 30).
+#   REDIS_SUITE_BASEPORT  runtest --baseport: its test server listens on the first free port from
+#                     baseport-32 (default: random in 20000..59999, so parallel runs don't collide).
 #   REDIS_SRC         an extracted redis source tree to use instead of target/redis-src.
 #   REDIS_SUITE_NO_SHIM=1  run the pristine suite (see "CONFIG shim" below).
 #
@@ -103,8 +105,9 @@ fi
 
 out="${REDIS_SUITE_OUT:-$(mktemp -d /tmp/redis-suite.XXXXXX)}"
 mkdir -p "$out"
-unit_timeout="${REDIS_SUITE_UNIT_TIMEOUT:-150}"
+unit_timeout="${REDIS_SUITE_UNIT_TIMEOUT:-400}"
 test_timeout="${REDIS_SUITE_TEST_TIMEOUT:-30}"
+baseport="${REDIS_SUITE_BASEPORT:-$((20000 + (RANDOM * 32768 + RANDOM) % 40000))}"
 
 tags=(--tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:reset
       --tags -needs:config-maxmemory --tags -needs:config-resetstat --tags -needs:pfdebug
@@ -117,7 +120,7 @@ for unit in "$@"; do
   # runtest forks its test client; run in its own process group so a timeout kills all of it.
   (cd "$src" && exec timeout -k 5 "$unit_timeout" setsid tclsh tests/test_helper.tcl \
       --host 127.0.0.1 --port "$port" --singledb --cluster-mode --ignore-encoding \
-      --ignore-digest "${tags[@]}" --timeout "$test_timeout" --clients 1 --durable \
+      --ignore-digest "${tags[@]}" --timeout "$test_timeout" --clients 1 --durable --baseport "$baseport" \
       --single "$unit") >"$log" 2>&1 </dev/null
   rc=$?
   set -e

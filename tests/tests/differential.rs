@@ -28,8 +28,8 @@ mod common;
 use common::{Placement, addrs, servers, show};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
-use respite_tests::respite::Respite;
 use respite_tests::RedisServer;
+use respite_tests::respite::Respite;
 
 /// Untagged keys per test (picked at run time so they cover every backend, see [`key_space`]).
 const UNTAGGED: usize = 5;
@@ -169,11 +169,7 @@ fn build(keys: &[String], r: &Raw) -> Vec<String> {
         37 => vec![s("SMEMBERS"), k(0)],
         38 => vec![s("SISMEMBER"), k(0), m(0)],
         39 => vec![s("SCARD"), k(0)],
-        40 => vec![
-            s(["SINTER", "SUNION", "SDIFF"][r.m[0] % 3]),
-            t(0),
-            t(1),
-        ],
+        40 => vec![s(["SINTER", "SUNION", "SDIFF"][r.m[0] % 3]), t(0), t(1)],
         41 => vec![s("SMOVE"), t(0), t(1), m(0)],
         // sorted sets
         42 => vec![s("ZADD"), k(0), n(0), m(0), v(0), m(1)],
@@ -248,7 +244,12 @@ fn cases(default: u32) -> u32 {
 
 fn flush(servers: &[&RedisServer]) {
     for s in servers {
-        assert_eq!(s.raw().cmd(&[b"FLUSHALL"]), b"+OK\r\n", "FLUSHALL {}", s.addr());
+        assert_eq!(
+            s.raw().cmd(&[b"FLUSHALL"]),
+            b"+OK\r\n",
+            "FLUSHALL {}",
+            s.addr()
+        );
     }
 }
 
@@ -273,10 +274,8 @@ fn respite_replies_like_a_single_redis() {
         failure_persistence: None,
         ..Config::default()
     };
-    let mut runner = TestRunner::new_with_rng(
-        config,
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let all: Vec<&RedisServer> = backends.iter().chain([&direct]).collect();
     let compared = std::cell::Cell::new(0usize);
     let result = runner.run(&prop::collection::vec(raw(), 1..80), |seq| {
