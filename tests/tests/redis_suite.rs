@@ -46,7 +46,7 @@ struct UnitResult {
     why: BTreeMap<String, String>,
 }
 
-/// Splits a runtest log into `[err]:` blocks: test name → the first line of its error text.
+/// Splits a runtest log into `[err]:` blocks: test name → its error text (lines joined).
 fn failure_reasons(log: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut lines = log.lines().peekable();
@@ -64,8 +64,11 @@ fn failure_reasons(log: &str) -> BTreeMap<String, String> {
                 break;
             }
             let l = lines.next().unwrap_or_default().trim();
-            if text.is_empty() && !l.is_empty() {
-                text = l.to_string();
+            if !l.is_empty() && text.len() < 2000 {
+                if !text.is_empty() {
+                    text.push_str(" / ");
+                }
+                text.push_str(l);
             }
         }
         out.insert(name.to_string(), text);
@@ -76,14 +79,20 @@ fn failure_reasons(log: &str) -> BTreeMap<String, String> {
 /// A short category for an error text, for exceptions.txt.
 fn category(text: &str) -> String {
     let refused = |what: &str| {
-        let cmd = text.split('\'').nth(1).unwrap_or("?");
+        let cmd = text
+            .split("ERR '")
+            .nth(1)
+            .and_then(|t| t.split('\'').next())
+            .unwrap_or("?");
         format!("`{cmd}` refused by respite: {what}")
     };
-    if text.contains("blocking commands would stall") {
+    if text.contains("no blocked clients") || text.contains("waiting for blocked clients") {
+        "waits for a client blocked in a B* command, which respite refuses".to_string()
+    } else if text.contains("blocking commands would stall") {
         refused("blocking commands are not proxied (would stall the shared upstream connection)")
     } else if text.contains("transactions need a dedicated") {
         refused("MULTI/EXEC/WATCH not implemented (need a dedicated upstream connection)")
-    } else if text.contains("NOPROTO") {
+    } else if text.contains("NOPROTO") || text.contains("supported protocol version") {
         "RESP3: HELLO 3 answered NOPROTO (respite speaks RESP2 to clients)".to_string()
     } else if text.is_empty() {
         "did not run or no error text (unit aborted earlier?)".to_string()
@@ -228,7 +237,7 @@ fn redis_suite_through_respite() {
             "{unit:<20} {:>8} {:>8} {:>10}   (direct err={} exc={} timeout={}; respite err={} exc={} timeout={})",
             d.ok,
             r.ok,
-            listed.len(),
+            listed.keys().filter_map(|n| d.passed.get(n)).sum::<usize>(),
             d.err,
             d.exception,
             d.timeout,
@@ -251,6 +260,8 @@ fn redis_suite_through_respite() {
             ));
         }
         // Tests passing directly but not (as often) through respite.
+        // Tests passing directly but not (as often) through respite. A name can occur more
+        // than once per unit (loops over encodings); an excepted name must fail every time.
         let mut missing: Vec<&str> = Vec::new();
         for (name, &n) in &d.passed {
             if r.passed.get(name).copied().unwrap_or(0) < n {
@@ -260,29 +271,32 @@ fn redis_suite_through_respite() {
         for name in &missing {
             if !listed.contains_key(*name) {
                 let why = r.why.get(*name).map(String::as_str).unwrap_or_default();
+                let short: String = why.chars().take(300).collect();
                 problems.push(format!(
-                    "{unit}: `{name}` fails through respite (not in exceptions.txt): {why}"
+                    "{unit}: `{name}` fails through respite (not in exceptions.txt): {short}"
                 ));
                 // Ready to paste into exceptions.txt once the reason is judged legitimate.
                 new_lines.push(format!("{unit} | {name} | {}", category(why)));
             }
         }
         for name in listed.keys() {
-            if d.passed.contains_key(name) && !missing.contains(&name.as_str()) {
+            if d.passed.contains_key(name) && r.passed.contains_key(name) {
                 problems.push(format!(
                     "{unit}: `{name}` is in exceptions.txt but passes through respite now"
                 ));
             }
         }
         if !r.failed.is_empty() {
-            println!("  respite [err] in {unit}: {:?}", r.failed);
+            println!("  respite [err] in {unit}: {} tests", r.failed.len());
         }
-        let expected = d.ok - listed.keys().filter(|n| d.passed.contains_key(*n)).count();
+        let excepted: usize = listed.keys().filter_map(|n| d.passed.get(n)).sum();
         if problems.is_empty() {
             assert_eq!(
-                r.ok, expected,
-                "{unit}: respite pass count {} != direct {} minus exceptions",
-                r.ok, d.ok
+                r.ok,
+                d.ok - excepted,
+                "{unit}: respite pass count {} != direct {} minus {excepted} excepted",
+                r.ok,
+                d.ok
             );
         }
     }
