@@ -3,14 +3,24 @@
 //!
 //! CONTRACT: the public items below are used by the engine; names and signatures are fixed.
 //!
+//! Every command and subcommand of Redis 7.0.15's `COMMAND LIST` has a row (366): keyed
+//! (routed whole; multi-key ones need their keys on one shard), split, fan-out, SCAN, local,
+//! refused with a reason, or a container of `container|sub` rows. Zero-key rows that are
+//! Keyed (`*|help`, LOLWUT, FUNCTION LIST, …) go to shard 0.
+//!
 //! Sources: Redis 7.0 `COMMAND INFO` data (`src/commands/*.json`), Redis 7.0 `server.c`
 //! `processCommand` (error texts), Envoy `redis_proxy` `command_splitter_impl.cc` (split/merge).
 
 use std::sync::OnceLock;
 
 pub mod fanout;
+mod introspect;
+mod keys;
 pub mod split;
 mod table;
+mod table_raw;
+
+pub use keys::is_blocking;
 
 /// How a command is executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,11 +36,13 @@ pub enum Kind {
     FanOut(Merge),
     /// SCAN: the cursor names the shard it continues on (see [`scan`]).
     Scan,
-    /// Refused with `-ERR <reason>` (the text names the command and says why); the connection
-    /// stays open.
+    /// Refused: the reason is a whole Redis error line without `-` and CRLF (`ERR 'multi' is not
+    /// supported by respite: …`, naming the command and saying why); reply
+    /// [`refused_reply`] (`-<reason>\r\n`). The connection stays open.
     Refused(&'static str),
-    /// A container (`SCRIPT`, `CLIENT`, `COMMAND`, `OBJECT`, …) resolved by [`resolve`] into the
-    /// row of its subcommand (`script|load`).
+    /// A container (`SCRIPT`, `CLIENT`, `OBJECT`, …) resolved by [`resolve`] into the row of its
+    /// subcommand (`script|load`). `COMMAND` is a container too but is `Local(Command)`, since
+    /// Redis also runs it alone (see [`is_container`]). [`resolve`] never returns this kind.
     Container,
 }
 
@@ -59,8 +71,8 @@ pub enum Merge {
     Info,
     /// SCRIPT EXISTS: element-wise AND (1 only if every shard has the script).
     AndArrays,
-    /// SCRIPT LOAD, PING: every shard must give the same reply, which is returned once; else the
-    /// first error / the first differing reply as an error.
+    /// SCRIPT LOAD, FUNCTION LOAD: every shard must give the same reply, which is returned once;
+    /// else the first error, else `-ERR shards gave different replies`.
     Same,
     /// SCAN's single part: rewrite the cursor of shard `shard` of `shards` (see [`scan`]).
     ScanCursor { shard: u32, shards: u32 },
@@ -75,9 +87,12 @@ pub enum Local {
     Auth,
     Select,
     Hello,
-    /// `CLIENT <sub>` rows (`client|setname`, …) carry the subcommand in [`CommandSpec::name`].
+    /// `CLIENT <sub>` rows carry the subcommand in [`CommandSpec::name`]: `client|setname`,
+    /// `client|getname`, `client|id`, `client|no-evict` (Redis 7.0.15 has no SETINFO/NO-TOUCH;
+    /// the other CLIENT subcommands are refused, `client|help` goes to shard 0).
     Client,
-    /// `COMMAND [COUNT|INFO|DOCS|LIST]`, answered from this table by [`command_reply`].
+    /// `COMMAND [COUNT|INFO|DOCS|LIST|GETKEYS]`, answered from this table by [`command_reply`]
+    /// (`command|help` goes to shard 0, `command|getkeysandflags` is refused).
     Command,
     Reset,
     Time,
@@ -96,7 +111,9 @@ pub enum KeySpec {
     NumKeys { at: u8, fixed: u8 },
     /// XREAD/XREADGROUP: the keys are the first half of the arguments after `STREAMS`.
     Streams,
-    /// SORT/SORT_RO: argv[1], plus the argument after `STORE` when present.
+    /// SORT/SORT_RO: argv[1], plus (SORT only) the argument after the last `STORE` (Redis
+    /// `sortGetKeys`). GEORADIUS/GEORADIUSBYMEMBER: argv[1], plus the argument after the last
+    /// `STORE`/`STOREDIST` from argv[5] on (Redis `georadiusGetKeys`).
     Sort,
 }
 
@@ -152,9 +169,18 @@ fn by_name() -> &'static [u16] {
     })
 }
 
-/// Case-insensitive lookup, without allocating (ASCII-lowercased into a stack buffer, then a
-/// binary search over the names).
+/// Case-insensitive lookup of a command name as a client sends it, without allocating
+/// (ASCII-lowercased into a stack buffer, then a binary search over the names). Subcommand rows
+/// (`script|load`) are not found this way, as in Redis: see [`lookup_fullname`], [`subcommand`].
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    if name.contains(&b'|') {
+        return None;
+    }
+    lookup_fullname(name)
+}
+
+/// Case-insensitive lookup by Redis 7 full name (`get`, `script|load`).
+pub fn lookup_fullname(name: &[u8]) -> Option<&'static CommandSpec> {
     if name.len() > MAX_NAME {
         return None;
     }
@@ -264,7 +290,57 @@ pub fn arity_error(spec: &CommandSpec) -> Vec<u8> {
 }
 
 #[cfg(test)]
+mod live_tests;
+#[cfg(test)]
+mod redis70;
+#[cfg(test)]
 mod tests;
+
+/// True if `spec` has subcommand rows (`script` → `script|load`, …; also `command`, which
+/// Redis also runs alone).
+pub fn is_container(spec: &CommandSpec) -> bool {
+    spec.kind == Kind::Container || spec.kind == Kind::Local(Local::Command)
+}
+
+/// The `container|sub` row (case-insensitive `sub`, no allocation), if there is one.
+pub fn subcommand(container: &CommandSpec, sub: &[u8]) -> Option<&'static CommandSpec> {
+    let n = container.name.len();
+    if sub.contains(&b'|') || n + 1 + sub.len() > MAX_NAME {
+        return None;
+    }
+    let mut buf = [0u8; MAX_NAME];
+    let full = buf.get_mut(..n + 1 + sub.len())?;
+    let (head, tail) = full.split_at_mut(n);
+    head.copy_from_slice(container.name.as_bytes());
+    let (bar, rest) = tail.split_first_mut()?;
+    *bar = b'|';
+    rest.copy_from_slice(sub);
+    lookup_fullname(full)
+}
+
+/// Redis 7.0's reply to an unknown subcommand (server.c `processCommand`):
+/// `-ERR unknown subcommand '<sub>'. Try <CONTAINER> HELP.\r\n` (`<sub>` as sent, cut at a NUL
+/// and to 128 bytes, CR/LF as spaces; the container name uppercased).
+pub fn unknown_subcommand_error(container: &[u8], sub: &[u8]) -> Vec<u8> {
+    let sub = c_str(sub);
+    let sub = sub.get(..sub.len().min(128)).unwrap_or_default();
+    let mut msg = Vec::with_capacity(48 + sub.len() + container.len());
+    msg.extend_from_slice(b"ERR unknown subcommand '");
+    msg.extend_from_slice(sub);
+    msg.extend_from_slice(b"'. Try ");
+    msg.extend(c_str(container).iter().map(u8::to_ascii_uppercase));
+    msg.extend_from_slice(b" HELP.");
+    let mut out = Vec::with_capacity(msg.len() + 3);
+    crate::resp::encode::error(&mut out, &msg);
+    out
+}
+
+/// The reply to a [`Kind::Refused`] row: `-<reason>\r\n`.
+pub fn refused_reply(reason: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(reason.len() + 3);
+    crate::resp::encode::error(&mut out, reason.as_bytes());
+    out
+}
 
 /// Why [`resolve`] found no row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,10 +358,21 @@ pub fn resolve<'a>(
     argc: usize,
     arg: impl Fn(usize) -> &'a [u8],
 ) -> Result<&'static CommandSpec, ResolveError> {
-    let Some(spec) = lookup(arg(0)) else {
+    let Some(mut spec) = lookup(arg(0)) else {
         let argv: Vec<&[u8]> = (0..argc).map(&arg).collect();
         return Err(ResolveError::Unknown(unknown_command_error(&argv)));
     };
+    if argc >= 2 && is_container(spec) {
+        match subcommand(spec, arg(1)) {
+            Some(sub) => spec = sub,
+            None => {
+                return Err(ResolveError::Invalid(unknown_subcommand_error(
+                    arg(0),
+                    arg(1),
+                )));
+            }
+        }
+    }
     if !spec.arity_ok(argc) {
         return Err(ResolveError::Invalid(arity_error(spec)));
     }
@@ -294,22 +381,25 @@ pub fn resolve<'a>(
 
 /// Appends to `out` the argv indexes of the request's keys, in order.
 ///
-/// Errors: the reply for a malformed key list (Redis texts: `ERR Number of keys can't be greater
-/// than number of args`, `ERR numkeys should be greater than 0`, …).
+/// Errors: the reply for a malformed key list, byte-identical to what one Redis 7.0 answers
+/// (`ERR Number of keys can't be greater than number of args`, `ERR numkeys should be greater
+/// than 0`, `ERR at least 1 input key is needed for 'zunion' command`, …). Where Redis's answer
+/// depends on more than the key list (EVALSHA of a short sha, FCALL of a missing function, XREAD
+/// without STREAMS, …), no error is returned and no key is added: the request goes to shard 0,
+/// which rejects it with its own words.
 pub fn keys<'a>(
     spec: &CommandSpec,
     argc: usize,
-    _arg: impl Fn(usize) -> &'a [u8],
+    arg: impl Fn(usize) -> &'a [u8],
     out: &mut Vec<usize>,
 ) -> Result<(), Vec<u8>> {
-    out.extend(key_indices(spec, argc));
-    Ok(())
+    keys::keys(spec, argc, &arg, out)
 }
 
 /// Reply to `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name…`, `COMMAND DOCS name…`,
-/// `COMMAND LIST` built from this table (Redis 7.0 reply shapes).
-pub fn command_reply<'a>(_argc: usize, _arg: impl Fn(usize) -> &'a [u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(b"*0\r\n");
+/// `COMMAND LIST`, `COMMAND GETKEYS …` built from this table (Redis 7.0 reply shapes).
+pub fn command_reply<'a>(argc: usize, arg: impl Fn(usize) -> &'a [u8], out: &mut Vec<u8>) {
+    introspect::command_reply(argc, &arg, out)
 }
 
 /// SCAN cursors across shards: the shard index lives in the top 8 bits of the client's cursor and
@@ -320,11 +410,15 @@ pub mod scan {
     pub fn decode(cursor: &[u8], shards: usize) -> Option<(usize, u64)> {
         let c: u64 = std::str::from_utf8(cursor).ok()?.parse().ok()?;
         let shard = (c >> 56) as usize;
-        (shard < shards).then_some((shard, c & ((1 << 56) - 1)))
+        (shard < shards).then_some((shard, c & MASK))
     }
-}
 
-/// True for a request that would block the upstream connection (XREAD/XREADGROUP with BLOCK).
-pub fn is_blocking<'a>(_spec: &CommandSpec, _argc: usize, _arg: impl Fn(usize) -> &'a [u8]) -> bool {
-    false
+    /// The low 56 bits: a shard's own cursor.
+    pub const MASK: u64 = (1 << 56) - 1;
+
+    /// The client cursor for `cursor` on `shard` (inverse of [`decode`]). A shard cursor wider
+    /// than 56 bits is truncated (Redis cursors of tables under 2^56 buckets fit).
+    pub fn encode(shard: usize, cursor: u64) -> u64 {
+        ((shard as u64) << 56) | (cursor & MASK)
+    }
 }

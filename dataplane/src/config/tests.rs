@@ -703,9 +703,19 @@ fn custom_commands_and_max_request_bytes_are_checked() {
              [[clusters]]\nname = \"c\"\nhosts = [\"127.0.0.1:7001\"]\n"
         )
     };
-    let e = parse(&base("custom_commands = [\"get\"]"), "t.toml").unwrap_err().to_string();
+    let e = parse(&base("custom_commands = [\"get\"]"), "t.toml")
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("t.toml:5:"), "{e}");
-    assert!(e.contains("listeners[0].custom_commands[0]") && e.contains("built-in"), "{e}");
-    let e = parse(&base("max_request_bytes = 0"), "t.toml").unwrap_err().to_string();
-    assert!(e.starts_with("t.toml:5:") && e.contains("listeners[0].max_request_bytes"), "{e}");
+    assert!(
+        e.contains("listeners[0].custom_commands[0]") && e.contains("built-in"),
+        "{e}"
+    );
+    let e = parse(&base("max_request_bytes = 0"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("t.toml:5:") && e.contains("listeners[0].max_request_bytes"),
+        "{e}"
+    );
 }

@@ -228,7 +228,9 @@ fn listener(
             return Err(src.error(
                 Some(m.span()),
                 &format!("{path}.max_request_bytes"),
-                &format!("must be between 1 and {DEFAULT_MAX_REQUEST_BYTES} (Redis's proto-max-bulk-len)"),
+                &format!(
+                    "must be between 1 and {DEFAULT_MAX_REQUEST_BYTES} (Redis's proto-max-bulk-len)"
+                ),
             ));
         }
         Some(m) => m.into_inner(),

@@ -70,7 +70,9 @@ pub fn answer<'a>(
             out.extend_from_slice(b"+RESET\r\n");
         }
         Local::Time => {
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
             encode::array_header(out, 2);
             encode::bulk(out, now.as_secs().to_string().as_bytes());
             encode::bulk(out, now.subsec_micros().to_string().as_bytes());
@@ -91,7 +93,11 @@ fn credentials_ok(cfg: &ListenerConfig, user: Option<&[u8]>, password: &[u8]) ->
         (Some(u), Some(given)) => u.as_bytes() == given,
         (None, Some(given)) => given == b"default",
     };
-    user_ok && cfg.downstream_auth_passwords.iter().any(|p| p.as_bytes() == password)
+    user_ok
+        && cfg
+            .downstream_auth_passwords
+            .iter()
+            .any(|p| p.as_bytes() == password)
 }
 
 /// `AUTH [username] password` (Envoy `downstream_auth_passwords` / `downstream_auth_username`).

@@ -6,9 +6,9 @@ use std::rc::Rc;
 
 use tracing::debug;
 
+use super::local::{self, ConnState};
 use super::sink::{NO_CMD, Sink};
 use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
-use super::local::{self, ConnState};
 use crate::command::{self, CommandSpec, Kind, Local, ResolveError, split};
 use crate::net::{self, BufResult, TcpStream};
 use crate::resp::{Limits, Parsed, RequestParser, encode};
@@ -167,7 +167,9 @@ impl Session {
             Kind::Local(Local::Auth | Local::Quit | Local::Hello | Local::Reset)
         );
         if !self.conn.authed && !gate_exempt {
-            return self.sink.push_local(spec.id, b"-NOAUTH Authentication required.\r\n");
+            return self
+                .sink
+                .push_local(spec.id, b"-NOAUTH Authentication required.\r\n");
         }
         match spec.kind {
             Kind::Local(local) => {
@@ -200,7 +202,10 @@ impl Session {
             Some(f) => f,
             None => {
                 encoded.clear();
-                encode::command(encoded, args.iter().map(|r| base.get(r.clone()).unwrap_or(&[])));
+                encode::command(
+                    encoded,
+                    args.iter().map(|r| base.get(r.clone()).unwrap_or(&[])),
+                );
                 encoded
             }
         }
@@ -270,8 +275,15 @@ impl Session {
         let shard = pool.shard_of(rt.hash_key(key));
         let seq = self.sink.push(NO_CMD);
         let request = Self::request_bytes(&mut self.encoded, frame, args, base);
-        let target = Target { sink: self.sink.clone(), seq, part: 0 };
-        if !pool.conn(shard, self.id).is_some_and(|c| c.send(request, target).is_ok()) {
+        let target = Target {
+            sink: self.sink.clone(),
+            seq,
+            part: 0,
+        };
+        if !pool
+            .conn(shard, self.id)
+            .is_some_and(|c| c.send(request, target).is_ok())
+        {
             self.sink.deliver(seq, 0, NO_UPSTREAM_HOST);
         }
     }
@@ -290,7 +302,11 @@ impl Session {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
         let seq = self.sink.push(spec.id);
-        let target = Target { sink: self.sink.clone(), seq, part: 0 };
+        let target = Target {
+            sink: self.sink.clone(),
+            seq,
+            part: 0,
+        };
         let request = Self::request_bytes(&mut self.encoded, frame, args, base);
         if conn.send(request, target).is_err() {
             self.sink.deliver(seq, 0, NO_UPSTREAM_HOST);
@@ -309,7 +325,11 @@ impl Session {
         let seq = self.sink.push(spec.id);
         let mut failed = Vec::new();
         for (i, part) in parts.iter_mut().enumerate() {
-            let target = Target { sink: self.sink.clone(), seq, part: i as u32 };
+            let target = Target {
+                sink: self.sink.clone(),
+                seq,
+                part: i as u32,
+            };
             let sent = pool
                 .conn(part.shard, self.id)
                 .is_some_and(|c| c.send(&part.request, target).is_ok());
@@ -334,7 +354,10 @@ impl Session {
         args: &[Range<usize>],
         base: &[u8],
     ) {
-        let argv: Vec<&[u8]> = args.iter().map(|r| base.get(r.clone()).unwrap_or(&[])).collect();
+        let argv: Vec<&[u8]> = args
+            .iter()
+            .map(|r| base.get(r.clone()).unwrap_or(&[]))
+            .collect();
         let Some(pool) = rt.router.route(argv.get(1).copied().unwrap_or(&[])) else {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
@@ -359,14 +382,24 @@ impl Session {
         };
         let request = Self::request_bytes(&mut self.encoded, frame, args, base).to_vec();
         let parts = (0..pool.len())
-            .map(|shard| split::Part { shard, request: request.clone(), keys: Vec::new() })
+            .map(|shard| split::Part {
+                shard,
+                request: request.clone(),
+                keys: Vec::new(),
+            })
             .collect();
         self.send_parts(spec, &pool, merge, 0, parts);
     }
 
     /// SCAN: the client's cursor names a shard and that shard's cursor; the reply's cursor is
     /// rewritten so that a full iteration walks every shard in turn.
-    fn scan(&mut self, rt: &ListenerRuntime, spec: &CommandSpec, args: &[Range<usize>], base: &[u8]) {
+    fn scan(
+        &mut self,
+        rt: &ListenerRuntime,
+        spec: &CommandSpec,
+        args: &[Range<usize>],
+        base: &[u8],
+    ) {
         let Some(pool) = rt.router.route(&[]).cloned() else {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
@@ -376,13 +409,27 @@ impl Session {
         };
         let mut request = Vec::new();
         let c = shard_cursor.to_string();
-        let rest = args.iter().skip(2).map(|r| base.get(r.clone()).unwrap_or(&[]));
+        let rest = args
+            .iter()
+            .skip(2)
+            .map(|r| base.get(r.clone()).unwrap_or(&[]));
         encode::command(
             &mut request,
-            [&b"SCAN"[..], c.as_bytes()].into_iter().chain(rest).collect::<Vec<_>>().into_iter(),
+            [&b"SCAN"[..], c.as_bytes()]
+                .into_iter()
+                .chain(rest)
+                .collect::<Vec<_>>()
+                .into_iter(),
         );
-        let merge = command::Merge::ScanCursor { shard: shard as u32, shards: pool.len() as u32 };
-        let part = split::Part { shard, request, keys: Vec::new() };
+        let merge = command::Merge::ScanCursor {
+            shard: shard as u32,
+            shards: pool.len() as u32,
+        };
+        let part = split::Part {
+            shard,
+            request,
+            keys: Vec::new(),
+        };
         self.send_parts(spec, &pool, merge, 0, vec![part]);
     }
 }

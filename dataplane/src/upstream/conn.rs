@@ -17,6 +17,9 @@ use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
 
+/// Buffers grown past this by a huge request or reply are replaced once drained.
+const KEEP_CAPACITY: usize = 1024 * 1024;
+
 /// Connection life cycle, as seen by request dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -297,6 +300,10 @@ async fn read_loop(conn: &Conn, stream: &TcpStream) {
     let mut scanner = ReplyScanner::default();
     loop {
         if start == buf.len() {
+            // Give back what a huge reply needed once it is delivered.
+            if buf.capacity() > KEEP_CAPACITY {
+                buf = Vec::with_capacity(16 * 1024);
+            }
             buf.clear();
             start = 0;
         } else if start > 0 {
@@ -394,6 +401,9 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
             return;
         }
         buf.clear();
+        if buf.capacity() > KEEP_CAPACITY {
+            buf = Vec::new();
+        }
         spare = buf;
     }
 }
