@@ -188,7 +188,10 @@ sys.exit(3)
 "#;
     let out = run_python(script, &[respite.port.to_string()]);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    eprintln!("redis-py {version} protocol=3 through respite: {}", stdout.trim());
+    eprintln!(
+        "redis-py {version} protocol=3 through respite: {}",
+        stdout.trim()
+    );
     assert!(
         out.status.success() && stdout.contains("NOPROTO"),
         "redis-py protocol=3: exit {}, stdout {stdout}, stderr {}",
@@ -196,7 +199,11 @@ sys.exit(3)
         String::from_utf8_lossy(&out.stderr)
     );
     let out = run_python(REDIS_PY_SCRIPT, &[respite.port.to_string(), "2".into()]);
-    assert_script_ok("redis-py protocol=2 after a RESP3 attempt", &out, &respite.log());
+    assert_script_ok(
+        "redis-py protocol=2 after a RESP3 attempt",
+        &out,
+        &respite.log(),
+    );
 }
 
 // ---- the Rust redis crate -------------------------------------------------------------------
@@ -212,7 +219,11 @@ fn rust_redis_crate_client() {
         .expect("connect through respite");
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     assert_eq!(pong, "PONG");
-    let () = redis::cmd("SET").arg("rs:a").arg("1").query(&mut con).unwrap();
+    let () = redis::cmd("SET")
+        .arg("rs:a")
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
     let a: String = redis::cmd("GET").arg("rs:a").query(&mut con).unwrap();
     assert_eq!(a, "1");
     let () = redis::cmd("MSET")
@@ -229,7 +240,11 @@ fn rust_redis_crate_client() {
     );
     let n: i64 = redis::cmd("INCR").arg("rs:n").query(&mut con).unwrap();
     assert_eq!(n, 1);
-    let n: i64 = redis::cmd("INCRBY").arg("rs:n").arg(9).query(&mut con).unwrap();
+    let n: i64 = redis::cmd("INCRBY")
+        .arg("rs:n")
+        .arg(9)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(n, 10);
     let d: i64 = redis::cmd("DEL")
         .arg(&["rs:a", "rs:b", "rs:missing"])
@@ -242,7 +257,11 @@ fn rust_redis_crate_client() {
         .unwrap();
     assert_eq!(e, 1);
     let bin: Vec<u8> = (0..=255u8).collect();
-    let () = redis::cmd("SET").arg(b"rs:\r\n\0").arg(&bin).query(&mut con).unwrap();
+    let () = redis::cmd("SET")
+        .arg(b"rs:\r\n\0")
+        .arg(&bin)
+        .query(&mut con)
+        .unwrap();
     let got: Vec<u8> = redis::cmd("GET").arg(b"rs:\r\n\0").query(&mut con).unwrap();
     assert_eq!(got, bin);
 
@@ -276,7 +295,11 @@ fn rust_redis_crate_client() {
     // An error inside a pipeline is that command's error; the connection stays usable.
     let r: redis::RedisResult<i64> = redis::cmd("INCR").arg("rs:c:not-a-number").query(&mut con);
     assert!(r.is_ok());
-    let () = redis::cmd("SET").arg("rs:s").arg("x").query(&mut con).unwrap();
+    let () = redis::cmd("SET")
+        .arg("rs:s")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
     let r: redis::RedisResult<i64> = redis::cmd("INCR").arg("rs:s").query(&mut con);
     let e = r.unwrap_err();
     assert!(
@@ -327,18 +350,23 @@ fn redis_cli_commands_on_stdin() {
     assert!(direct.status.success() && proxied.status.success());
     assert!(d.starts_with("OK\n1\nOK\n1\n2\n3\n\n"), "redis-server: {d}");
     for (i, (pl, dl)) in p.lines().zip(d.lines()).enumerate() {
-        assert_eq!(pl.trim_end(), dl.trim_end(), "line {i}: respite vs redis-server");
+        assert_eq!(
+            pl.trim_end(),
+            dl.trim_end(),
+            "line {i}: respite vs redis-server"
+        );
     }
-    assert_eq!(p.lines().count(), d.lines().count(), "respite:\n{p}\nredis:\n{d}");
+    assert_eq!(
+        p.lines().count(),
+        d.lines().count(),
+        "respite:\n{p}\nredis:\n{d}"
+    );
     // The simplest form from the docs.
     let out = redis_cli(respite.port, &[], "set a 1\nget a");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "OK\n1\n");
     // Formatted (--no-raw) output.
     let out = redis_cli(respite.port, &["--no-raw", "MGET", "{t}c", "missing"], "");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "1) \"3\"\n2) (nil)\n"
-    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1) \"3\"\n2) (nil)\n");
 }
 
 /// (8) `redis-cli -p P --no-raw COMMAND COUNT` answers `(integer) N`, N the number of commands
@@ -353,7 +381,11 @@ fn redis_cli_command_count() {
         String::from_utf8_lossy(&out.stdout).to_string(),
         String::from_utf8_lossy(&direct.stdout).to_string(),
     );
-    eprintln!("COMMAND COUNT: respite {} / redis-server {}", p.trim(), d.trim());
+    eprintln!(
+        "COMMAND COUNT: respite {} / redis-server {}",
+        p.trim(),
+        d.trim()
+    );
     let n: i64 = p
         .trim()
         .strip_prefix("(integer) ")

@@ -204,7 +204,12 @@ pub fn commandstats(server: &RedisServer) -> std::collections::BTreeMap<String, 
         .lines()
         .filter_map(|l| {
             let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
             (name != "info").then(|| (name.to_string(), calls))
         })
         .collect()
