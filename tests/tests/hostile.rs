@@ -1205,3 +1205,113 @@ fn redis_cli_pipe_100k_sets() {
         .sum();
     assert_eq!(total, N as i64, "keys over all backends");
 }
+
+/// A backend's `errorstat_ERR` count (errors it replied), 0 when none yet.
+fn err_replies(server: &RedisServer) -> u64 {
+    let r = server.raw().cmd(&[b"INFO", b"errorstats"]);
+    String::from_utf8_lossy(&r)
+        .lines()
+        .find_map(|l| l.strip_prefix("errorstat_ERR:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Commands respite will not run (transactions, pub/sub, blocking, MONITOR, CONFIG, ...) and
+/// unknown commands, pipelined by a client in bulk: each gets its error (unknown ones in Redis's
+/// words), the connection stays open and in order, and nothing reaches a backend. A listener
+/// `custom_commands` entry is routed by its key to the one backend that owns it.
+#[test]
+fn refused_and_unknown_commands_keep_the_connection_and_reach_no_backend() {
+    let _g = serial();
+    let reference = RedisServer::start();
+    let backends = servers(3);
+    let addrs = addrs(&backends);
+    let respite = respite_with(&addrs, 2, "1s", "custom_commands = [\"foo.bar\"]");
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", b"k", b"v"]), OK);
+    let before: Vec<_> = backends.iter().map(commandstats).collect();
+    let refused: Vec<(Vec<Vec<u8>>, &str)> = vec![
+        (cmd(&[b"MULTI"]), "multi"),
+        (cmd(&[b"EXEC"]), "exec"),
+        (cmd(&[b"WATCH", b"k"]), "watch"),
+        (cmd(&[b"SUBSCRIBE", b"ch"]), "subscribe"),
+        (cmd(&[b"PSUBSCRIBE", b"c*"]), "psubscribe"),
+        (cmd(&[b"BLPOP", b"l", b"0"]), "blpop"),
+        (cmd(&[b"BRPOPLPUSH", b"a", b"b", b"0"]), "brpoplpush"),
+        (cmd(&[b"MONITOR"]), "monitor"),
+        (cmd(&[b"CONFIG", b"GET", b"*"]), "config|get"),
+        (cmd(&[b"DEBUG", b"SLEEP", b"10"]), "debug"),
+        (cmd(&[b"SHUTDOWN"]), "shutdown"),
+    ];
+    let unknown: Vec<Vec<Vec<u8>>> = vec![
+        cmd(&[b"NOSUCH", b"x", b"y"]),
+        cmd(&[b"foo.bar"]),
+        cmd(&[b"\r\n\0", b"\0"]),
+        cmd(&[b""]),
+    ];
+    let mut stream: Vec<Vec<Vec<u8>>> = Vec::new();
+    for _ in 0..50 {
+        stream.extend(refused.iter().map(|(c, _)| c.clone()));
+        stream.extend(unknown.iter().cloned());
+        stream.push(cmd(&[b"GET", b"k"]));
+    }
+    let replies = pipelined(&mut c, &stream, stream.len());
+    let mut direct = reference.raw();
+    let per_round = refused.len() + unknown.len() + 1;
+    for (round, chunk) in replies.chunks(per_round).enumerate() {
+        for ((_, name), r) in refused.iter().zip(chunk) {
+            let prefix = format!("-ERR '{name}' is not supported by respite: ");
+            assert!(
+                r.starts_with(prefix.as_bytes()) && r.ends_with(b"\r\n"),
+                "round {round}: {name}: {}",
+                show(r)
+            );
+        }
+        for (u, r) in unknown.iter().zip(&chunk[refused.len()..]) {
+            let args: Vec<&[u8]> = u.iter().map(|a| a.as_slice()).collect();
+            let want = direct.cmd(&args);
+            assert_eq!(show(r), show(&want), "round {round}: {:?}", show(&u[0]));
+        }
+        assert_eq!(chunk[per_round - 1], bulk(b"v"), "round {round}: GET k");
+    }
+    let after: Vec<_> = backends.iter().map(commandstats).collect();
+    let gets = |s: &[std::collections::BTreeMap<String, u64>]| -> u64 {
+        s.iter().map(|m| m.get("get").copied().unwrap_or(0)).sum()
+    };
+    assert_eq!(gets(&after) - gets(&before), 50, "GETs on the backends");
+    for (b, a) in before.iter().zip(&after) {
+        let strip = |m: &std::collections::BTreeMap<String, u64>| {
+            let mut m = m.clone();
+            m.remove("get");
+            m
+        };
+        assert_eq!(
+            strip(a),
+            strip(b),
+            "a refused or unknown command reached a backend"
+        );
+    }
+
+    // With `custom_commands = ["foo.bar"]`, `foo.bar key ...` goes to the owner of `key` (these
+    // redis-servers have no such module, so the owner answers its own unknown-command error).
+    let placement = Placement::new(&addrs);
+    let errs: Vec<u64> = backends.iter().map(err_replies).collect();
+    let key = b"custom:key";
+    let r = c.cmd(&[b"foo.bar", key, b"arg"]);
+    assert_eq!(
+        show(&r),
+        show(b"-ERR unknown command 'foo.bar', with args beginning with: 'custom:key' 'arg' \r\n"),
+        "foo.bar through respite"
+    );
+    let now: Vec<u64> = backends.iter().map(err_replies).collect();
+    let owner = placement.owner(key);
+    for (i, (b, a)) in errs.iter().zip(&now).enumerate() {
+        assert_eq!(
+            a - b,
+            u64::from(i == owner),
+            "backend {i} errors (owner of {} is {owner})",
+            show(key)
+        );
+    }
+    assert_eq!(c.cmd(&[b"GET", b"k"]), bulk(b"v"));
+}
