@@ -10,6 +10,8 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || need+=(nutcracker)
 command -v curl >/dev/null || need+=(curl)
+command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v tclsh >/dev/null || need+=(tcl)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "installing: ${need[*]}"

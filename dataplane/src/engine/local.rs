@@ -81,17 +81,28 @@ pub fn answer<'a>(
     }
 }
 
+/// Redis's strict `string2ll` (util.c): no sign other than a leading `-`, no leading zeros, no
+/// `-0`, no spaces; so `SELECT 00` is refused as Redis refuses it.
 fn parse_i64(b: &[u8]) -> Option<i64> {
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    let canonical = match digits {
+        [b'0'] => b.len() == 1,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if !canonical {
+        return None;
+    }
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
-/// True if `user`/`password` are the listener's downstream credentials. Without a configured
-/// username, Redis's implicit `default` user is the only name accepted.
+/// True if `user`/`password` are the listener's downstream credentials. As in Redis, a password
+/// alone means the `default` user: with `downstream_auth_username` set, that is not enough.
 fn credentials_ok(cfg: &ListenerConfig, user: Option<&[u8]>, password: &[u8]) -> bool {
-    let user_ok = match (cfg.downstream_auth_username.as_deref(), user) {
-        (_, None) => true,
-        (Some(u), Some(given)) => u.as_bytes() == given,
-        (None, Some(given)) => given == b"default",
+    let given = user.unwrap_or(b"default");
+    let user_ok = match cfg.downstream_auth_username.as_deref() {
+        Some(u) => u.as_bytes() == given,
+        None => given == b"default",
     };
     user_ok
         && cfg
@@ -123,7 +134,7 @@ fn auth<'a>(
     if credentials_ok(cfg, user, password) {
         conn.authed = true;
         out.extend_from_slice(b"+OK\r\n");
-    } else if user.is_some() {
+    } else if user.is_some() || cfg.downstream_auth_username.is_some() {
         out.extend_from_slice(b"-WRONGPASS invalid username-password pair\r\n");
     } else {
         out.extend_from_slice(b"-ERR invalid password\r\n");
@@ -271,6 +282,31 @@ fn client<'a>(
             msg.extend_from_slice(sub.as_bytes());
             msg.extend_from_slice(b"' is not supported by respite");
             encode::error(out, &msg);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_i64;
+
+    #[test]
+    fn integers_parse_as_redis_string2ll() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            &b""[..],
+            b"00",
+            b"-0",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"9223372036854775808",
+            b"-",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{bad:?}");
         }
     }
 }

@@ -280,9 +280,9 @@ impl Session {
             seq,
             part: 0,
         };
-        if !pool
+        if pool
             .conn(shard, self.id)
-            .is_some_and(|c| c.send(request, target).is_ok())
+            .is_none_or(|c| c.send(request, target).is_err())
         {
             self.sink.deliver(seq, 0, NO_UPSTREAM_HOST);
         }

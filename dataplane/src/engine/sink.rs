@@ -17,7 +17,7 @@ use crate::net::Notify;
 use crate::upstream::Deliver;
 
 /// Slots a session may have waiting before it stops reading (back-pressure).
-const MAX_PENDING_SLOTS: usize = 1024;
+const MAX_PENDING_SLOTS: usize = 256;
 /// Output bytes a session may hold for a slow reader before it stops reading.
 const MAX_OUT_BYTES: usize = 4 * 1024 * 1024;
 
@@ -26,7 +26,8 @@ pub const NO_CMD: u16 = u16::MAX;
 
 enum SlotState {
     Waiting,
-    Ready(Vec<u8>),
+    /// The reply and whether it counts as a success.
+    Ready(Vec<u8>, bool),
     Split(Box<SplitState>),
 }
 
@@ -132,11 +133,12 @@ impl Sink {
         self.inner.borrow_mut().reader_paused = true;
     }
 
-    /// Moves the completed head slot's reply into the output buffer.
-    fn complete_head(&self, inner: &mut Inner, cmd: u16, reply: &[u8]) {
+    /// Moves the completed head slot's reply into the output buffer. `success`: no error came
+    /// back (for a split command, from any part: Envoy counts those as errors).
+    fn complete_head(&self, inner: &mut Inner, cmd: u16, reply: &[u8], success: bool) {
         inner.slots.pop_front();
         inner.head_seq += 1;
-        self.stats.record(cmd, reply.first() != Some(&b'-'));
+        self.stats.record(cmd, success);
         if inner.closed {
             drop_active(self, 1);
         } else {
@@ -148,12 +150,12 @@ impl Sink {
     /// Moves every completed slot at the head into the output buffer.
     fn drain_ready(&self, inner: &mut Inner) {
         while let Some(front) = inner.slots.front_mut() {
-            let SlotState::Ready(bytes) = &mut front.state else {
+            let SlotState::Ready(bytes, success) = &mut front.state else {
                 break;
             };
-            let bytes = std::mem::take(bytes);
+            let (bytes, success) = (std::mem::take(bytes), *success);
             let cmd = front.cmd;
-            self.complete_head(inner, cmd, &bytes);
+            self.complete_head(inner, cmd, &bytes, success);
         }
     }
 
@@ -213,6 +215,10 @@ impl Sink {
     }
 }
 
+fn is_error(reply: &[u8]) -> bool {
+    reply.first() == Some(&b'-')
+}
+
 fn drop_active(sink: &Sink, n: i64) {
     if n != 0 {
         sink.add_active(-n);
@@ -230,10 +236,10 @@ impl Deliver for Sink {
             return;
         };
         let cmd = slot.cmd;
-        let head: Cow<'_, [u8]> = match &mut slot.state {
-            SlotState::Waiting if idx == 0 => Cow::Borrowed(reply),
+        let (head, success): (Cow<'_, [u8]>, bool) = match &mut slot.state {
+            SlotState::Waiting if idx == 0 => (Cow::Borrowed(reply), !is_error(reply)),
             SlotState::Waiting => {
-                slot.state = SlotState::Ready(reply.to_vec());
+                slot.state = SlotState::Ready(reply.to_vec(), !is_error(reply));
                 return;
             }
             SlotState::Split(st) => {
@@ -255,15 +261,16 @@ impl Deliver for Sink {
                     .collect();
                 let mut merged = Vec::new();
                 merge(st.merge, st.nkeys, &st.parts, &replies, &mut merged);
+                let success = !is_error(&merged) && !replies.iter().any(|r| is_error(r));
                 if idx != 0 {
-                    slot.state = SlotState::Ready(merged);
+                    slot.state = SlotState::Ready(merged, success);
                     return;
                 }
-                Cow::Owned(merged)
+                (Cow::Owned(merged), success)
             }
-            SlotState::Ready(_) => return,
+            SlotState::Ready(..) => return,
         };
-        self.complete_head(&mut inner, cmd, &head);
+        self.complete_head(&mut inner, cmd, &head, success);
         self.drain_ready(&mut inner);
         drop(inner);
         self.writer.notify();

@@ -26,13 +26,12 @@ impl std::fmt::Display for ProtocolError {
     }
 }
 
-/// Size limits for requests (Redis defaults: 512 MB bulk, 1M-element... see resp docs).
+/// Size limits for requests; the defaults are Redis 7.0's.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Longest bulk argument (Redis `proto-max-bulk-len`, 512 MB); longer → `invalid bulk length`.
     pub max_bulk_len: usize,
-    /// Most arguments in one array (Redis before 7.0: 1024*1024); more → `invalid multibulk
-    /// length`.
+    /// Most arguments in one array (Redis 7.0: `INT_MAX`); more → `invalid multibulk length`.
     pub max_multibulk_len: usize,
     /// Longest inline line or count line without a newline (Redis `PROTO_INLINE_MAX_SIZE`,
     /// 64 KB); longer → `too big inline request` / `too big mbulk count string` / `too big bulk
@@ -44,7 +43,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_bulk_len: 512 * 1024 * 1024,
-            max_multibulk_len: 1024 * 1024,
+            max_multibulk_len: i32::MAX as usize,
             max_inline_len: 64 * 1024,
         }
     }
@@ -65,10 +64,11 @@ pub enum Parsed {
 
 /// Incremental request parser (resumes where it stopped on `Incomplete`).
 ///
-/// Follows Redis 7.0 `networking.c` `processMultibulkBuffer` / `processInlineBuffer` with these
-/// deliberate differences: `*<n>` with `n < -1` is `invalid multibulk length` (Redis treats any
-/// `n <= 0` as empty), the multibulk count is limited by `limits.max_multibulk_len`, and bulk data
-/// not followed by CRLF is `expected CRLF after bulk data` (Redis skips two bytes unchecked).
+/// Follows Redis 7.0 `networking.c` `processMultibulkBuffer` / `processInlineBuffer`, including
+/// its leniencies, so that the same bytes mean the same commands through Respite as against
+/// Redis: `*<n>` with `n <= 0` is an empty request, the two bytes after bulk data are skipped
+/// unchecked, and an inline line with a NUL before its newline never completes (Redis finds the
+/// newline with `strchr`) until it is `too big inline request`.
 ///
 /// Resumable: on `Incomplete` the offset reached, the bulks still expected and the length of a
 /// bulk whose header was read are kept, so a request that arrives in many reads is scanned once.

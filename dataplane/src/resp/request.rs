@@ -111,8 +111,8 @@ impl RequestParser {
         res
     }
 
-    /// `*<n>\r\n` (Redis 7.0 `processMultibulkBuffer`, first block). Unlike Redis (which treats
-    /// any `n <= 0` as empty), only `*0` and `*-1` are empty; other negatives are errors.
+    /// `*<n>\r\n` (Redis 7.0 `processMultibulkBuffer`, first block): any `n <= 0` is an empty
+    /// request, as in Redis.
     fn multibulk_header(
         &mut self,
         buf: &[u8],
@@ -126,7 +126,7 @@ impl RequestParser {
             return Ok(Parsed::Incomplete);
         };
         let n = match string2ll(buf.get(1..cr).unwrap_or_default()) {
-            Some(-1) | Some(0) => return Ok(Parsed::Empty { consumed: next }),
+            Some(n) if n <= 0 => return Ok(Parsed::Empty { consumed: next }),
             Some(n) if n > 0 && (n as u64) <= limits.max_multibulk_len as u64 => n as usize,
             _ => return Err(err("invalid multibulk length")),
         };
@@ -176,11 +176,10 @@ impl RequestParser {
             let Some(end) = pos.checked_add(len) else {
                 return Err(err("invalid bulk length"));
             };
-            match buf.get(end..end.saturating_add(2)) {
-                None => break,
-                Some(b"\r\n") => {}
-                // Redis 7.0 skips these two bytes unchecked; we reject them.
-                Some(_) => return Err(err("expected CRLF after bulk data")),
+            // Redis 7.0 skips the two bytes after the data without looking at them; so do we, so
+            // that the same bytes mean the same commands through Respite as against Redis.
+            if buf.len() < end.saturating_add(2) {
+                break;
             }
             args.push(pos..end);
             pos = end + 2;
@@ -208,17 +207,25 @@ impl RequestParser {
         limits: &Limits,
     ) -> Result<Parsed, ProtocolError> {
         let from = scanned.min(buf.len());
-        let Some(nl) = buf
+        // Redis finds the end of an inline line with strchr: a NUL before the newline hides it,
+        // so the line never completes (until it is too big). Same here, rather than truncating:
+        // the scan stays parked on the NUL.
+        let hit = buf
             .get(from..)
-            .and_then(|r| r.iter().position(|&b| b == b'\n'))
-        else {
-            if buf.len() > limits.max_inline_len {
-                return Err(err("too big inline request"));
+            .and_then(|r| r.iter().position(|&b| b == b'\n' || b == 0))
+            .map(|i| from + i);
+        let nl = match hit {
+            Some(i) if buf.get(i) == Some(&b'\n') => i,
+            _ => {
+                if buf.len() > limits.max_inline_len {
+                    return Err(err("too big inline request"));
+                }
+                self.progress = Progress::Inline {
+                    scanned: hit.unwrap_or(buf.len()),
+                };
+                return Ok(Parsed::Incomplete);
             }
-            self.progress = Progress::Inline { scanned: buf.len() };
-            return Ok(Parsed::Incomplete);
         };
-        let nl = from + nl;
         let mut line = buf.get(..nl).unwrap_or_default();
         if let [head @ .., b'\r'] = line {
             line = head;

@@ -17,6 +17,7 @@
 //! | `redis.<p>.command.<cmd…>.<stat>` | `envoy_redis_command_<stat>{envoy_redis_prefix="<p>",envoy_redis_command="<cmd…>"}` |
 //! | `redis.<p>.<rest>` | `envoy_redis_<rest>{envoy_redis_prefix="<p>"}` |
 //! | `cluster.<c>.redis_cluster.upstream_commands.<cmd…>.<stat>` | `envoy_cluster_redis_cluster_upstream_commands_<stat>{envoy_cluster_name="<c>",envoy_redis_command="<cmd…>"}` |
+//! | `cluster.<c>.host.<ip:port>.<stat>` | `envoy_cluster_host_<stat>{envoy_cluster_name="<c>",envoy_upstream_host="<ip:port>"}` |
 //! | `cluster.<c>.<rest>` | `envoy_cluster_<rest>{envoy_cluster_name="<c>"}` |
 //! | anything else `<name>` | `envoy_<name>` (no labels) |
 //!
@@ -46,6 +47,8 @@ use super::histogram::{BUCKET_BOUNDS_US, HistogramSnapshot};
 pub const LABEL_REDIS_PREFIX: &str = "envoy_redis_prefix";
 /// Label name for the `cluster.<name>.` scope (Envoy tag `envoy.cluster_name`).
 pub const LABEL_CLUSTER_NAME: &str = "envoy_cluster_name";
+/// Label name for the upstream host (`ip:port`) of per-host stats.
+pub const LABEL_HOST: &str = "envoy_upstream_host";
 /// Label name for the command segment of per-command stats.
 pub const LABEL_REDIS_COMMAND: &str = "envoy_redis_command";
 
@@ -86,6 +89,13 @@ pub fn series(stat: &str) -> Series {
             vec![
                 (LABEL_CLUSTER_NAME, (*c).to_owned()),
                 (LABEL_REDIS_COMMAND, cmd.join(".")),
+            ],
+        ),
+        ["cluster", c, "host", addr @ .., last] if !addr.is_empty() => (
+            format!("envoy_cluster_host_{last}"),
+            vec![
+                (LABEL_CLUSTER_NAME, (*c).to_owned()),
+                (LABEL_HOST, addr.join(".")),
             ],
         ),
         ["cluster", c, rest @ ..] if !rest.is_empty() => (
@@ -280,6 +290,16 @@ mod tests {
             s(
                 "envoy_cluster_upstream_internal_redirect_failed_total",
                 &[(LABEL_CLUSTER_NAME, "cache")]
+            )
+        );
+        assert_eq!(
+            series("cluster.cache.host.127.0.0.1:7001.rq_total"),
+            s(
+                "envoy_cluster_host_rq_total",
+                &[
+                    (LABEL_CLUSTER_NAME, "cache"),
+                    (LABEL_HOST, "127.0.0.1:7001")
+                ]
             )
         );
         assert_eq!(

@@ -18,7 +18,7 @@ use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
 
 /// Buffers grown past this by a huge request or reply are replaced once drained.
-const KEEP_CAPACITY: usize = 1024 * 1024;
+const KEEP_CAPACITY: usize = 8 * 1024 * 1024;
 
 /// Connection life cycle, as seen by request dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +76,8 @@ pub struct Conn {
     stats: HostStats,
     /// Bumped on every new TCP connection so stale tasks of an old one stop.
     generation: Cell<u64>,
+    /// Replaced by a config change: close once the last pending reply is in.
+    retiring: Cell<bool>,
 }
 
 impl Conn {
@@ -97,6 +99,7 @@ impl Conn {
             wake_supervisor: Notify::default(),
             stats,
             generation: Cell::new(0),
+            retiring: Cell::new(false),
         });
         net::spawn(supervise(conn.clone()));
         net::spawn(expire_timeouts(conn.clone()));
@@ -139,7 +142,30 @@ impl Conn {
         Ok(())
     }
 
-    /// Stops the connection for good (cluster removed): pending requests fail.
+    /// Retires the connection after a config change replaced its pool: no session sends to it
+    /// any more, requests already sent get their replies (or time out), then it closes. So a
+    /// reload never fails a request in flight (Envoy drains replaced connection pools too).
+    pub fn retire(&self) {
+        self.retiring.set(true);
+        self.close_if_retired();
+        self.timer_ready.notify();
+    }
+
+    /// Closes a retiring connection once nobody waits for a reply on it.
+    fn close_if_retired(&self) {
+        if !self.retiring.get() {
+            return;
+        }
+        let idle = {
+            let inner = self.inner.borrow();
+            inner.timed_out == inner.pending.len()
+        };
+        if idle {
+            self.shutdown();
+        }
+    }
+
+    /// Stops the connection for good: pending requests fail.
     pub fn shutdown(&self) {
         self.inner.borrow_mut().state = State::Closed;
         self.write_ready.notify();
@@ -173,6 +199,8 @@ impl Conn {
             self.stats.rq_error.inc();
             p.target.deliver(UPSTREAM_FAILURE);
         }
+        // Lets the timeout task of a closed connection see that nothing is pending and stop.
+        self.timer_ready.notify();
     }
 
     /// Matches one reply to the oldest pending request. `false` if nothing was pending (a
@@ -194,6 +222,7 @@ impl Conn {
             self.stats.rq_error.inc();
         }
         p.target.deliver(reply);
+        self.close_if_retired();
         true
     }
 }
@@ -234,6 +263,9 @@ async fn supervise(conn: Rc<Conn>) {
         }
         conn.set_state(State::Backoff);
         conn.fail_all();
+        if conn.retiring.get() {
+            conn.shutdown();
+        }
         if conn.is_closed() {
             return;
         }
@@ -451,6 +483,7 @@ async fn expire_timeouts(conn: Rc<Conn>) {
             conn.stats.rq_timeout.inc();
             conn.stats.rq_error.inc();
             target.deliver(UPSTREAM_FAILURE);
+            conn.close_if_retired();
         }
     }
 }

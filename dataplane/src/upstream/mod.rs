@@ -161,9 +161,10 @@ impl ClusterPool {
 }
 
 impl Drop for ClusterPool {
+    /// The last session using this pool moved to a newer config: let in-flight requests finish.
     fn drop(&mut self) {
         for conn in self.hosts.iter().flatten() {
-            conn.shutdown();
+            conn.retire();
         }
     }
 }
