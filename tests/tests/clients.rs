@@ -121,12 +121,25 @@ fn assert_script_ok(what: &str, out: &Output, log: &str) {
     );
 }
 
-/// (6) `redis.Redis(port=P)` exactly as users write it: redis-py's default handshake (since
-/// redis-py 8 that is `HELLO 3`, RESP3) and a round of common commands, through respite.
+/// (6) `redis.Redis(port=P)` exactly as users write it: redis-py's default handshake and a round
+/// of common commands, through respite. redis-py 8.1.0 (`redis/utils.py`:
+/// `DEFAULT_RESP_VERSION = 3`) opens every connection with `HELLO 3` and has no RESP2 fallback
+/// when the server answers an error, so this needs RESP3 (or a `HELLO 3` respite accepts).
 #[test]
 fn redis_py_default_client() {
     let version = redis_py();
     let (_b, respite) = setup();
+    // The script itself is right: it passes against a redis-server (RESP3 there).
+    let reference = RedisServer::start();
+    let direct = run_python(
+        REDIS_PY_SCRIPT,
+        &[reference.port.to_string(), "default".into()],
+    );
+    assert_script_ok("redis-py default against redis-server", &direct, "");
+    eprintln!(
+        "redis-py {version} default against redis-server: {}",
+        String::from_utf8_lossy(&direct.stdout).trim()
+    );
     let out = run_python(
         REDIS_PY_SCRIPT,
         &[respite.port.to_string(), "default".into()],
