@@ -1041,6 +1041,18 @@ fn disconnect_with_ten_thousand_in_flight_keeps_upstreams_healthy() {
         now, base,
         "({cx_total}, {cx_fail}, {timeouts}) changed after clients left with requests in flight"
     );
+    // Nothing of the abandoned sessions is left: no connection, no request still counted.
+    let (cx, rq) = (
+        "redis.main.downstream_cx_active",
+        "redis.main.downstream_rq_active",
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || respite.stat(cx) == 0
+            && respite.stat(rq) == 0),
+        "{cx} = {}, {rq} = {} after every client left",
+        respite.stat(cx),
+        respite.stat(rq)
+    );
     let mut c = respite.raw();
     for i in 0..30 {
         let k = format!("warm:{i}").into_bytes();
