@@ -38,6 +38,12 @@ struct Session {
 
 /// Serves one client connection until it closes.
 pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<WorkerShared>) {
+    worker.session_opened();
+    serve(stream, handle, &worker).await;
+    worker.session_closed();
+}
+
+async fn serve(stream: TcpStream, handle: Rc<ListenerHandle>, worker: &WorkerShared) {
     let stream = Rc::new(stream);
     let first = handle.current();
     let stats = first.stats.clone();
