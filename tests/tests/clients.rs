@@ -123,8 +123,8 @@ fn assert_script_ok(what: &str, out: &Output, log: &str) {
 
 /// (6) `redis.Redis(port=P)` exactly as users write it: redis-py's default handshake and a round
 /// of common commands, through respite. redis-py 8.1.0 (`redis/utils.py`:
-/// `DEFAULT_RESP_VERSION = 3`) opens every connection with `HELLO 3` and has no RESP2 fallback
-/// when the server answers an error, so this needs RESP3 (or a `HELLO 3` respite accepts).
+/// `DEFAULT_RESP_VERSION = 3`) opens every connection with `HELLO 3` and has no RESP2 fallback,
+/// so this holds only because respite speaks RESP3 to such clients.
 #[test]
 fn redis_py_default_client() {
     let version = redis_py();
@@ -177,46 +177,60 @@ fn redis_py_resp2_client() {
     );
 }
 
-/// (6) `redis.Redis(protocol=3)` sends `HELLO 3`; respite speaks RESP2 only and answers
-/// `-NOPROTO`. What redis-py does with that: it does not fall back to RESP2; the first command
-/// raises `redis.exceptions.ResponseError` carrying the NOPROTO text (no hang, no crash of the
-/// proxy), and RESP2 clients keep working.
+/// (6) RESP3 (`HELLO 3`, redis-py's default): respite serves a RESP3 client from RESP3 upstream
+/// connections, so replies keep their RESP3 types byte for byte — maps, doubles, RESP3 nulls,
+/// also inside merged MGET replies — exactly as a single redis-server answers a RESP3 client.
 #[test]
-fn redis_py_resp3_gets_noproto() {
-    let version = redis_py();
+fn resp3_replies_equal_a_single_redis() {
     let (_b, respite) = setup();
-    let script = r#"
-import sys, redis
-r = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]), protocol=3, socket_timeout=10)
-try:
-    r.ping()
-except redis.exceptions.ResponseError as e:
-    print("ResponseError:", e)
-    sys.exit(0)
-except Exception as e:
-    print("other", type(e).__name__, e)
-    sys.exit(2)
-print("no error: RESP3 accepted")
-sys.exit(3)
-"#;
-    let out = run_python(script, &[respite.port.to_string()]);
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    eprintln!(
-        "redis-py {version} protocol=3 through respite: {}",
-        stdout.trim()
-    );
-    assert!(
-        out.status.success() && stdout.contains("NOPROTO"),
-        "redis-py protocol=3: exit {}, stdout {stdout}, stderr {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = run_python(REDIS_PY_SCRIPT, &[respite.port.to_string(), "2".into()]);
-    assert_script_ok(
-        "redis-py protocol=2 after a RESP3 attempt",
-        &out,
-        &respite.log(),
-    );
+    let reference = RedisServer::start();
+    let mut via = respite.raw();
+    let mut direct = reference.raw();
+    for c in [&mut via, &mut direct] {
+        let hello = c.cmd(&[b"HELLO", b"3"]);
+        assert!(
+            hello.starts_with(b"%7\r\n"),
+            "{}",
+            String::from_utf8_lossy(&hello)
+        );
+        assert!(
+            hello.windows(10).any(|w| w == b"proto\r\n:3\r"),
+            "{}",
+            String::from_utf8_lossy(&hello)
+        );
+    }
+    let script: &[&[&[u8]]] = &[
+        &[b"HSET", b"h", b"f1", b"v1", b"f2", b"v2"],
+        &[b"HGETALL", b"h"],
+        &[b"ZADD", b"z", b"1.5", b"m"],
+        &[b"ZSCORE", b"z", b"m"],
+        &[b"ZRANGE", b"z", b"0", b"-1", b"WITHSCORES"],
+        &[b"GET", b"missing"],
+        &[b"SET", b"a", b"1"],
+        &[
+            b"MGET", b"a", b"missing", b"h", b"0:other", b"1:other", b"2:other",
+        ],
+        &[b"SADD", b"s", b"x"],
+        &[b"SMEMBERS", b"s"],
+        &[b"CLIENT", b"GETNAME"],
+        &[b"EXISTS", b"a", b"h", b"nope"],
+        &[b"DEL", b"a", b"h", b"z", b"s"],
+    ];
+    for cmd in script {
+        let want = direct.cmd(cmd);
+        let got = via.cmd(cmd);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want),
+            "{:?}",
+            cmd.iter()
+                .map(|a| String::from_utf8_lossy(a))
+                .collect::<Vec<_>>()
+        );
+    }
+    // RESET goes back to RESP2.
+    assert_eq!(via.cmd(&[b"RESET"]), b"+RESET\r\n");
+    assert_eq!(via.cmd(&[b"GET", b"missing"]), b"$-1\r\n");
 }
 
 // ---- the Rust redis crate -------------------------------------------------------------------
