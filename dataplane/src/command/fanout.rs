@@ -182,11 +182,18 @@ pub fn scan_cursor(shard: usize, shards: usize, reply: &[u8], out: &mut Vec<u8>)
 }
 
 /// The text of a bulk string reply.
+/// The text of a bulk string, or of a RESP3 verbatim string (`=<len>\r\ntxt:<text>`, what INFO
+/// answers a RESP3 connection).
 fn bulk_text(reply: &[u8]) -> Option<&[u8]> {
-    let rest = reply.strip_prefix(b"$")?;
+    let (verbatim, rest) = match reply.first()? {
+        b'$' => (false, reply.get(1..)?),
+        b'=' => (true, reply.get(1..)?),
+        _ => return None,
+    };
     let nl = rest.windows(2).position(|w| w == b"\r\n")?;
     let n: usize = std::str::from_utf8(rest.get(..nl)?).ok()?.parse().ok()?;
-    rest.get(nl + 2..nl + 2 + n)
+    let body = rest.get(nl + 2..nl + 2 + n)?;
+    if verbatim { body.get(4..) } else { Some(body) }
 }
 
 /// `k:v` fields of a section, in order.

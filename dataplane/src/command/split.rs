@@ -141,7 +141,7 @@ fn merge_mget(nkeys: usize, parts: &[Part], replies: &[&[u8]], out: &mut Vec<u8>
                 .and_then(|r| reply.get(r))
                 // Envoy MGETRequest: a non-bulk element (int, array, status, RESP3) is a
                 // protocol error in its slot; errors stay inline.
-                .filter(|e| matches!(e.first(), Some(b'$') | Some(b'-')))
+                .filter(|e| matches!(e.first(), Some(b'$') | Some(b'-')) || *e == b"_\r\n")
                 .unwrap_or(PROTOCOL_ERROR);
             if let Some(s) = slots.get_mut(o as usize) {
                 *s = elem;

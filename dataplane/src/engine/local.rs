@@ -20,6 +20,9 @@ pub struct ConnState {
     pub name: Option<Vec<u8>>,
     /// QUIT was received: stop reading, close after the replies.
     pub quit: bool,
+    /// The client chose RESP3 with `HELLO 3`: its requests go to RESP3 upstream connections and
+    /// their replies are forwarded as they are.
+    pub resp3: bool,
 }
 
 impl ConnState {
@@ -30,6 +33,7 @@ impl ConnState {
             authed: listener.downstream_auth_passwords.is_empty(),
             name: None,
             quit: false,
+            resp3: false,
         }
     }
 }
@@ -66,6 +70,7 @@ pub fn answer<'a>(
         Local::Command => command::command_reply(argc, arg, out),
         Local::Reset => {
             conn.name = None;
+            conn.resp3 = false;
             conn.authed = rt.config.downstream_auth_passwords.is_empty();
             out.extend_from_slice(b"+RESET\r\n");
         }
@@ -142,7 +147,8 @@ fn auth<'a>(
 }
 
 /// `HELLO [protover [AUTH username password] [SETNAME clientname]]` (Redis 7.0 `helloCommand`).
-/// Only RESP2 is spoken: `HELLO 3` gets `-NOPROTO` so clients fall back to RESP2.
+/// RESP2 and RESP3: a RESP3 session is served by RESP3 upstream connections, so replies keep
+/// their RESP3 types (maps, doubles, nulls) byte for byte.
 fn hello<'a>(
     conn: &mut ConnState,
     cfg: &ListenerConfig,
@@ -150,9 +156,10 @@ fn hello<'a>(
     arg: &impl Fn(usize) -> &'a [u8],
     out: &mut Vec<u8>,
 ) {
+    let mut proto = if conn.resp3 { 3 } else { 2 };
     if argc >= 2 {
         match parse_i64(arg(1)) {
-            Some(2) => {}
+            Some(v @ (2 | 3)) => proto = v,
             Some(_) => {
                 out.extend_from_slice(b"-NOPROTO unsupported protocol version\r\n");
                 return;
@@ -209,13 +216,19 @@ fn hello<'a>(
         }
         conn.name = (!n.is_empty()).then(|| n.to_vec());
     }
-    encode::array_header(out, 14);
+    conn.resp3 = proto == 3;
+    if conn.resp3 {
+        // RESP3 map of 7 pairs.
+        out.extend_from_slice(b"%7\r\n");
+    } else {
+        encode::array_header(out, 14);
+    }
     encode::bulk(out, b"server");
     encode::bulk(out, b"redis");
     encode::bulk(out, b"version");
     encode::bulk(out, REDIS_VERSION);
     encode::bulk(out, b"proto");
-    encode::integer(out, 2);
+    encode::integer(out, proto);
     encode::bulk(out, b"id");
     encode::integer(out, conn.client_id as i64);
     encode::bulk(out, b"mode");
@@ -255,6 +268,7 @@ fn client<'a>(
         }
         "getname" => match &conn.name {
             Some(n) => encode::bulk(out, n),
+            None if conn.resp3 => out.extend_from_slice(b"_\r\n"),
             None => encode::nil(out),
         },
         "id" => encode::integer(out, conn.client_id as i64),

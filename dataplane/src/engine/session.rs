@@ -38,6 +38,12 @@ struct Session {
 
 /// Serves one client connection until it closes.
 pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<WorkerShared>) {
+    worker.session_opened();
+    serve(stream, handle, &worker).await;
+    worker.session_closed();
+}
+
+async fn serve(stream: TcpStream, handle: Rc<ListenerHandle>, worker: &WorkerShared) {
     let stream = Rc::new(stream);
     let first = handle.current();
     let stats = first.stats.clone();
@@ -281,7 +287,7 @@ impl Session {
             part: 0,
         };
         if pool
-            .conn(shard, self.id)
+            .conn(shard, self.id, self.conn.resp3)
             .is_none_or(|c| c.send(request, target).is_err())
         {
             self.sink.deliver(seq, 0, NO_UPSTREAM_HOST);
@@ -298,7 +304,7 @@ impl Session {
         base: &[u8],
         frame: Option<&[u8]>,
     ) {
-        let Some(conn) = pool.conn(shard, self.id) else {
+        let Some(conn) = pool.conn(shard, self.id, self.conn.resp3) else {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
         let seq = self.sink.push(spec.id);
@@ -331,7 +337,7 @@ impl Session {
                 part: i as u32,
             };
             let sent = pool
-                .conn(part.shard, self.id)
+                .conn(part.shard, self.id, self.conn.resp3)
                 .is_some_and(|c| c.send(&part.request, target).is_ok());
             if !sent {
                 failed.push(i as u32);

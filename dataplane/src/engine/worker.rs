@@ -19,6 +19,10 @@ use crate::router::Router;
 use crate::stats::Store;
 use crate::upstream::{ClusterPool, PoolSettings};
 
+/// How many sessions must have closed (and at least half of the peak) before freed memory is
+/// handed back to the kernel; keeps the trim off the path of ordinary connection churn.
+const TRIM_AFTER_CLOSED: usize = 256;
+
 /// Messages from the main thread.
 pub enum Control {
     /// Apply a new config snapshot; the result goes back on the sender.
@@ -36,6 +40,9 @@ pub struct WorkerShared {
     pub active: Rc<Cell<i64>>,
     draining: Cell<bool>,
     next_session: Cell<u64>,
+    /// Open downstream sessions, and their most since memory was last trimmed.
+    sessions: Cell<usize>,
+    sessions_peak: Cell<usize>,
 }
 
 impl WorkerShared {
@@ -49,6 +56,26 @@ impl WorkerShared {
     /// CLIENT ID of session `session`: unique across the process's workers.
     pub fn client_id(&self, session: u64) -> u64 {
         session * self.workers as u64 + self.id as u64 + 1
+    }
+
+    /// A downstream session opened.
+    pub fn session_opened(&self) {
+        let n = self.sessions.get() + 1;
+        self.sessions.set(n);
+        self.sessions_peak.set(self.sessions_peak.get().max(n));
+    }
+
+    /// A downstream session closed. After a large fall in open sessions (10 000 idle clients
+    /// gone), the memory their buffers used is handed back to the kernel: glibc keeps freed
+    /// memory in per-thread arenas otherwise, so RSS would stay at its peak.
+    pub fn session_closed(&self) {
+        let n = self.sessions.get().saturating_sub(1);
+        self.sessions.set(n);
+        let peak = self.sessions_peak.get();
+        if peak >= n + TRIM_AFTER_CLOSED && n <= peak / 2 {
+            self.sessions_peak.set(n);
+            crate::net::release_free_memory();
+        }
     }
 
     /// True once SIGTERM asked this worker to drain.
@@ -140,6 +167,8 @@ pub fn spawn(
                         active: Rc::new(Cell::new(0)),
                         draining: Cell::new(false),
                         next_session: Cell::new(0),
+                        sessions: Cell::new(0),
+                        sessions_peak: Cell::new(0),
                     }),
                     store,
                     listeners: HashMap::new(),

@@ -274,32 +274,41 @@ async fn supervise(conn: Rc<Conn>) {
     }
 }
 
-/// Opens the TCP connection and runs the handshake (AUTH when configured).
+/// Opens the TCP connection and runs the handshake: `HELLO 3 [AUTH user pass]` for RESP3
+/// connections, `AUTH [user] pass` for RESP2 ones when credentials are configured.
 async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
     let s = &conn.settings;
     let stream = net::connect(conn.addr, s.connect_timeout).await?;
-    if let Some(password) = &s.auth_password {
-        let mut req = Vec::new();
-        match &s.auth_username {
-            Some(user) => encode::command(
+    // RESP3 connections authenticate inside HELLO; RESP2 ones with AUTH.
+    let mut req = Vec::new();
+    let user = s.auth_username.as_deref().unwrap_or("default");
+    match (&s.auth_password, s.resp3) {
+        (Some(pw), true) => encode::command(
+            &mut req,
+            [&b"HELLO"[..], b"3", b"AUTH", user.as_bytes(), pw.as_bytes()].into_iter(),
+        ),
+        (None, true) => encode::command(&mut req, [&b"HELLO"[..], b"3"].into_iter()),
+        (Some(pw), false) => match &s.auth_username {
+            Some(u) => encode::command(
                 &mut req,
-                [&b"AUTH"[..], user.as_bytes(), password.as_bytes()].into_iter(),
+                [&b"AUTH"[..], u.as_bytes(), pw.as_bytes()].into_iter(),
             ),
-            None => encode::command(&mut req, [&b"AUTH"[..], password.as_bytes()].into_iter()),
-        }
-        let BufResult(res, _) = net::write_all(&stream, req).await;
-        res?;
-        let reply = net::timeout(s.connect_timeout, read_one_reply(&stream))
-            .await
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "AUTH timeout"))??;
-        if !reply.starts_with(b"+OK") {
-            let text = String::from_utf8_lossy(&reply).trim_end().to_string();
-            warn!(upstream = %conn.addr, reply = %text, "upstream AUTH failed");
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                text,
-            ));
-        }
+            None => encode::command(&mut req, [&b"AUTH"[..], pw.as_bytes()].into_iter()),
+        },
+        (None, false) => return Ok(stream),
+    }
+    let BufResult(res, _) = net::write_all(&stream, req).await;
+    res?;
+    let reply = net::timeout(s.connect_timeout, read_one_reply(&stream))
+        .await
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))??;
+    if reply.first() == Some(&b'-') {
+        let text = String::from_utf8_lossy(&reply).trim_end().to_string();
+        warn!(upstream = %conn.addr, reply = %text, "upstream handshake failed");
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            text,
+        ));
     }
     Ok(stream)
 }

@@ -5,6 +5,7 @@
 
 mod conn;
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +53,8 @@ pub struct PoolSettings {
     pub connect_timeout: Duration,
     pub auth_username: Option<String>,
     pub auth_password: Option<String>,
+    /// Speak RESP3 upstream (HELLO 3 at connect), for sessions whose client chose RESP3.
+    pub resp3: bool,
 }
 
 impl PoolSettings {
@@ -64,6 +67,7 @@ impl PoolSettings {
             connect_timeout: cluster.connect_timeout,
             auth_username: cluster.auth_username.clone(),
             auth_password: cluster.auth_password.clone(),
+            resp3: false,
         }
     }
 }
@@ -101,6 +105,9 @@ pub struct ClusterPool {
     lb: LoadBalancer,
     /// `hosts[i]` holds `connections_per_host` connections to host `i`.
     hosts: Vec<Vec<Rc<Conn>>>,
+    /// The same for RESP3 clients, opened when the first one arrives.
+    hosts_resp3: RefCell<Option<Vec<Vec<Rc<Conn>>>>>,
+    host_stats: Vec<HostStats>,
     /// The config it was built from, to tell whether a reload changed it.
     pub cluster: ClusterConfig,
     pub settings: Rc<PoolSettings>,
@@ -115,21 +122,18 @@ impl ClusterPool {
         worker: usize,
     ) -> Rc<ClusterPool> {
         let settings = Rc::new(settings);
-        let per_host = cluster.connections_per_host.max(1);
-        let hosts = cluster
+        let host_stats: Vec<HostStats> = cluster
             .hosts
             .iter()
-            .map(|h| {
-                let stats = HostStats::new(store, worker, &cluster.name, &h.address.to_string());
-                (0..per_host)
-                    .map(|_| Conn::start(h.address, settings.clone(), stats.clone()))
-                    .collect()
-            })
+            .map(|h| HostStats::new(store, worker, &cluster.name, &h.address.to_string()))
             .collect();
+        let hosts = connect_all(cluster, &settings, &host_stats);
         Rc::new(ClusterPool {
             name: cluster.name.clone(),
             lb: LoadBalancer::new(cluster.lb_policy, &cluster.hosts),
             hosts,
+            hosts_resp3: RefCell::new(None),
+            host_stats,
             cluster: cluster.clone(),
             settings,
         })
@@ -142,11 +146,22 @@ impl ClusterPool {
     }
 
     /// The connection to host `shard` used by session `session` (a session always uses the same
-    /// one, so its commands to a host stay in order).
+    /// one, so its commands to a host stay in order). `resp3`: the session speaks RESP3, so its
+    /// replies must come from a RESP3 connection.
     #[inline]
-    pub fn conn(&self, shard: usize, session: u64) -> Option<&Rc<Conn>> {
-        let conns = self.hosts.get(shard)?;
-        conns.get((session % conns.len().max(1) as u64) as usize)
+    pub fn conn(&self, shard: usize, session: u64, resp3: bool) -> Option<Rc<Conn>> {
+        if resp3 {
+            let mut r3 = self.hosts_resp3.borrow_mut();
+            let hosts = r3.get_or_insert_with(|| {
+                let settings = Rc::new(PoolSettings {
+                    resp3: true,
+                    ..(*self.settings).clone()
+                });
+                connect_all(&self.cluster, &settings, &self.host_stats)
+            });
+            return pick(hosts, shard, session).cloned();
+        }
+        pick(&self.hosts, shard, session).cloned()
     }
 
     /// Number of hosts.
@@ -160,10 +175,35 @@ impl ClusterPool {
     }
 }
 
+fn pick(hosts: &[Vec<Rc<Conn>>], shard: usize, session: u64) -> Option<&Rc<Conn>> {
+    let conns = hosts.get(shard)?;
+    conns.get((session % conns.len().max(1) as u64) as usize)
+}
+
+/// Starts `connections_per_host` connections to every host of `cluster`.
+fn connect_all(
+    cluster: &ClusterConfig,
+    settings: &Rc<PoolSettings>,
+    stats: &[HostStats],
+) -> Vec<Vec<Rc<Conn>>> {
+    let per_host = cluster.connections_per_host.max(1);
+    cluster
+        .hosts
+        .iter()
+        .zip(stats)
+        .map(|(h, stats)| {
+            (0..per_host)
+                .map(|_| Conn::start(h.address, settings.clone(), stats.clone()))
+                .collect()
+        })
+        .collect()
+}
+
 impl Drop for ClusterPool {
     /// The last session using this pool moved to a newer config: let in-flight requests finish.
     fn drop(&mut self) {
-        for conn in self.hosts.iter().flatten() {
+        let r3 = self.hosts_resp3.borrow_mut().take();
+        for conn in self.hosts.iter().chain(r3.iter().flatten()).flatten() {
             conn.retire();
         }
     }

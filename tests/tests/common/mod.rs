@@ -149,3 +149,172 @@ impl Drop for Stopped {
 pub fn listening(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_ok()
 }
+
+// ---- process measurements and hostile-client helpers (hostile.rs, clients.rs) -------------
+
+/// `VmRSS` of process `pid` in KiB (from /proc/PID/status).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
+}
+
+/// (soft, hard) `Max open files` of process `pid` (from /proc/PID/limits).
+pub fn nofile_limits(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/limits: {e}"));
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files line");
+    let nums: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (nums[0], nums[1])
+}
+
+/// Raises the soft `RLIMIT_NOFILE` of process `pid` to `want` (at most its hard limit) with
+/// prlimit(1), like `ulimit -n` would for a child; returns the soft limit afterwards.
+pub fn raise_nofile(pid: u32, want: u64) -> u64 {
+    let (soft, hard) = nofile_limits(pid);
+    let target = want.min(hard);
+    if soft < target {
+        let ok = Command::new("prlimit")
+            .arg(format!("--pid={pid}"))
+            .arg(format!("--nofile={target}:{hard}"))
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "prlimit --pid={pid} --nofile={target}:{hard} failed");
+    }
+    nofile_limits(pid).0
+}
+
+/// A backend's `INFO commandstats` as command → calls, without `info` itself (so the caller's
+/// own INFO calls do not count).
+pub fn commandstats(server: &RedisServer) -> std::collections::BTreeMap<String, u64> {
+    let mut c = server.raw();
+    let reply = c.cmd(&[b"INFO", b"commandstats"]);
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            (name != "info").then(|| (name.to_string(), calls))
+        })
+        .collect()
+}
+
+/// Connects to `addr`, writes `bytes` (write errors ignored: the peer may close first),
+/// half-closes if `half_close`, then reads until EOF / reset (`closed = true`) or until nothing
+/// arrives for `quiet` (`closed = false`). Returns (bytes received, closed).
+pub fn exchange(addr: &str, bytes: &[u8], half_close: bool, quiet: Duration) -> (Vec<u8>, bool) {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_nodelay(true).ok();
+    let writer = {
+        let mut w = s.try_clone().expect("clone");
+        let bytes = bytes.to_vec();
+        std::thread::spawn(move || {
+            let _ = w.write_all(&bytes);
+            if half_close {
+                let _ = w.shutdown(std::net::Shutdown::Write);
+            }
+        })
+    };
+    s.set_read_timeout(Some(quiet)).ok();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break false;
+            }
+            Err(_) => break true,
+        }
+    };
+    drop(s);
+    let _ = writer.join();
+    (out, closed)
+}
+
+/// A client that GETs one key in a loop on its own connection and records every latency, to
+/// show that other clients are not disturbed.
+pub struct Prober {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<Vec<Duration>>>,
+}
+
+impl Prober {
+    /// Starts probing `GET key` on `addr`; every reply must equal `bulk(value)`.
+    pub fn start(addr: &str, key: &[u8], value: &[u8]) -> Prober {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (addr, key, want, flag) = (addr.to_string(), key.to_vec(), bulk(value), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let mut c = RawClient::connect(&addr);
+            let mut lat = Vec::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let r = c.cmd(&[b"GET", &key]);
+                lat.push(t.elapsed());
+                assert_eq!(r, want, "prober GET {} answered {}", show(&key), show(&r));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            lat
+        });
+        Prober {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the prober and returns (count, p50, p99, max) of its GET latencies.
+    pub fn finish(mut self) -> LatencySummary {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut lat = match self.handle.take().expect("running").join() {
+            Ok(l) => l,
+            Err(p) => std::panic::resume_unwind(p),
+        };
+        lat.sort();
+        let at = |q: f64| lat[((lat.len() - 1) as f64 * q) as usize];
+        assert!(!lat.is_empty(), "the prober made no request");
+        LatencySummary {
+            count: lat.len(),
+            p50: at(0.5),
+            p99: at(0.99),
+            max: *lat.last().unwrap(),
+        }
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Latencies seen by a [`Prober`].
+#[derive(Debug, Clone, Copy)]
+pub struct LatencySummary {
+    pub count: usize,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+}
