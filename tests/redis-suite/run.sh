@@ -10,9 +10,9 @@
 #   --tags -needs:debug -needs:repl -needs:save -needs:reset -needs:config-maxmemory
 #          -needs:config-resetstat -needs:pfdebug -needs:latency -needs:local-process
 #   -resp3
-# (every `needs:` tag Redis 7.0.15's tests/ use, and `resp3`: Respite speaks RESP2 to clients
-# and answers HELLO 3 with NOPROTO; list.tcl switches protocols with HELLO outside any test, which
-# would end the unit). --cluster-mode also skips `cluster:skip` tests
+# (every `needs:` tag Redis 7.0.15's tests/ use, and `resp3`: list.tcl switches protocols with
+# HELLO outside any test, where a failure ends the unit; tests named "... RESP3" in hash/zset
+# still switch to RESP3 inside the test). --cluster-mode also skips `cluster:skip` tests
 # and implies --singledb; external mode skips `external:skip` tests.
 #
 # Environment:
