@@ -123,7 +123,10 @@ fn run_suite(
         .arg(port.to_string())
         .args(units)
         .env("REDIS_SUITE_OUT", out.path())
-        .env("REDIS_SUITE_SKIP", skip.map(|p| p.as_os_str()).unwrap_or_default())
+        .env(
+            "REDIS_SUITE_SKIP",
+            skip.map(|p| p.as_os_str()).unwrap_or_default(),
+        )
         // runtest's own test server listens from baseport-32: start at a port nobody uses.
         .env(
             "REDIS_SUITE_BASEPORT",
