@@ -65,13 +65,13 @@ impl Server {
     fn call(&mut self, args: &[&[u8]]) -> Vec<u8> {
         let mut req = Vec::new();
         crate::resp::encode::command(&mut req, args.iter().copied());
-        self.conn.write_all(&req).unwrap();
+        self.conn.write_all(&req).expect("test value");
         loop {
             if let Ok(Some(n)) = crate::resp::reply_len(&self.buf) {
                 return self.buf.drain(..n).collect();
             }
             let mut chunk = [0u8; 65536];
-            let n = self.conn.read(&mut chunk).unwrap();
+            let n = self.conn.read(&mut chunk).expect("test value");
             assert!(n > 0, "redis-server closed the connection");
             self.buf.extend_from_slice(&chunk[..n]);
         }
@@ -177,7 +177,7 @@ fn local_errors_match_a_real_redis() {
 
 /// The first `n` elements of an array reply, as bytes.
 fn head(reply: &[u8], n: usize) -> Vec<u8> {
-    let elems = crate::resp::array_elements(reply).unwrap();
+    let elems = crate::resp::array_elements(reply).expect("test value");
     elems
         .iter()
         .take(n)
@@ -201,8 +201,8 @@ fn command_info_matches_a_real_redis() {
         let args: [&[u8]; 3] = [b"COMMAND", b"INFO", c.name.as_bytes()];
         command_reply(3, |i| args[i], &mut ours);
         let (t, o) = (
-            crate::resp::array_elements(&theirs).unwrap(),
-            crate::resp::array_elements(&ours).unwrap(),
+            crate::resp::array_elements(&theirs).expect("test value"),
+            crate::resp::array_elements(&ours).expect("test value"),
         );
         let (t, o) = (&theirs[t[0].clone()], &ours[o[0].clone()]);
         // name, arity, flags, first, last, step, ACL categories, tips, key specs.
@@ -214,7 +214,7 @@ fn command_info_matches_a_real_redis() {
         );
         // Subcommand count.
         let subs = |r: &[u8]| {
-            let e = crate::resp::array_elements(r).unwrap();
+            let e = crate::resp::array_elements(r).expect("test value");
             crate::resp::array_len(&r[e[9].clone()])
         };
         assert_eq!(subs(o), subs(t), "{}", c.name);
@@ -223,8 +223,8 @@ fn command_info_matches_a_real_redis() {
         let mut ours = Vec::new();
         command_reply(3, |i| args[i], &mut ours);
         let theirs = redis.call(&args);
-        let o = crate::resp::array_elements(&ours).unwrap();
-        let t = crate::resp::array_elements(&theirs).unwrap();
+        let o = crate::resp::array_elements(&ours).expect("test value");
+        let t = crate::resp::array_elements(&theirs).expect("test value");
         assert_eq!(ours[o[0].clone()], theirs[t[0].clone()], "{}", c.name);
         // Containers: Redis lists subcommands in (seeded) dict order; compare the rest.
         if !is_container(c) {

@@ -40,7 +40,7 @@ fn lookup_is_case_insensitive() {
 
 #[test]
 fn rows_follow_redis() {
-    let c = |n: &str| *lookup(n.as_bytes()).unwrap();
+    let c = |n: &str| *lookup(n.as_bytes()).expect("test value");
     let get = c("get");
     assert_eq!(
         (get.arity, get.first_key, get.last_key, get.step, get.write),
@@ -60,8 +60,18 @@ fn rows_follow_redis() {
     assert_eq!(c("echo").arity, 2);
     assert_eq!(c("auth").arity, -2);
     assert_eq!(c("xgroup").kind, Kind::Container);
-    assert_eq!(lookup_fullname(b"xgroup|create").unwrap().first_key, 2);
-    assert_eq!(lookup_fullname(b"object|encoding").unwrap().first_key, 2);
+    assert_eq!(
+        lookup_fullname(b"xgroup|create")
+            .expect("test value")
+            .first_key,
+        2
+    );
+    assert_eq!(
+        lookup_fullname(b"object|encoding")
+            .expect("test value")
+            .first_key,
+        2
+    );
     assert!(c("getex").write && !c("sort_ro").write && c("xadd").write);
     let counts = COMMANDS.iter().fold([0; 3], |mut a, c| {
         a[match c.kind {
@@ -79,28 +89,31 @@ fn rows_follow_redis() {
 
 #[test]
 fn arity_and_keys() {
-    let get = lookup(b"get").unwrap();
+    let get = lookup(b"get").expect("test value");
     assert!(get.arity_ok(2) && !get.arity_ok(1) && !get.arity_ok(3));
-    let mset = lookup(b"mset").unwrap();
+    let mset = lookup(b"mset").expect("test value");
     assert!(mset.arity_ok(3) && mset.arity_ok(5) && !mset.arity_ok(2));
     assert!(keys_complete(mset, 5) && !keys_complete(mset, 4));
     assert_eq!(key_indices(mset, 5).collect::<Vec<_>>(), vec![1, 3]);
-    assert_eq!(key_count(lookup(b"mget").unwrap(), 4), 3);
-    assert_eq!(key_count(lookup(b"ping").unwrap(), 2), 0);
+    assert_eq!(key_count(lookup(b"mget").expect("test value"), 4), 3);
+    assert_eq!(key_count(lookup(b"ping").expect("test value"), 2), 0);
     assert_eq!(key_count(get, 1), 0);
     let args: [&[u8]; 3] = [b"xinfo", b"stream", b"s1"];
     assert_eq!(
-        key_of(lookup_fullname(b"xinfo|stream").unwrap(), &args),
+        key_of(lookup_fullname(b"xinfo|stream").expect("test value"), &args),
         Some(&b"s1"[..])
     );
     assert_eq!(key_of(get, &[b"get"]), None);
-    assert_eq!(key_of(lookup(b"ping").unwrap(), &[b"ping", b"x"]), None);
+    assert_eq!(
+        key_of(lookup(b"ping").expect("test value"), &[b"ping", b"x"]),
+        None
+    );
 }
 
 #[test]
 fn error_replies() {
     assert_eq!(
-        arity_error(lookup(b"GET").unwrap()),
+        arity_error(lookup(b"GET").expect("test value")),
         b"-ERR wrong number of arguments for 'get' command\r\n"
     );
     assert_eq!(
@@ -155,7 +168,7 @@ fn cmd(v: &[&[u8]]) -> Vec<u8> {
 
 #[test]
 fn split_mget_groups_by_shard_in_order() {
-    let spec = lookup(b"mget").unwrap();
+    let spec = lookup(b"mget").expect("test value");
     let args: [&[u8]; 5] = [b"MGET", b"a", b"b", b"c", b"a"];
     // 'a' = 97 (odd → 1), 'b' = 98 (0), 'c' = 99 (1).
     let parts = split(spec, &args, &mut shard_by_first_byte);
@@ -185,7 +198,7 @@ fn split_mget_groups_by_shard_in_order() {
 
 #[test]
 fn mget_errors_inline() {
-    let spec = lookup(b"mget").unwrap();
+    let spec = lookup(b"mget").expect("test value");
     let args: [&[u8]; 4] = [b"mget", b"a", b"b", b"c"];
     let parts = split(spec, &args, &mut shard_by_first_byte);
     // Part 0 (a, c) failed; part 1 (b) answered.
@@ -212,7 +225,7 @@ fn mget_errors_inline() {
     );
     let pe = "-upstream protocol error\r\n";
     assert_eq!(
-        String::from_utf8(out).unwrap(),
+        String::from_utf8(out).expect("test value"),
         format!("*3\r\n{pe}{pe}{pe}")
     );
     // A missing reply, and non-bulk elements.
@@ -225,14 +238,14 @@ fn mget_errors_inline() {
         &mut out,
     );
     assert_eq!(
-        String::from_utf8(out).unwrap(),
+        String::from_utf8(out).expect("test value"),
         format!("*3\r\n{pe}{pe}$1\r\nC\r\n")
     );
 }
 
 #[test]
 fn mget_duplicates_single_shard() {
-    let spec = lookup(b"mget").unwrap();
+    let spec = lookup(b"mget").expect("test value");
     let args: [&[u8]; 3] = [b"MGET", b"a", b"a"];
     let parts = split(spec, &args, &mut |_| 7);
     assert_eq!(parts.len(), 1);
@@ -252,7 +265,7 @@ fn mget_duplicates_single_shard() {
 
 #[test]
 fn mset_split_and_merge() {
-    let spec = lookup(b"mset").unwrap();
+    let spec = lookup(b"mset").expect("test value");
     let args: [&[u8]; 7] = [b"MSET", b"a", b"1", b"b", b"2", b"c", b"3"];
     let parts = split(spec, &args, &mut shard_by_first_byte);
     assert_eq!(parts[0].request, cmd(&[b"MSET", b"a", b"1", b"c", b"3"]));
@@ -284,7 +297,7 @@ fn mset_split_and_merge() {
 
 #[test]
 fn sum_integers() {
-    let spec = lookup(b"del").unwrap();
+    let spec = lookup(b"del").expect("test value");
     let args: [&[u8]; 4] = [b"DEL", b"a", b"b", b"a"];
     let parts = split(spec, &args, &mut shard_by_first_byte);
     assert_eq!(parts[0].request, cmd(&[b"DEL", b"a", b"a"]));
@@ -343,7 +356,7 @@ fn keys_of(v: &[&[u8]]) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();
     keys(spec, v.len(), argv(v), &mut out)
         .map(|()| out)
-        .map_err(|e| String::from_utf8(e).unwrap())
+        .map_err(|e| String::from_utf8(e).expect("test value"))
 }
 
 #[test]
@@ -365,19 +378,19 @@ fn every_redis_7_0_15_command_has_a_row_with_its_values() {
         }
         if let Some((container, _)) = name.split_once('|') {
             assert!(
-                is_container(lookup(container.as_bytes()).unwrap()),
+                is_container(lookup(container.as_bytes()).expect("test value")),
                 "{name}"
             );
         }
     }
     // PUBLISH is routed by its channel, as Envoy does.
-    let p = lookup(b"publish").unwrap();
+    let p = lookup(b"publish").expect("test value");
     assert_eq!((p.first_key, p.kind), (1, Kind::Keyed));
 }
 
 #[test]
 fn kinds_are_chosen_for_every_row() {
-    let kind = |n: &str| lookup_fullname(n.as_bytes()).unwrap().kind;
+    let kind = |n: &str| lookup_fullname(n.as_bytes()).expect("test value").kind;
     for n in [
         "rename",
         "renamenx",
@@ -526,20 +539,25 @@ fn kinds_are_chosen_for_every_row() {
 fn resolve_containers_and_errors() {
     // Texts observed from redis-server 7.0.15.
     let err = |v: &[&[u8]]| match res(v) {
-        Err(ResolveError::Invalid(e)) => String::from_utf8(e).unwrap(),
+        Err(ResolveError::Invalid(e)) => String::from_utf8(e).expect("test value"),
         other => panic!("{other:?}"),
     };
     assert_eq!(
-        res(&[b"SCRIPT", b"load", b"x"]).unwrap().name,
+        res(&[b"SCRIPT", b"load", b"x"]).expect("test value").name,
         "script|load"
     );
     assert_eq!(
-        res(&[b"object", b"ENCODING", b"k"]).unwrap().name,
+        res(&[b"object", b"ENCODING", b"k"])
+            .expect("test value")
+            .name,
         "object|encoding"
     );
-    assert_eq!(res(&[b"command"]).unwrap().name, "command");
-    assert_eq!(res(&[b"COMMAND", b"Count"]).unwrap().name, "command|count");
-    assert_eq!(res(&[b"get", b"k"]).unwrap().name, "get");
+    assert_eq!(res(&[b"command"]).expect("test value").name, "command");
+    assert_eq!(
+        res(&[b"COMMAND", b"Count"]).expect("test value").name,
+        "command|count"
+    );
+    assert_eq!(res(&[b"get", b"k"]).expect("test value").name, "get");
     assert_eq!(
         err(&[b"SCRIPT"]),
         "-ERR wrong number of arguments for 'script' command\r\n"
@@ -803,13 +821,17 @@ fn keys_of_every_shape() {
         Ok(vec![])
     );
     assert_eq!(keys_of(&[b"XREAD", b"COUNT", b"1", b"a"]), Ok(vec![]));
-    let xread = lookup(b"xread").unwrap();
+    let xread = lookup(b"xread").expect("test value");
     let blocking: [&[u8]; 6] = [b"XREAD", b"BLOCK", b"0", b"STREAMS", b"a", b"$"];
     assert!(is_blocking(xread, 6, argv(&blocking)));
     let plain: [&[u8]; 4] = [b"XREAD", b"STREAMS", b"block", b"$"];
     assert!(!is_blocking(xread, 4, argv(&plain)));
     let get: [&[u8]; 2] = [b"get", b"block"];
-    assert!(!is_blocking(lookup(b"get").unwrap(), 2, argv(&get)));
+    assert!(!is_blocking(
+        lookup(b"get").expect("test value"),
+        2,
+        argv(&get)
+    ));
     // Sort.
     assert_eq!(keys_of(&[b"sort", b"k"]), Ok(vec![1]));
     assert_eq!(
@@ -862,7 +884,7 @@ fn fanout_merges() {
     let m = |merge: Merge, replies: &[&[u8]]| {
         let mut out = Vec::new();
         fanout::merge(merge, replies, &mut out);
-        String::from_utf8(out).unwrap()
+        String::from_utf8(out).expect("test value")
     };
     assert_eq!(m(Merge::AllOk, &[b"+OK\r\n", b"+OK\r\n"]), "+OK\r\n");
     assert_eq!(
@@ -935,7 +957,7 @@ fn fanout_merges() {
     let sha = b"$40\r\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
     assert_eq!(
         m(Merge::Same, &[sha, sha]),
-        String::from_utf8(sha.to_vec()).unwrap()
+        String::from_utf8(sha.to_vec()).expect("test value")
     );
     assert_eq!(m(Merge::Same, &[sha, b"-ERR x\r\n"]), "-ERR x\r\n");
     assert_eq!(
@@ -961,8 +983,8 @@ fn info_merge_sums_keyspace_stats_and_clients() {
         env!("CARGO_PKG_VERSION")
     );
     assert_eq!(
-        String::from_utf8(out).unwrap(),
-        String::from_utf8(bulk(&want)).unwrap()
+        String::from_utf8(out).expect("test value"),
+        String::from_utf8(bulk(&want)).expect("test value")
     );
     // An empty keyspace on the first shard still lists the others' databases.
     let (ra, rb) = (
@@ -971,7 +993,7 @@ fn info_merge_sums_keyspace_stats_and_clients() {
     );
     let mut out = Vec::new();
     fanout::merge(Merge::Info, &[&ra, &rb], &mut out);
-    let text = String::from_utf8(out).unwrap();
+    let text = String::from_utf8(out).expect("test value");
     assert!(
         text.contains("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n\r\n# Proxy\r\n"),
         "{text}"
@@ -1017,7 +1039,7 @@ fn scan_cursor_round_trip_and_full_iteration() {
     let mut seen = Vec::new();
     let mut cursor = b"0".to_vec();
     for _ in 0..10 {
-        let (shard, c) = scan::decode(&cursor, 3).unwrap();
+        let (shard, c) = scan::decode(&cursor, 3).expect("test value");
         let mut out = Vec::new();
         fanout::merge(
             Merge::ScanCursor {
@@ -1027,18 +1049,23 @@ fn scan_cursor_round_trip_and_full_iteration() {
             &[&page(shard, c)],
             &mut out,
         );
-        let elems = crate::resp::array_elements(&out).unwrap();
+        let elems = crate::resp::array_elements(&out).expect("test value");
         let cur = &out[elems[0].clone()];
-        let text = std::str::from_utf8(cur).unwrap();
-        cursor = text.split("\r\n").nth(1).unwrap().as_bytes().to_vec();
-        for k in crate::resp::array_elements(&out[elems[1].clone()]).unwrap() {
+        let text = std::str::from_utf8(cur).expect("test value");
+        cursor = text
+            .split("\r\n")
+            .nth(1)
+            .expect("test value")
+            .as_bytes()
+            .to_vec();
+        for k in crate::resp::array_elements(&out[elems[1].clone()]).expect("test value") {
             let kb = &out[elems[1].start + k.start..elems[1].start + k.end];
             seen.push(
                 std::str::from_utf8(kb)
-                    .unwrap()
+                    .expect("test value")
                     .split("\r\n")
                     .nth(1)
-                    .unwrap()
+                    .expect("test value")
                     .to_string(),
             );
         }
@@ -1084,7 +1111,7 @@ fn scan_cursor_round_trip_and_full_iteration() {
         ((1u64 << 56) | 12).to_string().len(),
         (1u64 << 56) | 12
     );
-    assert_eq!(String::from_utf8(out).unwrap(), want);
+    assert_eq!(String::from_utf8(out).expect("test value"), want);
 }
 
 fn command(v: &[&[u8]]) -> Vec<u8> {
@@ -1105,21 +1132,21 @@ fn command_replies() {
     // COMMAND INFO get: Redis 7.0.15's bytes.
     let get = command(&[b"command", b"info", b"get", b"nosuch"]);
     assert_eq!(
-        String::from_utf8(get).unwrap(),
+        String::from_utf8(get).expect("test value"),
         "*2\r\n*10\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*3\r\n+@read\r\n+@string\r\n+@fast\r\n*0\r\n*1\r\n*6\r\n$5\r\nflags\r\n*2\r\n+RO\r\n+access\r\n$12\r\nbegin_search\r\n*4\r\n$4\r\ntype\r\n$5\r\nindex\r\n$4\r\nspec\r\n*2\r\n$5\r\nindex\r\n:1\r\n$9\r\nfind_keys\r\n*4\r\n$4\r\ntype\r\n$5\r\nrange\r\n$4\r\nspec\r\n*6\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n*0\r\n$-1\r\n"
     );
     // A container lists its subcommands; tips are kept.
     let script = command(&[b"COMMAND", b"INFO", b"script"]);
-    let s = String::from_utf8(script).unwrap();
+    let s = String::from_utf8(script).expect("test value");
     assert!(s.starts_with("*1\r\n*10\r\n$6\r\nscript\r\n:-2\r\n*0\r\n:0\r\n:0\r\n:0\r\n*1\r\n+@slow\r\n*0\r\n*0\r\n*6\r\n"), "{s}");
     assert!(s.contains("$11\r\nscript|load\r\n:3\r\n*2\r\n+noscript\r\n+stale\r\n:0\r\n:0\r\n:0\r\n*2\r\n+@slow\r\n+@scripting\r\n*2\r\n$24\r\nrequest_policy:all_nodes\r\n$29\r\nresponse_policy:all_succeeded\r\n*0\r\n*0\r\n"));
     let oe = command(&[b"COMMAND", b"INFO", b"OBJECT|encoding"]);
-    assert!(String::from_utf8(oe).unwrap().starts_with(
+    assert!(String::from_utf8(oe).expect("test value").starts_with(
         "*1\r\n*10\r\n$15\r\nobject|encoding\r\n:3\r\n*1\r\n+readonly\r\n:2\r\n:2\r\n:1\r\n"
     ));
     // COMMAND: every top-level command, each with 10 elements.
     let all = command(&[b"COMMAND"]);
-    let elems = crate::resp::array_elements(&all).unwrap();
+    let elems = crate::resp::array_elements(&all).expect("test value");
     assert_eq!(elems.len(), top);
     for e in &elems {
         assert_eq!(crate::resp::array_len(&all[e.clone()]), Some(10));
@@ -1129,14 +1156,14 @@ fn command_replies() {
     let list = command(&[b"COMMAND", b"LIST"]);
     assert_eq!(crate::resp::array_len(&list), Some(COMMANDS.len()));
     let mut names: Vec<String> = crate::resp::array_elements(&list)
-        .unwrap()
+        .expect("test value")
         .into_iter()
         .map(|r| {
             String::from_utf8(list[r].to_vec())
-                .unwrap()
+                .expect("test value")
                 .split("\r\n")
                 .nth(1)
-                .unwrap()
+                .expect("test value")
                 .to_string()
         })
         .collect();
@@ -1166,14 +1193,14 @@ fn command_replies() {
     // COMMAND DOCS.
     let docs = command(&[b"COMMAND", b"DOCS", b"get", b"nosuch"]);
     assert_eq!(
-        String::from_utf8(docs).unwrap(),
+        String::from_utf8(docs).expect("test value"),
         "*2\r\n$3\r\nget\r\n*10\r\n$7\r\nsummary\r\n$22\r\nGet the value of a key\r\n$5\r\nsince\r\n$5\r\n1.0.0\r\n$5\r\ngroup\r\n$6\r\nstring\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*1\r\n*6\r\n$4\r\nname\r\n$3\r\nkey\r\n$4\r\ntype\r\n$3\r\nkey\r\n$14\r\nkey_spec_index\r\n:0\r\n"
     );
     assert_eq!(command(&[b"COMMAND", b"DOCS", b"nosuch"]), b"*0\r\n");
     let all_docs = command(&[b"COMMAND", b"DOCS"]);
     assert_eq!(crate::resp::array_len(&all_docs), Some(top * 2));
     // COMMAND GETKEYS (texts observed from redis-server 7.0.15).
-    let gk = |v: &[&[u8]]| String::from_utf8(command(v)).unwrap();
+    let gk = |v: &[&[u8]]| String::from_utf8(command(v)).expect("test value");
     assert_eq!(
         gk(&[b"command", b"getkeys", b"eval", b"x", b"2", b"a", b"b"]),
         "*2\r\n$1\r\na\r\n$1\r\nb\r\n"

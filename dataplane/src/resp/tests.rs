@@ -78,11 +78,17 @@ fn encode_cmd(v: &[Vec<u8>]) -> Vec<u8> {
 #[test]
 fn simple_resp_and_inline() {
     assert_eq!(
-        parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n").unwrap(),
+        parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n").expect("test value"),
         vec![args(&[b"GET", b"a"])]
     );
-    assert_eq!(parse_all(b"PING\r\n").unwrap(), vec![args(&[b"PING"])]);
-    assert_eq!(parse_all(b"get  a\n").unwrap(), vec![args(&[b"get", b"a"])]);
+    assert_eq!(
+        parse_all(b"PING\r\n").expect("test value"),
+        vec![args(&[b"PING"])]
+    );
+    assert_eq!(
+        parse_all(b"get  a\n").expect("test value"),
+        vec![args(&[b"get", b"a"])]
+    );
     assert_eq!(
         one(b"*1\r\n$4\r\nPING\r\nextra"),
         Ok(Parsed::Resp { consumed: 14 })
@@ -104,9 +110,12 @@ fn empty_requests() {
     assert_eq!(one(b"\n"), Ok(Parsed::Empty { consumed: 1 }));
     assert_eq!(one(b"   \t \r\n"), Ok(Parsed::Empty { consumed: 7 }));
     // Only `*` starts a multibulk request; anything else is an inline line.
-    assert_eq!(parse_all(b"$0\r\n").unwrap(), vec![args(&[b"$0"])]);
     assert_eq!(
-        parse_all(b"*0\r\n\r\nPING\r\n").unwrap(),
+        parse_all(b"$0\r\n").expect("test value"),
+        vec![args(&[b"$0"])]
+    );
+    assert_eq!(
+        parse_all(b"*0\r\n\r\nPING\r\n").expect("test value"),
         vec![Req::Empty, Req::Empty, args(&[b"PING"])]
     );
 }
@@ -134,7 +143,7 @@ fn error_texts() {
     // Redis skips the two bytes after bulk data unchecked: `*1 $4 PINGX\r\n` is PING, then an
     // empty inline line.
     assert_eq!(
-        parse_all(b"*1\r\n$4\r\nPINGX\r\n").unwrap(),
+        parse_all(b"*1\r\n$4\r\nPINGX\r\n").expect("test value"),
         vec![args(&[b"PING"]), Req::Empty]
     );
     assert_eq!(one(b"\"abc\n"), perr("unbalanced quotes in request"));
@@ -172,7 +181,10 @@ fn binary_bulks() {
         b"\r\n\0*1\r\n$1\r\n".to_vec(),
         Vec::new(),
     ];
-    assert_eq!(parse_all(&encode_cmd(&v)).unwrap(), vec![Req::Args(v)]);
+    assert_eq!(
+        parse_all(&encode_cmd(&v)).expect("test value"),
+        vec![Req::Args(v)]
+    );
 }
 
 #[test]
@@ -189,7 +201,10 @@ fn inline_quoting() {
     ];
     // A NUL before the newline hides it from Redis's strchr: the line never completes.
     assert_eq!(one(b"SET k a\0b\r\n"), Ok(Parsed::Incomplete));
-    assert_eq!(parse_all(b"SET k a\0b\r\nGET k\r\n").unwrap(), vec![]);
+    assert_eq!(
+        parse_all(b"SET k a\0b\r\nGET k\r\n").expect("test value"),
+        vec![]
+    );
     let mut p = RequestParser::default();
     let (mut a, mut sc) = (Vec::new(), Vec::new());
     assert_eq!(
@@ -203,7 +218,11 @@ fn inline_quoting() {
     for (line, want) in cases {
         let mut input = line.to_vec();
         input.extend_from_slice(b"\r\n");
-        assert_eq!(parse_all(&input).unwrap(), vec![args(want)], "{line:?}");
+        assert_eq!(
+            parse_all(&input).expect("test value"),
+            vec![args(want)],
+            "{line:?}"
+        );
     }
     for bad in [
         &b"\"abc\"def\n"[..],
@@ -222,18 +241,21 @@ set \"a\\x41\" 'b c'\n\r\n*-1\r\n*1\r\n$12\r\n0123456789ab\r\n";
 
 #[test]
 fn split_at_every_boundary() {
-    let want = parse_all(PIPELINE).unwrap();
+    let want = parse_all(PIPELINE).expect("test value");
     assert_eq!(want.len(), 8);
     for cut in 0..=PIPELINE.len() {
         assert_eq!(
-            feed(PIPELINE, &[cut], Limits::default()).unwrap(),
+            feed(PIPELINE, &[cut], Limits::default()).expect("test value"),
             want,
             "cut {cut}"
         );
     }
     // One byte at a time.
     let cuts: Vec<usize> = (0..PIPELINE.len()).collect();
-    assert_eq!(feed(PIPELINE, &cuts, Limits::default()).unwrap(), want);
+    assert_eq!(
+        feed(PIPELINE, &cuts, Limits::default()).expect("test value"),
+        want
+    );
 }
 
 #[test]
@@ -251,7 +273,9 @@ fn resumes_without_rescanning() {
     );
     let seen = args.len();
     assert!(seen > 400 && seen < 600, "{seen}");
-    let r = p.parse(&input, &mut args, &mut scratch).unwrap();
+    let r = p
+        .parse(&input, &mut args, &mut scratch)
+        .expect("test value");
     assert_eq!(
         r,
         Parsed::Resp {
@@ -358,7 +382,7 @@ fn reply_scanner_deep_and_huge() {
     let mut end = 0;
     while end < big.len() {
         end = (end + 4093).min(big.len());
-        let r = s.scan(&big[..end]).unwrap();
+        let r = s.scan(&big[..end]).expect("test value");
         assert_eq!(r, (end == big.len()).then_some(big.len()));
     }
 }
@@ -373,7 +397,7 @@ fn inspection_helpers() {
     assert!(is_ok(b"+OK\r\n") && !is_ok(b"+OKAY\r\n"));
     assert!(is_null(b"$-1\r\n") && is_null(b"_\r\n") && !is_null(b"$0\r\n\r\n"));
     let r = b"*3\r\n$1\r\na\r\n$-1\r\n*1\r\n:1\r\n";
-    let el = array_elements(r).unwrap();
+    let el = array_elements(r).expect("test value");
     let got: Vec<&[u8]> = el.iter().map(|x| &r[x.clone()]).collect();
     assert_eq!(got, vec![&b"$1\r\na\r\n"[..], b"$-1\r\n", b"*1\r\n:1\r\n"]);
     assert_eq!(array_len(r), Some(3));
@@ -453,12 +477,12 @@ proptest! {
         let mut want = Vec::new();
         let mut at = 0;
         while at < input.len() {
-            let (f, n) = decode(&input[at..]).unwrap().unwrap();
-            want.push(Req::Args(frame_args(f).unwrap()));
+            let (f, n) = decode(&input[at..]).expect("test value").expect("test value");
+            want.push(Req::Args(frame_args(f).expect("test value")));
             at += n;
         }
         let cuts: Vec<usize> = cuts.iter().map(|i| i.index(input.len() + 1)).collect();
-        prop_assert_eq!(feed(&input, &cuts, Limits::default()).unwrap(), want);
+        prop_assert_eq!(feed(&input, &cuts, Limits::default()).expect("test value"), want);
     }
 
     #[test]
@@ -473,13 +497,13 @@ proptest! {
         let mut at = 0;
         let mut s = ReplyScanner::default();
         while at < input.len() {
-            let want = decode(&input[at..]).unwrap().map(|(_, n)| n);
+            let want = decode(&input[at..]).expect("test value").map(|(_, n)| n);
             // Resume from a random prefix first.
             let c = at + cut.index(input.len() - at + 1);
-            let early = s.scan(&input[at..c]).unwrap();
+            let early = s.scan(&input[at..c]).expect("test value");
             let got = match early {
                 Some(n) => Some(n),
-                None => s.scan(&input[at..]).unwrap(),
+                None => s.scan(&input[at..]).expect("test value"),
             };
             prop_assert_eq!(got, want);
             at += got.unwrap_or(input.len());
