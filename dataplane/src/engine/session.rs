@@ -38,7 +38,6 @@ struct Session {
 
 /// Serves one client connection until it closes.
 pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<WorkerShared>) {
-    worker.session_opened();
     serve(stream, handle, &worker).await;
     worker.session_closed();
 }

@@ -19,9 +19,10 @@ use crate::router::Router;
 use crate::stats::Store;
 use crate::upstream::{ClusterPool, PoolSettings};
 
-/// How many sessions must have closed (and at least half of the peak) before freed memory is
-/// handed back to the kernel; keeps the trim off the path of ordinary connection churn.
+/// How many sessions must have closed before freed memory is handed back to the kernel, and how
+/// often that is checked: keeps the trim rare under ordinary connection churn.
 const TRIM_AFTER_CLOSED: usize = 256;
+const TRIM_CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// Messages from the main thread.
 pub enum Control {
@@ -40,9 +41,8 @@ pub struct WorkerShared {
     pub active: Rc<Cell<i64>>,
     draining: Cell<bool>,
     next_session: Cell<u64>,
-    /// Open downstream sessions, and their most since memory was last trimmed.
-    sessions: Cell<usize>,
-    sessions_peak: Cell<usize>,
+    /// Downstream sessions closed since freed memory was last handed back to the kernel.
+    closed_since_trim: Cell<usize>,
 }
 
 impl WorkerShared {
@@ -58,24 +58,9 @@ impl WorkerShared {
         session * self.workers as u64 + self.id as u64 + 1
     }
 
-    /// A downstream session opened.
-    pub fn session_opened(&self) {
-        let n = self.sessions.get() + 1;
-        self.sessions.set(n);
-        self.sessions_peak.set(self.sessions_peak.get().max(n));
-    }
-
-    /// A downstream session closed. After a large fall in open sessions (10 000 idle clients
-    /// gone), the memory their buffers used is handed back to the kernel: glibc keeps freed
-    /// memory in per-thread arenas otherwise, so RSS would stay at its peak.
+    /// A downstream session closed (its memory is handed back by [`trim_memory`]).
     pub fn session_closed(&self) {
-        let n = self.sessions.get().saturating_sub(1);
-        self.sessions.set(n);
-        let peak = self.sessions_peak.get();
-        if peak >= n + TRIM_AFTER_CLOSED && n <= peak / 2 {
-            self.sessions_peak.set(n);
-            crate::net::release_free_memory();
-        }
+        self.closed_since_trim.set(self.closed_since_trim.get() + 1);
     }
 
     /// True once SIGTERM asked this worker to drain.
@@ -167,14 +152,14 @@ pub fn spawn(
                         active: Rc::new(Cell::new(0)),
                         draining: Cell::new(false),
                         next_session: Cell::new(0),
-                        sessions: Cell::new(0),
-                        sessions_peak: Cell::new(0),
+                        closed_since_trim: Cell::new(0),
                     }),
                     store,
                     listeners: HashMap::new(),
                     pools: HashMap::new(),
                     listener_stats: HashMap::new(),
                 };
+                net::spawn(trim_memory(worker.shared.clone()));
                 let first = worker.apply(&config);
                 let ok = first.is_ok();
                 let _ = ready_tx.send(first);
@@ -313,6 +298,26 @@ impl Worker {
                 active = self.shared.active.get(),
                 "drain timeout with requests in flight"
             );
+        }
+    }
+}
+
+/// After many sessions have closed (10 000 idle clients gone), hands the memory their buffers used
+/// back to the kernel: glibc keeps freed memory in its per-thread arenas, so RSS would otherwise
+/// stay at its peak. Checked off the request path, a moment after the closes.
+async fn trim_memory(shared: Rc<WorkerShared>) {
+    let mut seen = 0;
+    loop {
+        net::sleep(TRIM_CHECK_EVERY).await;
+        let closed = shared.closed_since_trim.get();
+        // Wait for a wave of closes to settle (none in the last period), so one trim catches all
+        // of it; under endless churn, trim anyway every 16 thresholds' worth.
+        let settled = closed == seen;
+        seen = closed;
+        if closed >= TRIM_AFTER_CLOSED && (settled || closed >= 16 * TRIM_AFTER_CLOSED) {
+            shared.closed_since_trim.set(0);
+            seen = 0;
+            net::release_free_memory();
         }
     }
 }
