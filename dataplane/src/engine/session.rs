@@ -261,7 +261,7 @@ impl Session {
         if cross {
             return self.sink.push_local(spec.id, CROSSSLOT);
         }
-        self.send_one(spec, pool, shard, args, base, frame);
+        self.send_one(spec.id, pool, shard, args, base, frame);
     }
 
     /// A listener `custom_commands` entry: a single-key command routed by argv[1].
@@ -278,25 +278,14 @@ impl Session {
             return self.sink.push_local(NO_CMD, NO_UPSTREAM_HOST);
         };
         let shard = pool.shard_of(rt.hash_key(key));
-        let seq = self.sink.push(NO_CMD);
-        let request = Self::request_bytes(&mut self.encoded, frame, args, base);
-        let target = Target {
-            sink: self.sink.clone(),
-            seq,
-            part: 0,
-        };
-        if pool
-            .conn(shard, self.id, self.conn.resp3)
-            .is_none_or(|c| c.send(request, target).is_err())
-        {
-            self.sink.deliver(seq, 0, NO_UPSTREAM_HOST);
-        }
+        self.send_one(NO_CMD, pool, shard, args, base, frame);
     }
 
-    /// Sends the whole request to one shard.
+    /// Sends the whole request to one shard; `cmd` is its table id for stats (`NO_CMD` for
+    /// custom commands).
     fn send_one(
         &mut self,
-        spec: &CommandSpec,
+        cmd: u16,
         pool: &ClusterPool,
         shard: usize,
         args: &[Range<usize>],
@@ -304,9 +293,9 @@ impl Session {
         frame: Option<&[u8]>,
     ) {
         let Some(conn) = pool.conn(shard, self.id, self.conn.resp3) else {
-            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
+            return self.sink.push_local(cmd, NO_UPSTREAM_HOST);
         };
-        let seq = self.sink.push(spec.id);
+        let seq = self.sink.push(cmd);
         let target = Target {
             sink: self.sink.clone(),
             seq,
