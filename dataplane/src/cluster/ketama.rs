@@ -23,12 +23,19 @@ const KETAMA_POINTS_PER_HASH: u32 = 4;
 const KETAMA_MAX_HOSTLEN: usize = 86;
 const CONF_DEFAULT_KETAMA_PORT: u16 = 11211;
 
+/// Bits of a hash that index [`Ketama::buckets`].
+const BUCKET_BITS: u32 = 10;
+
 /// The sorted continuum: `values[i]` is a point, `hosts[i]` the host index that owns it.
 #[derive(Debug, Clone)]
 pub(super) struct Ketama {
     values: Vec<u32>,
     hosts: Vec<u32>,
     nhosts: usize,
+    /// `buckets[b]` = index of the first point `>= b << (32 - BUCKET_BITS)`, for `b` in
+    /// `0..=2^BUCKET_BITS`: a hash's top bits narrow the search to the few points of its bucket,
+    /// instead of a binary search over the whole continuum on every request.
+    buckets: Vec<u32>,
 }
 
 /// The string twemproxy hashes for a server (see module docs).
@@ -89,10 +96,18 @@ impl Ketama {
         }
         // Stable: equal values keep server/point order (glibc qsort is a merge sort).
         points.sort_by_key(|&(v, _)| v);
+        let values: Vec<u32> = points.iter().map(|p| p.0).collect();
+        let buckets = (0..=1u64 << BUCKET_BITS)
+            .map(|b| {
+                let start = b << (32 - BUCKET_BITS);
+                values.partition_point(|&v| u64::from(v) < start) as u32
+            })
+            .collect();
         Ketama {
-            values: points.iter().map(|p| p.0).collect(),
+            values,
             hosts: points.iter().map(|p| p.1).collect(),
             nhosts: hosts.len(),
+            buckets,
         }
     }
 
@@ -118,8 +133,70 @@ impl Ketama {
         } else {
             fnv1a_64_twemproxy(key)
         };
-        let i = self.values.partition_point(|&v| v < hash);
-        let i = if i == self.values.len() { 0 } else { i };
-        self.hosts[i] as usize
+        self.pick_hash(hash)
+    }
+
+    /// The host of the first point `>= hash`, wrapping to the first point (ketama_dispatch).
+    #[inline]
+    fn pick_hash(&self, hash: u32) -> usize {
+        let b = (hash >> (32 - BUCKET_BITS)) as usize;
+        let (lo, hi) = match (self.buckets.get(b), self.buckets.get(b + 1)) {
+            (Some(&lo), Some(&hi)) => (lo as usize, hi as usize),
+            _ => (0, self.values.len()),
+        };
+        let i = lo
+            + self
+                .values
+                .get(lo..hi)
+                .map_or(0, |s| s.partition_point(|&v| v < hash));
+        // Past the last point the continuum wraps to the first (ketama_dispatch).
+        let i = if i >= self.values.len() { 0 } else { i };
+        self.hosts.get(i).map_or(0, |&h| h as usize)
+    }
+}
+
+#[cfg(test)]
+mod bucket_tests {
+    use super::*;
+
+    fn hosts(n: u16) -> Vec<HostConfig> {
+        (0..n)
+            .map(|i| {
+                let text = format!("10.0.0.{i}:{}", 6379 + i);
+                crate::config::HostConfig {
+                    address: text.parse().expect("addr"),
+                    address_text: text,
+                    weight: 1,
+                    name: None,
+                }
+            })
+            .collect()
+    }
+
+    /// The bucketed search must pick exactly what a binary search over the whole continuum
+    /// (ketama_dispatch) picks, for every hash including bucket edges and the wrap-around.
+    #[test]
+    fn bucketed_pick_equals_full_binary_search() {
+        for n in [2u16, 3, 17, 100] {
+            let hs = hosts(n);
+            let k = Ketama::new(&hs, &vec![1; hs.len()]);
+            let full = |hash: u32| {
+                let i = k.values.partition_point(|&v| v < hash);
+                let i = if i == k.values.len() { 0 } else { i };
+                k.hosts[i] as usize
+            };
+            let mut rng = fastrand::Rng::with_seed(u64::from(n));
+            let mut probes: Vec<u32> = (0..20_000).map(|_| rng.u32(..)).collect();
+            probes.extend(
+                k.values
+                    .iter()
+                    .flat_map(|&v| [v.wrapping_sub(1), v, v.wrapping_add(1)]),
+            );
+            probes.extend((0..=1u64 << BUCKET_BITS).map(|b| (b << (32 - BUCKET_BITS)) as u32));
+            probes.extend([0, u32::MAX]);
+            for h in probes {
+                assert_eq!(k.pick_hash(h), full(h), "n={n} hash={h}");
+            }
+        }
     }
 }

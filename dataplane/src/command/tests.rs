@@ -1252,3 +1252,19 @@ fn glob_matches_like_redis() {
     assert!(glob(b"a\\*", b"a*", false));
     assert!(glob(b"*", b"", false));
 }
+
+#[test]
+fn name_index_finds_every_row_in_any_case_and_nothing_else() {
+    assert!(
+        COMMANDS.len() * 2 <= NAME_SLOTS,
+        "index must stay at most half full"
+    );
+    for c in COMMANDS {
+        assert_eq!(lookup_fullname(c.name.as_bytes()).map(|s| s.id), Some(c.id));
+        let upper = c.name.to_ascii_uppercase();
+        assert_eq!(lookup_fullname(upper.as_bytes()).map(|s| s.id), Some(c.id));
+    }
+    for bad in [&b""[..], b"gett", b"ge", b"get\0", b"\xffget", &[b'a'; 40]] {
+        assert!(lookup_fullname(bad).is_none(), "{bad:?}");
+    }
+}
