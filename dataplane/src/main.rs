@@ -6,6 +6,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Respite: a thread-per-core io_uring Redis proxy (sharding, Envoy redis_proxy semantics,
 /// twemproxy-compatible ketama).
 #[derive(Parser)]

@@ -434,6 +434,7 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
             std::mem::replace(&mut inner.out, std::mem::take(&mut spare))
         };
         conn.timer_ready.notify();
+        conn.stats.flush_total.inc();
         let BufResult(res, mut buf) = net::write_all(&stream, buf).await;
         if let Err(e) = res {
             debug!(upstream = %conn.addr, error = %e, "upstream write failed");

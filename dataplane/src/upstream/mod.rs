@@ -81,6 +81,9 @@ pub struct HostStats {
     pub rq_total: Arc<Counter>,
     pub rq_error: Arc<Counter>,
     pub rq_timeout: Arc<Counter>,
+    /// Writes to the host: `rq_total / flush_total` is how many requests a write carries, the
+    /// batching that makes Redis cheaper behind the proxy (DESIGN.md "Upstream multiplexing").
+    pub flush_total: Arc<Counter>,
 }
 
 impl HostStats {
@@ -95,6 +98,7 @@ impl HostStats {
             rq_total: h("rq_total"),
             rq_error: h("rq_error"),
             rq_timeout: c("upstream_rq_timeout"),
+            flush_total: h("flush_total"),
         }
     }
 }
