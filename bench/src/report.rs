@@ -23,6 +23,8 @@ pub struct RunParams {
     pub duration_s: Option<f64>,
     pub warmup_s: Option<f64>,
     pub prefill: bool,
+    /// Open-loop target rate in requests/second (`None` = closed loop).
+    pub rate: Option<f64>,
 }
 
 /// Latency percentiles in microseconds.
@@ -88,6 +90,10 @@ pub struct Report {
     pub elapsed_s: f64,
     pub rps: f64,
     pub latency_us: Latency,
+    /// (percentile, latency µs) at the percentiles of [`CURVE_PERCENTILES`], for plots.
+    pub latency_curve_us: Vec<(f64, f64)>,
+    /// Busy CPU µs of the whole machine (all CPUs, /proc/stat) over the measured interval.
+    pub machine_busy_us: Option<u64>,
     /// This process first, then every `--pid`.
     pub cpu: Vec<CpuUsage>,
     pub prefill_errors: u64,
@@ -95,6 +101,10 @@ pub struct Report {
     /// Connections that failed (I/O or RESP framing errors); their requests are not counted.
     pub connection_errors: Vec<String>,
 }
+
+/// Percentiles recorded in [`Report::latency_curve_us`].
+pub const CURVE_PERCENTILES: [f64; 10] =
+    [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.999];
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
@@ -121,6 +131,7 @@ impl Report {
                 },
                 warmup_s: cfg.warmup.map(|w| w.as_secs_f64()),
                 prefill: cfg.prefill,
+                rate: cfg.rate,
             },
             requests: 0,
             errors: 0,
@@ -129,6 +140,8 @@ impl Report {
             elapsed_s: 0.0,
             rps: 0.0,
             latency_us: Latency::default(),
+            latency_curve_us: Vec::new(),
+            machine_busy_us: None,
             cpu: Vec::new(),
             prefill_errors: 0,
             prefill_first_error: None,
@@ -154,6 +167,10 @@ impl Report {
                 p999: us(hist.value_at_quantile(0.999)),
                 max: us(hist.max()),
             };
+            self.latency_curve_us = CURVE_PERCENTILES
+                .iter()
+                .map(|&p| (p, us(hist.value_at_quantile(p / 100.0))))
+                .collect();
         }
     }
 
@@ -201,8 +218,12 @@ impl Report {
         let _ = writeln!(s, "  elapsed      {:>12.3} s", self.elapsed_s);
         let _ = writeln!(
             s,
-            "  throughput   {:>12} req/s",
-            group(self.rps.round() as u64)
+            "  throughput   {:>12} req/s{}",
+            group(self.rps.round() as u64),
+            match p.rate {
+                Some(r) => format!("   (open loop, target {} req/s)", group(r.round() as u64)),
+                None => String::new(),
+            }
         );
         let l = &self.latency_us;
         let _ = writeln!(
