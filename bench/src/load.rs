@@ -46,6 +46,8 @@ pub struct LoadConfig {
     pub rate: Option<f64>,
     /// Keys are `key:<key_offset + n>`, n in `0..keyspace` (lets two keyspaces coexist).
     pub key_offset: u64,
+    /// No progress messages on stderr.
+    pub quiet: bool,
 }
 
 pub(crate) const WARMUP: u8 = 0;
@@ -459,8 +461,7 @@ fn thread_main(
                 let enc = enc.clone();
                 handles.push(tokio::task::spawn_local(async move {
                     let stride = cfg.connections as u64;
-                    let r =
-                        prefill_conn(
+                    let r = prefill_conn(
                         &mut conn,
                         i,
                         stride,
@@ -577,7 +578,7 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
     let barrier = Arc::new(Barrier::new(threads + 1));
     let base_seed = fastrand::u64(..);
     let prefill_started = Instant::now();
-    if cfg.prefill {
+    if cfg.prefill && !cfg.quiet {
         eprintln!(
             "prefilling {} keys ({}-byte values) over {} connections...",
             cfg.keyspace, cfg.value_size, cfg.connections
@@ -600,14 +601,16 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
 
     barrier.wait();
     let aborted = shared.phase.load(Ordering::Relaxed) == DONE;
-    if cfg.prefill && !aborted {
+    if cfg.prefill && !aborted && !cfg.quiet {
         eprintln!(
             "prefill done in {:.2} s",
             prefill_started.elapsed().as_secs_f64()
         );
     }
     if !aborted && let Some(w) = cfg.warmup {
-        eprintln!("warming up for {}...", humantime::format_duration(w));
+        if !cfg.quiet {
+            eprintln!("warming up for {}...", humantime::format_duration(w));
+        }
         std::thread::sleep(w);
     }
     let cpu_before = cpu_snapshot(&cfg);

@@ -175,6 +175,7 @@ impl RunArgs {
             pids: self.pids,
             rate: self.rate,
             key_offset: self.key_offset,
+            quiet: false,
         })
     }
 }

@@ -64,7 +64,10 @@ impl Timer {
     fn new() -> io::Result<Self> {
         // SAFETY: timerfd_create has no memory preconditions; the result is checked.
         let fd = unsafe {
-            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
         };
         if fd < 0 {
             return Err(io::Error::last_os_error());
@@ -141,10 +144,7 @@ pub(crate) async fn run_thread(
     let timer = match Timer::new() {
         Ok(t) => t,
         Err(e) => {
-            stats
-                .borrow_mut()
-                .conn_errors
-                .push(format!("timerfd: {e}"));
+            stats.borrow_mut().conn_errors.push(format!("timerfd: {e}"));
             return;
         }
     };

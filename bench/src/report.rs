@@ -103,8 +103,9 @@ pub struct Report {
 }
 
 /// Percentiles recorded in [`Report::latency_curve_us`].
-pub const CURVE_PERCENTILES: [f64; 10] =
-    [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.999];
+pub const CURVE_PERCENTILES: [f64; 10] = [
+    50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.999,
+];
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
