@@ -255,6 +255,8 @@ impl<S: tokio::io::AsyncRead + Unpin> Conn<S> {
 /// Per-thread measurements, merged at the end.
 pub(crate) struct ThreadStats {
     pub(crate) hist: Histogram<u64>,
+    /// Open loop: how late requests were written versus their intended time, ns.
+    pub(crate) send_lag: Histogram<u64>,
     pub(crate) requests: u64,
     pub(crate) errors: u64,
     pub(crate) nils: u64,
@@ -271,6 +273,12 @@ impl ThreadStats {
             // Nanoseconds, 1ns..1h, 3 significant digits; auto-resize beyond that.
             hist: {
                 let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                    .expect("valid histogram bounds");
+                h.auto(true);
+                h
+            },
+            send_lag: {
+                let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, 2)
                     .expect("valid histogram bounds");
                 h.auto(true);
                 h
@@ -651,9 +659,13 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
     let mut hist =
         Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds");
     hist.auto(true);
+    let mut lag =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 2).expect("valid histogram bounds");
+    lag.auto(true);
     let mut report = Report::new(&cfg, threads);
     for r in results {
         hist.add(&r.hist).expect("histogram merge");
+        lag.add(&r.send_lag).expect("histogram merge");
         report.requests += r.requests;
         report.errors += r.errors;
         report.nil_replies += r.nils;
@@ -667,6 +679,13 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
         report.connection_errors.extend(r.conn_errors);
     }
     report.set_timing(elapsed, &hist);
+    if cfg.rate.is_some() && !lag.is_empty() {
+        report.send_lag_us = Some(crate::report::SendLag {
+            p50: lag.value_at_quantile(0.5) as f64 / 1000.0,
+            p99: lag.value_at_quantile(0.99) as f64 / 1000.0,
+            max: lag.max() as f64 / 1000.0,
+        });
+    }
     if let (Some(b), Some(a)) = (machine_before, machine_after) {
         report.machine_busy_us = Some(a.saturating_sub(b).as_micros() as u64);
     }

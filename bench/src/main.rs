@@ -1,6 +1,8 @@
-//! `respite-bench`: a closed-loop RESP load generator (DESIGN.md "Testing": benchmarks are not
-//! tests). Each connection keeps `--pipeline` requests in flight; the report gives throughput,
-//! latency percentiles and CPU µs per request of this process and of any `--pid`.
+//! `respite-bench`: a RESP load generator (DESIGN.md "Testing": benchmarks are not tests).
+//! `run` (the default): closed loop (each connection keeps `--pipeline` requests in flight) or
+//! open loop (`--rate`); the report gives throughput, latency percentiles and CPU µs per request
+//! of this process and of any `--pid`. `compare`: starts Redis, twemproxy and Respite and
+//! compares them side by side (see `compare/mod.rs`).
 
 mod compare;
 mod load;

@@ -130,6 +130,8 @@ struct Writer {
     pending: Pending,
     next: u64,
     buf: Vec<u8>,
+    /// Intended times of the measured requests in `buf`.
+    due: Vec<Instant>,
     rng: fastrand::Rng,
 }
 
@@ -172,6 +174,7 @@ pub(crate) async fn run_thread(
             pending,
             next: 0,
             buf: Vec::with_capacity(4096),
+            due: Vec::new(),
             rng: fastrand::Rng::with_seed(seed.wrapping_add(index.wrapping_mul(0x9E37_79B9))),
         });
     }
@@ -199,10 +202,21 @@ pub(crate) async fn run_thread(
                 }
                 enc.encode(&mut w.rng, &mut w.buf);
                 w.pending.borrow_mut().push_back((due, measure));
+                if measure {
+                    w.due.push(due);
+                }
                 w.next += 1;
             }
             if !w.buf.is_empty() {
-                if let Err(e) = w.half.write_all(&w.buf).await {
+                let r = w.half.write_all(&w.buf).await;
+                let written = Instant::now();
+                {
+                    let mut st = stats.borrow_mut();
+                    for due in w.due.drain(..) {
+                        st.send_lag.saturating_record(latency_ns(due, written));
+                    }
+                }
+                if let Err(e) = r {
                     stats
                         .borrow_mut()
                         .conn_errors

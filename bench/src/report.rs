@@ -39,6 +39,15 @@ pub struct Latency {
     pub max: f64,
 }
 
+/// Open loop: how late the load generator wrote requests versus their intended send times, µs.
+/// Large values mean the client (not the target) could not keep up with the schedule.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SendLag {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
 /// CPU time of one process over the measured interval.
 #[derive(Debug, Clone, Serialize)]
 pub struct CpuUsage {
@@ -92,6 +101,8 @@ pub struct Report {
     pub latency_us: Latency,
     /// (percentile, latency µs) at the percentiles of [`CURVE_PERCENTILES`], for plots.
     pub latency_curve_us: Vec<(f64, f64)>,
+    /// Open loop only: client send lag behind the schedule.
+    pub send_lag_us: Option<SendLag>,
     /// Busy CPU µs of the whole machine (all CPUs, /proc/stat) over the measured interval.
     pub machine_busy_us: Option<u64>,
     /// This process first, then every `--pid`.
@@ -143,6 +154,7 @@ impl Report {
             latency_us: Latency::default(),
             latency_curve_us: Vec::new(),
             machine_busy_us: None,
+            send_lag_us: None,
             cpu: Vec::new(),
             prefill_errors: 0,
             prefill_first_error: None,
@@ -237,6 +249,13 @@ impl Report {
             "               {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
             l.mean, l.p50, l.p90, l.p99, l.p999, l.max
         );
+        if let Some(lag) = &self.send_lag_us {
+            let _ = writeln!(
+                s,
+                "  send lag µs  p50 {:.1}  p99 {:.1}  max {:.1}   (client lateness vs schedule)",
+                lag.p50, lag.p99, lag.max
+            );
+        }
         let _ = writeln!(
             s,
             "  cpu          {:<24} {:>10} {:>8} {:>10}",

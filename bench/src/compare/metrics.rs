@@ -33,6 +33,10 @@ pub struct Metrics {
     pub noisy: bool,
     /// Error replies plus failed connections.
     pub errors: u64,
+    /// Open loop: p50 / p99 of how late the load generator wrote requests versus their intended
+    /// time, µs (a floor under the measured latency that belongs to the client).
+    pub send_lag_p50_us: Option<f64>,
+    pub send_lag_p99_us: Option<f64>,
 }
 
 impl Metrics {
@@ -72,6 +76,8 @@ impl Metrics {
             other_cores,
             noisy: other_cores.is_some_and(|o| o > NOISY_CORES),
             errors: r.errors + r.connection_errors.len() as u64,
+            send_lag_p50_us: r.send_lag_us.as_ref().map(|l| l.p50),
+            send_lag_p99_us: r.send_lag_us.as_ref().map(|l| l.p99),
         }
     }
 }
@@ -179,6 +185,8 @@ pub fn summarize(runs: &[RunRecord], cases: &[Case], targets: &[String]) -> Vec<
                     other_cores: med_opt(&|m| m.other_cores),
                     noisy: noisy_reps > 0,
                     errors: rs.iter().map(|r| r.metrics.errors).sum(),
+                    send_lag_p50_us: med_opt(&|m| m.send_lag_p50_us),
+                    send_lag_p99_us: med_opt(&|m| m.send_lag_p99_us),
                 },
                 latency_curve_us: curve,
             });

@@ -226,13 +226,36 @@ fn run(args: CompareArgs) -> Result<(), String> {
     ];
     let target_names: Vec<String> = targets.iter().map(|t| t.name.to_string()).collect();
 
+    // Memory first, on fresh proxies: after a 10 000-connection load run twemproxy keeps its
+    // connection structs and would show no growth.
+    let mut memory_failures = Vec::new();
+    let mut memory = Vec::new();
+    if settings.memory_connections > 0 {
+        for t in targets
+            .iter()
+            .filter(|t| matches!(t.name, "twemproxy" | "respite-1w"))
+        {
+            let Some(pid) = t.proxy_pid else { continue };
+            eprintln!(
+                "memory: {} with {} idle connections...",
+                t.name, settings.memory_connections
+            );
+            match memory::probe(t.name, t.port, pid, settings.memory_connections) {
+                Ok(m) => memory.push(m),
+                Err(e) => {
+                    eprintln!("  failed: {e}");
+                    memory_failures.push(format!("memory {e}"));
+                }
+            }
+        }
+    }
     let mut runner = Runner {
         settings: &settings,
         procs: &procs,
         total: settings.reps * cases.len() * targets.len(),
         done: 0,
         runs: Vec::new(),
-        failures: Vec::new(),
+        failures: memory_failures,
     };
     // Closed-loop main cases, then the open-loop case (its rate needs GET P1), then scaling.
     let phases: [&[Group]; 3] = [
@@ -262,26 +285,6 @@ fn run(args: CompareArgs) -> Result<(), String> {
         }
     }
 
-    let mut memory = Vec::new();
-    if settings.memory_connections > 0 {
-        for t in targets
-            .iter()
-            .filter(|t| matches!(t.name, "twemproxy" | "respite-1w"))
-        {
-            let Some(pid) = t.proxy_pid else { continue };
-            eprintln!(
-                "memory: {} with {} idle connections...",
-                t.name, settings.memory_connections
-            );
-            match memory::probe(t.name, t.port, pid, settings.memory_connections) {
-                Ok(m) => memory.push(m),
-                Err(e) => {
-                    eprintln!("  failed: {e}");
-                    runner.failures.push(format!("memory {e}"));
-                }
-            }
-        }
-    }
     let Runner { runs, failures, .. } = runner;
     drop(procs);
 

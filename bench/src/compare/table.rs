@@ -152,6 +152,20 @@ pub fn render(o: &Output) -> String {
             Some(r) => format!("{} @ {} rps", x.label, fmt_rps(r)),
             None => x.label.clone(),
         }));
+        let lags: Vec<String> = main
+            .iter()
+            .filter_map(|x| {
+                let (p50, p99) = (x.median.send_lag_p50_us?, x.median.send_lag_p99_us?);
+                Some(format!("{} {}/{}", x.target, fmt_us(p50), fmt_us(p99)))
+            })
+            .collect();
+        if !lags.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nOpen loop: latency counts from each request's intended send time. Load                  generator send lag behind the schedule, p50/p99 µs (part of the latency above,                  the client's share): {}.",
+                lags.join(", ")
+            );
+        }
         s.push('\n');
     }
     let conns: Vec<&Summary> = o
