@@ -162,7 +162,9 @@ pub fn render(o: &Output) -> String {
         if !lags.is_empty() {
             let _ = writeln!(
                 s,
-                "\nOpen loop: latency counts from each request's intended send time. Load                  generator send lag behind the schedule, p50/p99 µs (part of the latency above,                  the client's share): {}.",
+                "\nOpen loop: latency counts from each request's intended send time. Load generator \
+                 send lag behind the schedule, p50/p99 µs (included in the latency above; the \
+                 client's share): {}.",
                 lags.join(", ")
             );
         }
