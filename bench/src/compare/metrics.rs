@@ -198,6 +198,68 @@ pub fn summarize(runs: &[RunRecord], cases: &[Case], targets: &[String]) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::{LoadConfig, Stop};
+    use crate::mix::parse_mix;
+    use crate::report::CpuUsage;
+    use std::time::Duration;
+
+    fn report(machine_busy_us: u64) -> Report {
+        let cfg = LoadConfig {
+            target: "t".into(),
+            addr: ([127, 0, 0, 1], 1).into(),
+            connections: 1,
+            pipeline: 1,
+            threads: 1,
+            mix: parse_mix("get").unwrap(),
+            keyspace: 1,
+            value_size: 3,
+            stop: Stop::Duration(Duration::from_secs(2)),
+            warmup: None,
+            prefill: false,
+            auth: None,
+            pids: Vec::new(),
+            rate: None,
+            key_offset: 0,
+            quiet: true,
+        };
+        let mut r = Report::new(&cfg, 1);
+        r.requests = 100_000;
+        r.elapsed_s = 2.0;
+        r.rps = 50_000.0;
+        let d = Duration::from_secs(2);
+        let cpu = |label: &str, ms: u64| {
+            CpuUsage::new(
+                label.into(),
+                Some(1),
+                Some(Duration::from_millis(ms)),
+                100_000,
+                d,
+            )
+        };
+        r.cpu = vec![
+            cpu("respite-bench", 400),
+            cpu("proxy", 600),
+            cpu("redis1", 300),
+            cpu("redis2", 200),
+        ];
+        r.machine_busy_us = Some(machine_busy_us);
+        r
+    }
+
+    #[test]
+    fn metrics_from_report() {
+        // Tracked: 1.5 s of CPU; machine busy 1.6 s over 2 s -> 0.05 core of other CPU.
+        let m = Metrics::from_report(&report(1_600_000));
+        assert_eq!(m.client_cpu_us_per_req, Some(4.0));
+        assert_eq!(m.proxy_cpu_us_per_req, Some(6.0));
+        assert_eq!(m.redis_cpu_us_per_req, Some(5.0));
+        assert_eq!(m.machine_cpu_us_per_req, Some(15.0));
+        assert!((m.other_cores.unwrap() - 0.05).abs() < 1e-9);
+        assert!(!m.noisy);
+        // 2.0 s busy -> 0.25 core of other CPU: noisy.
+        let m = Metrics::from_report(&report(2_000_000));
+        assert!(m.noisy);
+    }
 
     #[test]
     fn medians() {
