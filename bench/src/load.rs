@@ -1,5 +1,6 @@
-//! The closed-loop load generator: threads × current_thread tokio runtimes × connections, each
-//! connection keeping `pipeline` requests in flight.
+//! The load generator: threads × current_thread tokio runtimes × connections. Closed-loop: each
+//! connection keeps `pipeline` requests in flight. Open-loop (`rate`): each connection sends on a
+//! fixed schedule whatever is outstanding (see [`crate::openloop`]).
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
@@ -41,24 +42,30 @@ pub struct LoadConfig {
     pub prefill: bool,
     pub auth: Option<String>,
     pub pids: Vec<PidSpec>,
+    /// Open-loop target rate in requests/second over all connections; `None` = closed loop.
+    pub rate: Option<f64>,
+    /// Keys are `key:<key_offset + n>`, n in `0..keyspace` (lets two keyspaces coexist).
+    pub key_offset: u64,
+    /// No progress messages on stderr.
+    pub quiet: bool,
 }
 
-const WARMUP: u8 = 0;
-const MEASURE: u8 = 1;
-const DONE: u8 = 2;
+pub(crate) const WARMUP: u8 = 0;
+pub(crate) const MEASURE: u8 = 1;
+pub(crate) const DONE: u8 = 2;
 
 /// Prefill batch size (SETs per write).
 const PREFILL_BATCH: u64 = 512;
 
-struct Shared {
-    phase: AtomicU8,
+pub(crate) struct Shared {
+    pub(crate) phase: AtomicU8,
     claimed: AtomicU64,
     limit: u64,
 }
 
 impl Shared {
     /// Claims up to `want` requests of the measured budget; 0 when it is exhausted.
-    fn claim(&self, want: u64) -> u64 {
+    pub(crate) fn claim(&self, want: u64) -> u64 {
         if self.limit == u64::MAX {
             return want;
         }
@@ -72,12 +79,13 @@ impl Shared {
 }
 
 /// Pre-built request pieces; encoding a request only copies bytes and formats key numbers.
-struct Encoder {
+pub(crate) struct Encoder {
     ops: Vec<EncOp>,
     /// Cumulative weights, same order as `ops`.
     cumulative: Vec<u64>,
     total: u64,
     keyspace: u64,
+    key_offset: u64,
     /// `$<len>\r\n<value>\r\n`
     value: Vec<u8>,
 }
@@ -89,7 +97,7 @@ struct EncOp {
 }
 
 impl Encoder {
-    fn new(mix: &Mix, keyspace: u64, value_size: usize) -> Self {
+    fn new(mix: &Mix, keyspace: u64, key_offset: u64, value_size: usize) -> Self {
         let mut ops = Vec::new();
         let mut cumulative = Vec::new();
         let mut total = 0u64;
@@ -104,11 +112,12 @@ impl Encoder {
             cumulative,
             total,
             keyspace,
+            key_offset,
             value: bulk_value(value_size),
         }
     }
 
-    fn encode(&self, rng: &mut fastrand::Rng, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, rng: &mut fastrand::Rng, out: &mut Vec<u8>) {
         let idx = if self.ops.len() == 1 {
             0
         } else {
@@ -118,7 +127,7 @@ impl Encoder {
         let op = &self.ops[idx];
         out.extend_from_slice(&op.header);
         for _ in 0..op.keys {
-            write_key(out, rng.u64(0..self.keyspace));
+            write_key(out, self.key_offset + rng.u64(0..self.keyspace));
             if op.with_value {
                 out.extend_from_slice(&self.value);
             }
@@ -174,17 +183,17 @@ fn write_key(out: &mut Vec<u8>, n: u64) {
 }
 
 /// A connection with a reply buffer.
-struct Conn {
-    stream: TcpStream,
+pub(crate) struct Conn<S = TcpStream> {
+    pub(crate) stream: S,
     buf: Vec<u8>,
     start: usize,
     end: usize,
     /// When the last read completed (the reply time of every reply it completed).
-    last_read: Instant,
+    pub(crate) last_read: Instant,
 }
 
-impl Conn {
-    fn new(stream: TcpStream) -> Self {
+impl<S: tokio::io::AsyncRead + Unpin> Conn<S> {
+    pub(crate) fn new(stream: S) -> Self {
         Conn {
             stream,
             buf: vec![0; 64 * 1024],
@@ -195,7 +204,7 @@ impl Conn {
     }
 
     /// The next complete reply: its offset in `buf` and its kind (offsets relative to it).
-    async fn next_reply(&mut self) -> io::Result<(usize, ReplyKind)> {
+    pub(crate) async fn next_reply(&mut self) -> io::Result<(usize, ReplyKind)> {
         loop {
             if self.start < self.end {
                 match parse_reply(&self.buf[self.start..self.end]) {
@@ -233,7 +242,7 @@ impl Conn {
         }
     }
 
-    fn error_text(&self, at: usize, kind: ReplyKind) -> Option<String> {
+    pub(crate) fn error_text(&self, at: usize, kind: ReplyKind) -> Option<String> {
         match kind {
             ReplyKind::Error { start, end } => {
                 Some(String::from_utf8_lossy(&self.buf[at + start..at + end]).into_owned())
@@ -244,24 +253,32 @@ impl Conn {
 }
 
 /// Per-thread measurements, merged at the end.
-struct ThreadStats {
-    hist: Histogram<u64>,
-    requests: u64,
-    errors: u64,
-    nils: u64,
-    first_error: Option<String>,
-    conn_errors: Vec<String>,
-    finished: Option<Instant>,
+pub(crate) struct ThreadStats {
+    pub(crate) hist: Histogram<u64>,
+    /// Open loop: how late requests were written versus their intended time, ns.
+    pub(crate) send_lag: Histogram<u64>,
+    pub(crate) requests: u64,
+    pub(crate) errors: u64,
+    pub(crate) nils: u64,
+    pub(crate) first_error: Option<String>,
+    pub(crate) conn_errors: Vec<String>,
+    pub(crate) finished: Option<Instant>,
     prefill_errors: u64,
     prefill_first_error: Option<String>,
 }
 
 impl ThreadStats {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         ThreadStats {
             // Nanoseconds, 1ns..1h, 3 significant digits; auto-resize beyond that.
             hist: {
                 let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                    .expect("valid histogram bounds");
+                h.auto(true);
+                h
+            },
+            send_lag: {
+                let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, 2)
                     .expect("valid histogram bounds");
                 h.auto(true);
                 h
@@ -323,6 +340,7 @@ async fn prefill_conn(
     index: u64,
     stride: u64,
     keyspace: u64,
+    key_offset: u64,
     value: &[u8],
     stats: &RefCell<ThreadStats>,
 ) -> io::Result<()> {
@@ -333,7 +351,7 @@ async fn prefill_conn(
         let mut n = 0;
         while key < keyspace && n < PREFILL_BATCH {
             wbuf.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
-            write_key(&mut wbuf, key);
+            write_key(&mut wbuf, key_offset + key);
             wbuf.extend_from_slice(value);
             key += stride;
             n += 1;
@@ -423,7 +441,12 @@ fn thread_main(
         .expect("tokio current_thread runtime");
     let local = tokio::task::LocalSet::new();
     let stats = Rc::new(RefCell::new(ThreadStats::new()));
-    let enc = Rc::new(Encoder::new(&cfg.mix, cfg.keyspace, cfg.value_size));
+    let enc = Rc::new(Encoder::new(
+        &cfg.mix,
+        cfg.keyspace,
+        cfg.key_offset,
+        cfg.value_size,
+    ));
 
     let conns: Vec<(u64, Conn)> = {
         let _guard = rt.enter();
@@ -446,8 +469,16 @@ fn thread_main(
                 let enc = enc.clone();
                 handles.push(tokio::task::spawn_local(async move {
                     let stride = cfg.connections as u64;
-                    let r =
-                        prefill_conn(&mut conn, i, stride, cfg.keyspace, &enc.value, &stats).await;
+                    let r = prefill_conn(
+                        &mut conn,
+                        i,
+                        stride,
+                        cfg.keyspace,
+                        cfg.key_offset,
+                        &enc.value,
+                        &stats,
+                    )
+                    .await;
                     (i, conn, r)
                 }));
             }
@@ -472,6 +503,19 @@ fn thread_main(
     }
 
     barrier.wait();
+
+    if let Some(rate) = cfg.rate {
+        let sched = crate::openloop::Schedule::new(rate, cfg.connections);
+        local.block_on(
+            &rt,
+            crate::openloop::run_thread(conns, enc.clone(), sched, shared.clone(), stats.clone()),
+        );
+        drop(enc);
+        return Rc::try_unwrap(stats)
+            .ok()
+            .expect("all tasks finished")
+            .into_inner();
+    }
 
     local.block_on(&rt, async {
         let mut handles = Vec::new();
@@ -542,7 +586,7 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
     let barrier = Arc::new(Barrier::new(threads + 1));
     let base_seed = fastrand::u64(..);
     let prefill_started = Instant::now();
-    if cfg.prefill {
+    if cfg.prefill && !cfg.quiet {
         eprintln!(
             "prefilling {} keys ({}-byte values) over {} connections...",
             cfg.keyspace, cfg.value_size, cfg.connections
@@ -565,17 +609,20 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
 
     barrier.wait();
     let aborted = shared.phase.load(Ordering::Relaxed) == DONE;
-    if cfg.prefill && !aborted {
+    if cfg.prefill && !aborted && !cfg.quiet {
         eprintln!(
             "prefill done in {:.2} s",
             prefill_started.elapsed().as_secs_f64()
         );
     }
     if !aborted && let Some(w) = cfg.warmup {
-        eprintln!("warming up for {}...", humantime::format_duration(w));
+        if !cfg.quiet {
+            eprintln!("warming up for {}...", humantime::format_duration(w));
+        }
         std::thread::sleep(w);
     }
     let cpu_before = cpu_snapshot(&cfg);
+    let machine_before = procstat::machine_busy().ok();
     let start = Instant::now();
     if !aborted {
         shared.phase.store(MEASURE, Ordering::Relaxed);
@@ -606,14 +653,19 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
         .max()
         .unwrap_or_else(Instant::now);
     let cpu_after = cpu_snapshot(&cfg);
+    let machine_after = procstat::machine_busy().ok();
     let elapsed = end.saturating_duration_since(start);
 
     let mut hist =
         Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds");
     hist.auto(true);
+    let mut lag =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 2).expect("valid histogram bounds");
+    lag.auto(true);
     let mut report = Report::new(&cfg, threads);
     for r in results {
         hist.add(&r.hist).expect("histogram merge");
+        lag.add(&r.send_lag).expect("histogram merge");
         report.requests += r.requests;
         report.errors += r.errors;
         report.nil_replies += r.nils;
@@ -627,6 +679,16 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
         report.connection_errors.extend(r.conn_errors);
     }
     report.set_timing(elapsed, &hist);
+    if cfg.rate.is_some() && !lag.is_empty() {
+        report.send_lag_us = Some(crate::report::SendLag {
+            p50: lag.value_at_quantile(0.5) as f64 / 1000.0,
+            p99: lag.value_at_quantile(0.99) as f64 / 1000.0,
+            max: lag.max() as f64 / 1000.0,
+        });
+    }
+    if let (Some(b), Some(a)) = (machine_before, machine_after) {
+        report.machine_busy_us = Some(a.saturating_sub(b).as_micros() as u64);
+    }
 
     let labels = std::iter::once(("respite-bench".to_string(), Some(std::process::id())))
         .chain(cfg.pids.iter().map(|p| (p.label.clone(), Some(p.pid))));
@@ -659,7 +721,7 @@ mod tests {
 
     #[test]
     fn encodes_valid_commands() {
-        let enc = Encoder::new(&parse_mix("get,set,mget:3,mset:2,ping").unwrap(), 100, 5);
+        let enc = Encoder::new(&parse_mix("get,set,mget:3,mset:2,ping").unwrap(), 100, 0, 5);
         let mut rng = fastrand::Rng::with_seed(1);
         let mut out = Vec::new();
         for _ in 0..200 {
@@ -685,7 +747,7 @@ mod tests {
 
     #[test]
     fn weighted_choice_follows_weights() {
-        let enc = Encoder::new(&parse_mix("get:80,set:20").unwrap(), 10, 1);
+        let enc = Encoder::new(&parse_mix("get:80,set:20").unwrap(), 10, 0, 1);
         let mut rng = fastrand::Rng::with_seed(7);
         let mut out = Vec::new();
         for _ in 0..10_000 {

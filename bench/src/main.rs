@@ -1,9 +1,13 @@
-//! `respite-bench`: a closed-loop RESP load generator (DESIGN.md "Testing": benchmarks are not
-//! tests). Each connection keeps `--pipeline` requests in flight; the report gives throughput,
-//! latency percentiles and CPU µs per request of this process and of any `--pid`.
+//! `respite-bench`: a RESP load generator (DESIGN.md "Testing": benchmarks are not tests).
+//! `run` (the default): closed loop (each connection keeps `--pipeline` requests in flight) or
+//! open loop (`--rate`); the report gives throughput, latency percentiles and CPU µs per request
+//! of this process and of any `--pid`. `compare`: starts Redis, twemproxy and Respite and
+//! compares them side by side (see `compare/mod.rs`).
 
+mod compare;
 mod load;
 mod mix;
+mod openloop;
 mod procstat;
 mod report;
 mod resp;
@@ -26,8 +30,10 @@ MIX GRAMMAR (--mix):
   Keys are `key:<n>`, n uniform in [0, keyspace); SET/MSET values are --value-size bytes.
   Examples: --mix get   --mix get:80,set:20   --mix mget:10   --mix mget:10:1,set:4
 
-The run is closed-loop: each connection writes a batch of --pipeline requests in one write,
-reads all replies, then sends the next batch. Latency = reply time - batch send time.
+By default the run is closed-loop: each connection writes a batch of --pipeline requests in one
+write, reads all replies, then sends the next batch. Latency = reply time - batch send time.
+With --rate R it is open-loop: connection i of C sends request k at (k*C + i)/R s after the start,
+whatever is outstanding; latency = reply time - intended send time (coordinated-omission aware).
 Without a subcommand the flags apply to `run`: `respite-bench -c 50 -P 16` == `respite-bench run
 -c 50 -P 16`.
 
@@ -40,7 +46,7 @@ EXAMPLES:
 #[command(
     name = "respite-bench",
     version,
-    about = "Closed-loop RESP load generator: throughput, latency percentiles and CPU µs/request",
+    about = "RESP load generator (closed or open loop): throughput, latency percentiles and CPU µs/request",
     args_conflicts_with_subcommands = true,
     after_help = AFTER_HELP
 )]
@@ -53,9 +59,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run one closed-loop load against one target (the default without a subcommand).
+    /// Run one closed- or open-loop load against one target (the default without a subcommand).
     #[command(after_help = AFTER_HELP)]
     Run(RunArgs),
+    /// Start redis-servers, twemproxy and Respite (1 and 2 workers) on free ports and compare
+    /// them; writes JSON, Markdown and SVG results.
+    Compare(compare::CompareArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -72,9 +81,15 @@ struct RunArgs {
     /// Client connections.
     #[arg(short = 'c', long, default_value_t = 50)]
     connections: usize,
-    /// Requests in flight per connection (sent as one write).
-    #[arg(short = 'P', long, default_value_t = 1)]
+    /// Requests in flight per connection (sent as one write); closed loop only.
+    #[arg(short = 'P', long, default_value_t = 1, conflicts_with = "rate")]
     pipeline: usize,
+    /// Open-loop: send this many requests/second in total, evenly spaced over the connections.
+    #[arg(long, value_name = "REQ_PER_S")]
+    rate: Option<f64>,
+    /// Keys are `key:<OFFSET + n>` (keeps a second keyspace, e.g. of 1 KiB values, apart).
+    #[arg(long, default_value_t = 0, hide = true)]
+    key_offset: u64,
     /// Client threads, each a tokio current_thread runtime owning an equal share of the connections.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -131,6 +146,11 @@ impl RunArgs {
         if self.threads == 0 {
             return Err("--threads must be > 0".into());
         }
+        if let Some(r) = self.rate
+            && !(r.is_finite() && r > 0.0)
+        {
+            return Err("--rate must be a positive number of requests/second".into());
+        }
         if self.keyspace == 0 {
             return Err("--keyspace must be > 0".into());
         }
@@ -155,6 +175,9 @@ impl RunArgs {
             prefill: self.prefill,
             auth: self.auth,
             pids: self.pids,
+            rate: self.rate,
+            key_offset: self.key_offset,
+            quiet: false,
         })
     }
 }
@@ -192,6 +215,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Run(args)) => run(args),
+        Some(Command::Compare(args)) => compare::main(args),
         None => run(cli.run),
     }
 }
@@ -228,7 +252,7 @@ mod tests {
                 assert_eq!(r.port, 7777);
                 assert_eq!(r.duration, Some(Duration::from_secs(2)));
             }
-            None => panic!("expected run"),
+            _ => panic!("expected run"),
         }
         assert!(Cli::try_parse_from(["respite-bench", "-n", "5", "--duration", "1s"]).is_err());
         assert!(Cli::try_parse_from(["respite-bench", "--mix", "bogus"]).is_err());

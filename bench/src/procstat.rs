@@ -68,6 +68,32 @@ pub fn cpu_time(pid: &str) -> std::io::Result<Duration> {
     Ok(Duration::from_micros(ticks * 1_000_000 / hz))
 }
 
+/// Busy (non-idle, non-iowait) time of the whole machine, summed over all CPUs, from the `cpu`
+/// line of `/proc/stat`, in clock ticks.
+pub fn parse_machine_busy_ticks(proc_stat: &str) -> Option<u64> {
+    let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice: already in user/nice]
+    if v.len() < 4 {
+        return None;
+    }
+    let busy: u64 = v.iter().take(8).sum::<u64>() - v[3] - v.get(4).copied().unwrap_or(0);
+    Some(busy)
+}
+
+/// Busy CPU time of the whole machine so far (all CPUs summed).
+pub fn machine_busy() -> std::io::Result<Duration> {
+    let s = std::fs::read_to_string("/proc/stat")?;
+    let ticks = parse_machine_busy_ticks(&s).ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, "cannot parse /proc/stat")
+    })?;
+    Ok(Duration::from_micros(ticks * 1_000_000 / clock_ticks()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +103,16 @@ mod tests {
         let line = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 4 0 \
                     100 1000 10 18446744073709551615";
         assert_eq!(parse_stat_ticks(line), Some(287));
+    }
+
+    #[test]
+    fn parses_proc_stat_busy() {
+        let s = "cpu  100 5 50 1000 20 3 2 1 7 0\ncpu0 50 2 25 500 10 1 1 0 0 0\nintr 1 2\n";
+        // user+nice+system+irq+softirq+steal = 100+5+50+3+2+1; guest is inside user.
+        assert_eq!(parse_machine_busy_ticks(s), Some(161));
+        assert_eq!(parse_machine_busy_ticks("intr 1\n"), None);
+        assert_eq!(parse_machine_busy_ticks("cpu  1 x 3 4\n"), None);
+        assert!(machine_busy().is_ok());
     }
 
     #[test]

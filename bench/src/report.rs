@@ -23,6 +23,8 @@ pub struct RunParams {
     pub duration_s: Option<f64>,
     pub warmup_s: Option<f64>,
     pub prefill: bool,
+    /// Open-loop target rate in requests/second (`None` = closed loop).
+    pub rate: Option<f64>,
 }
 
 /// Latency percentiles in microseconds.
@@ -34,6 +36,15 @@ pub struct Latency {
     pub p90: f64,
     pub p99: f64,
     pub p999: f64,
+    pub max: f64,
+}
+
+/// Open loop: how late the load generator wrote requests versus their intended send times, µs.
+/// Large values mean the client (not the target) could not keep up with the schedule.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SendLag {
+    pub p50: f64,
+    pub p99: f64,
     pub max: f64,
 }
 
@@ -88,6 +99,12 @@ pub struct Report {
     pub elapsed_s: f64,
     pub rps: f64,
     pub latency_us: Latency,
+    /// (percentile, latency µs) at the percentiles of [`CURVE_PERCENTILES`], for plots.
+    pub latency_curve_us: Vec<(f64, f64)>,
+    /// Open loop only: client send lag behind the schedule.
+    pub send_lag_us: Option<SendLag>,
+    /// Busy CPU µs of the whole machine (all CPUs, /proc/stat) over the measured interval.
+    pub machine_busy_us: Option<u64>,
     /// This process first, then every `--pid`.
     pub cpu: Vec<CpuUsage>,
     pub prefill_errors: u64,
@@ -95,6 +112,11 @@ pub struct Report {
     /// Connections that failed (I/O or RESP framing errors); their requests are not counted.
     pub connection_errors: Vec<String>,
 }
+
+/// Percentiles recorded in [`Report::latency_curve_us`].
+pub const CURVE_PERCENTILES: [f64; 10] = [
+    50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.999,
+];
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
@@ -121,6 +143,7 @@ impl Report {
                 },
                 warmup_s: cfg.warmup.map(|w| w.as_secs_f64()),
                 prefill: cfg.prefill,
+                rate: cfg.rate,
             },
             requests: 0,
             errors: 0,
@@ -129,6 +152,9 @@ impl Report {
             elapsed_s: 0.0,
             rps: 0.0,
             latency_us: Latency::default(),
+            latency_curve_us: Vec::new(),
+            machine_busy_us: None,
+            send_lag_us: None,
             cpu: Vec::new(),
             prefill_errors: 0,
             prefill_first_error: None,
@@ -154,6 +180,10 @@ impl Report {
                 p999: us(hist.value_at_quantile(0.999)),
                 max: us(hist.max()),
             };
+            self.latency_curve_us = CURVE_PERCENTILES
+                .iter()
+                .map(|&p| (p, us(hist.value_at_quantile(p / 100.0))))
+                .collect();
         }
     }
 
@@ -201,8 +231,12 @@ impl Report {
         let _ = writeln!(s, "  elapsed      {:>12.3} s", self.elapsed_s);
         let _ = writeln!(
             s,
-            "  throughput   {:>12} req/s",
-            group(self.rps.round() as u64)
+            "  throughput   {:>12} req/s{}",
+            group(self.rps.round() as u64),
+            match p.rate {
+                Some(r) => format!("   (open loop, target {} req/s)", group(r.round() as u64)),
+                None => String::new(),
+            }
         );
         let l = &self.latency_us;
         let _ = writeln!(
@@ -215,6 +249,13 @@ impl Report {
             "               {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
             l.mean, l.p50, l.p90, l.p99, l.p999, l.max
         );
+        if let Some(lag) = &self.send_lag_us {
+            let _ = writeln!(
+                s,
+                "  send lag µs  p50 {:.1}  p99 {:.1}  max {:.1}   (client lateness vs schedule)",
+                lag.p50, lag.p99, lag.max
+            );
+        }
         let _ = writeln!(
             s,
             "  cpu          {:<24} {:>10} {:>8} {:>10}",

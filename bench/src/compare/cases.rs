@@ -1,0 +1,160 @@
+//! The case list of a comparison: main cases, open-loop, and the scaling sweeps.
+
+/// Which table a case belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Group {
+    /// Closed-loop main cases (50 connections).
+    Main,
+    /// Open-loop GET at half of Redis direct's GET P1 throughput.
+    OpenLoop,
+    /// GET P1 at different connection counts.
+    Connections,
+    /// GET at 50 connections with different pipeline depths.
+    Pipeline,
+}
+
+/// One load shape, run against every target.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Case {
+    /// Stable id used by `--cases` / `--scaling`, e.g. `get-p16`.
+    pub id: &'static str,
+    /// Label in tables, e.g. `GET P16`.
+    pub label: &'static str,
+    pub group: Group,
+    /// `--mix` expression.
+    pub mix: &'static str,
+    pub connections: usize,
+    pub pipeline: usize,
+    /// SET/MSET value size in bytes.
+    pub value_size: usize,
+    /// Keys are `key:<key_offset + n>` (the 1 KiB keyspace lives at 1 000 000+).
+    pub key_offset: u64,
+    /// Load generator threads.
+    pub threads: usize,
+}
+
+/// Keys per keyspace.
+pub const KEYSPACE: u64 = 100_000;
+/// Where the 1 KiB-value keyspace starts.
+pub const KEY_OFFSET_1K: u64 = 1_000_000;
+
+const fn case(
+    id: &'static str,
+    label: &'static str,
+    group: Group,
+    mix: &'static str,
+    connections: usize,
+    pipeline: usize,
+) -> Case {
+    Case {
+        id,
+        label,
+        group,
+        mix,
+        connections,
+        pipeline,
+        value_size: 3,
+        key_offset: 0,
+        threads: 1,
+    }
+}
+
+/// Every case, in run order within its group.
+pub fn all_cases() -> Vec<Case> {
+    use Group::*;
+    vec![
+        case("get-p1", "GET P1", Main, "get", 50, 1),
+        case("set-p1", "SET P1", Main, "set", 50, 1),
+        case("get-p16", "GET P16", Main, "get", 50, 16),
+        case("set-p16", "SET P16", Main, "set", 50, 16),
+        case("mget10-p1", "MGET10 P1", Main, "mget:10", 50, 1),
+        case("mset10-p1", "MSET10 P1", Main, "mset:10", 50, 1),
+        case("mget10-p16", "MGET10 P16", Main, "mget:10", 50, 16),
+        case("mset10-p16", "MSET10 P16", Main, "mset:10", 50, 16),
+        Case {
+            value_size: 1024,
+            key_offset: KEY_OFFSET_1K,
+            ..case(
+                "mix1k-p1",
+                "1KiB get:80,set:20 P1",
+                Main,
+                "get:80,set:20",
+                50,
+                1,
+            )
+        },
+        case("open-loop", "GET open-loop", OpenLoop, "get", 50, 1),
+        case("conns-10", "GET P1 c=10", Connections, "get", 10, 1),
+        case("conns-100", "GET P1 c=100", Connections, "get", 100, 1),
+        case("conns-1000", "GET P1 c=1000", Connections, "get", 1000, 1),
+        // One client thread cannot drive 10 000 connections fast enough; two can.
+        Case {
+            threads: 2,
+            ..case(
+                "conns-10000",
+                "GET P1 c=10000",
+                Connections,
+                "get",
+                10_000,
+                1,
+            )
+        },
+        case("pipe-4", "GET P4", Pipeline, "get", 50, 4),
+        case("pipe-64", "GET P64", Pipeline, "get", 50, 64),
+    ]
+}
+
+/// Cases of `--quick`.
+pub const QUICK: &[&str] = &[
+    "get-p1",
+    "set-p1",
+    "get-p16",
+    "set-p16",
+    "mget10-p1",
+    "open-loop",
+    "conns-10",
+    "conns-1000",
+];
+
+/// Selects cases: `main` is `all` or a comma list of main/open-loop ids, `scaling` is `all`,
+/// `none` or a comma list of scaling ids. `quick` starts from [`QUICK`] instead of everything.
+pub fn select(quick: bool, main: Option<&str>, scaling: Option<&str>) -> Result<Vec<Case>, String> {
+    let all = all_cases();
+    for list in [main, scaling].into_iter().flatten() {
+        for id in list.split(',').map(str::trim) {
+            if !matches!(id, "all" | "none" | "") && !all.iter().any(|c| c.id == id) {
+                let ids: Vec<&str> = all.iter().map(|c| c.id).collect();
+                return Err(format!("unknown case `{id}`; known: {}", ids.join(", ")));
+            }
+        }
+    }
+    let wanted = |c: &Case| {
+        let is_main = matches!(c.group, Group::Main | Group::OpenLoop);
+        let list = if is_main { main } else { scaling };
+        match list {
+            Some("all") => true,
+            Some(l) => l.split(',').any(|id| id.trim() == c.id),
+            None => !quick || QUICK.contains(&c.id),
+        }
+    };
+    Ok(all.into_iter().filter(|c| wanted(c)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection() {
+        assert_eq!(select(false, None, None).unwrap().len(), all_cases().len());
+        let q = select(true, None, None).unwrap();
+        assert_eq!(q.len(), QUICK.len());
+        let s = select(true, Some("get-p1,open-loop"), Some("none")).unwrap();
+        let ids: Vec<_> = s.iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["get-p1", "open-loop"]);
+        assert!(select(false, Some("bogus"), None).is_err());
+        let s = select(false, Some("none"), Some("pipe-64")).unwrap();
+        assert_eq!(s.len(), 1);
+    }
+}

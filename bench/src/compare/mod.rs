@@ -1,0 +1,493 @@
+//! `respite-bench compare`: Redis direct vs twemproxy vs Respite (1 and 2 workers) over the same
+//! redis-servers, all started here on free ports, runs interleaved (rep → case → target) so drift
+//! hits every target alike; medians over repetitions; JSON, Markdown and an SVG plot as output.
+
+mod cases;
+mod memory;
+mod metrics;
+mod plot;
+mod procs;
+mod sysstat;
+mod table;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::load::{self, LoadConfig, Stop};
+use crate::mix::parse_mix;
+use crate::procstat::PidSpec;
+use crate::report::Report;
+use cases::{Case, Group, KEY_OFFSET_1K, KEYSPACE};
+use memory::MemoryResult;
+use metrics::{Metrics, RunRecord, Summary};
+use procs::Procs;
+use sysstat::MachineInfo;
+
+/// `respite-bench compare` flags.
+#[derive(Args, Debug, Clone)]
+pub struct CompareArgs {
+    /// Repetitions of every case × target (medians are reported) [default: 3; --quick: 1].
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Measured time per run [default: 3s; --quick: 1s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Unmeasured warm-up per run [default: 500ms; --quick: 200ms].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    warmup: Option<Duration>,
+    /// Smoke test: 1 rep, 1 s runs, GET/SET P1/P16, MGET10 P1, open loop, c=10/1000, memory at
+    /// 1 000 connections.
+    #[arg(long)]
+    quick: bool,
+    /// Main cases: `all` or a comma list of ids (get-p1, set-p1, get-p16, set-p16, mget10-p1,
+    /// mset10-p1, mget10-p16, mset10-p16, mix1k-p1, open-loop) [default: all, or --quick's].
+    #[arg(long, value_name = "IDS")]
+    cases: Option<String>,
+    /// Scaling cases: `all`, `none` or a comma list (conns-10, conns-100, conns-1000,
+    /// conns-10000, pipe-4, pipe-64; P1 and P16 come from the main cases) [default: all].
+    #[arg(long, value_name = "IDS")]
+    scaling: Option<String>,
+    /// Idle client connections for the memory probe; 0 skips it [default: 10000; --quick: 1000].
+    #[arg(long, value_name = "N")]
+    memory_conns: Option<usize>,
+    /// Number of redis-servers behind the proxies (the first one is also "direct").
+    #[arg(long, default_value_t = 2)]
+    redis_servers: usize,
+    /// The respite binary [default: `respite` next to this executable].
+    #[arg(long, value_name = "PATH")]
+    respite_bin: Option<PathBuf>,
+    /// Output directory [default: bench/results under the workspace root].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// Resolved settings, as recorded in the JSON.
+#[derive(Debug, Clone, Serialize)]
+struct Settings {
+    reps: usize,
+    duration_s: f64,
+    warmup_s: f64,
+    quick: bool,
+    redis_servers: usize,
+    memory_connections: usize,
+    keyspace: u64,
+    /// Load generator threads: 1, except 2 for the 10 000-connection case.
+    client_threads: &'static str,
+    noisy_threshold_cores: f64,
+}
+
+/// One target of every case.
+struct Target {
+    name: &'static str,
+    port: u16,
+    proxy_pid: Option<u32>,
+}
+
+/// Everything written to `<timestamp>.json`.
+#[derive(Debug, Serialize)]
+pub struct Output {
+    timestamp: String,
+    machine: MachineInfo,
+    settings: Settings,
+    cases: Vec<Case>,
+    /// Open-loop rate: half of Redis direct's median GET P1 throughput, requests/second.
+    open_loop_rate: Option<f64>,
+    runs: Vec<RunRecord>,
+    medians: Vec<Summary>,
+    memory: Vec<MemoryResult>,
+    /// Runs that could not be made at all.
+    failures: Vec<String>,
+}
+
+/// Entry point of the subcommand.
+pub fn main(args: CompareArgs) -> ExitCode {
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("respite-bench compare: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: the nearest ancestor of the executable, else of the CWD, whose
+/// Cargo.toml has a `[workspace]` table.
+fn workspace_root() -> Option<PathBuf> {
+    let is_root = |d: &Path| {
+        std::fs::read_to_string(d.join("Cargo.toml")).is_ok_and(|s| s.contains("[workspace]"))
+    };
+    let from_exe = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.ancestors().find(|d| is_root(d)).map(Path::to_path_buf));
+    from_exe.or_else(|| {
+        std::env::current_dir()
+            .ok()
+            .and_then(|c| c.ancestors().find(|d| is_root(d)).map(Path::to_path_buf))
+    })
+}
+
+fn run(args: CompareArgs) -> Result<(), String> {
+    let quick = args.quick;
+    let settings = Settings {
+        reps: args.reps.unwrap_or(if quick { 1 } else { 3 }).max(1),
+        duration_s: args
+            .duration
+            .unwrap_or(Duration::from_millis(if quick { 1000 } else { 3000 }))
+            .as_secs_f64(),
+        warmup_s: args
+            .warmup
+            .unwrap_or(Duration::from_millis(if quick { 200 } else { 500 }))
+            .as_secs_f64(),
+        quick,
+        redis_servers: args.redis_servers.max(1),
+        memory_connections: args
+            .memory_conns
+            .unwrap_or(if quick { 1000 } else { 10_000 }),
+        keyspace: KEYSPACE,
+        client_threads: "1 (2 for 10 000 connections)",
+        noisy_threshold_cores: metrics::NOISY_CORES,
+    };
+    if settings.duration_s <= 0.0 {
+        return Err("--duration must be > 0".into());
+    }
+    let cases = cases::select(quick, args.cases.as_deref(), args.scaling.as_deref())?;
+    let root = workspace_root();
+    let out_dir = match (&args.out, &root) {
+        (Some(o), _) => o.clone(),
+        (None, Some(r)) => r.join("bench/results"),
+        (None, None) => {
+            return Err(
+                "cannot find the workspace root (Cargo.toml with [workspace]) from the \
+                        executable or the current directory; pass --out DIR"
+                    .into(),
+            );
+        }
+    };
+    let respite_bin = match &args.respite_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| format!("cannot locate this executable: {e}"))?
+            .with_file_name("respite"),
+    };
+    if !respite_bin.exists() {
+        return Err(format!(
+            "respite binary not found at {} (build it with `cargo build --release` or pass \
+             --respite-bin)",
+            respite_bin.display()
+        ));
+    }
+    let nofile = procs::raise_nofile()?;
+    let most_conns = cases
+        .iter()
+        .map(|c| c.connections)
+        .chain([settings.memory_connections])
+        .max()
+        .unwrap_or(0);
+    if (most_conns as u64) + 200 > nofile {
+        return Err(format!(
+            "RLIMIT_NOFILE hard limit is {nofile}, too low for {most_conns} connections; raise \
+             it (ulimit -Hn) or drop the largest cases"
+        ));
+    }
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let timestamp = sysstat::utc_timestamp();
+    let machine = MachineInfo::collect(root.as_deref());
+
+    eprintln!("starting redis-servers, nutcracker and respite (1 and 2 workers)...");
+    let procs = Procs::start(settings.redis_servers, &respite_bin)?;
+    eprintln!("configs and logs in {}", procs.dir.display());
+    prefill(&procs, cases.iter().any(|c| c.key_offset == KEY_OFFSET_1K))?;
+
+    let targets = [
+        Target {
+            name: "direct",
+            port: procs.redis[0].port,
+            proxy_pid: None,
+        },
+        Target {
+            name: "twemproxy",
+            port: procs.twemproxy.port,
+            proxy_pid: Some(procs.twemproxy.pid),
+        },
+        Target {
+            name: "respite-1w",
+            port: procs.respite_1w.port,
+            proxy_pid: Some(procs.respite_1w.pid),
+        },
+        Target {
+            name: "respite-2w",
+            port: procs.respite_2w.port,
+            proxy_pid: Some(procs.respite_2w.pid),
+        },
+    ];
+    let target_names: Vec<String> = targets.iter().map(|t| t.name.to_string()).collect();
+
+    // Memory first, on fresh proxies: after a 10 000-connection load run twemproxy keeps its
+    // connection structs and would show no growth.
+    let mut memory_failures = Vec::new();
+    let mut memory = Vec::new();
+    if settings.memory_connections > 0 {
+        for t in targets
+            .iter()
+            .filter(|t| matches!(t.name, "twemproxy" | "respite-1w"))
+        {
+            let Some(pid) = t.proxy_pid else { continue };
+            eprintln!(
+                "memory: {} with {} idle connections...",
+                t.name, settings.memory_connections
+            );
+            match memory::probe(t.name, t.port, pid, settings.memory_connections) {
+                Ok(m) => memory.push(m),
+                Err(e) => {
+                    eprintln!("  failed: {e}");
+                    memory_failures.push(format!("memory {e}"));
+                }
+            }
+        }
+    }
+    let mut runner = Runner {
+        settings: &settings,
+        procs: &procs,
+        total: settings.reps * cases.len() * targets.len(),
+        done: 0,
+        runs: Vec::new(),
+        failures: memory_failures,
+    };
+    // Closed-loop main cases, then the open-loop case (its rate needs GET P1), then scaling.
+    let phases: [&[Group]; 3] = [
+        &[Group::Main],
+        &[Group::OpenLoop],
+        &[Group::Connections, Group::Pipeline],
+    ];
+    let mut open_loop_rate = None;
+    for groups in phases {
+        let phase_cases: Vec<&Case> = cases.iter().filter(|c| groups.contains(&c.group)).collect();
+        if phase_cases.is_empty() {
+            continue;
+        }
+        let mut rate = None;
+        if groups.contains(&Group::OpenLoop) {
+            let r = runner.open_loop_rate(&targets[0])?;
+            open_loop_rate = Some(r);
+            rate = Some(r);
+            eprintln!("open-loop rate: {:.0} req/s (half of direct GET P1)", r);
+        }
+        for rep in 1..=settings.reps {
+            for case in &phase_cases {
+                for t in &targets {
+                    runner.run_case(rep, case, t, rate);
+                }
+            }
+        }
+    }
+
+    let Runner { runs, failures, .. } = runner;
+    drop(procs);
+
+    let medians = metrics::summarize(&runs, &cases, &target_names);
+    let output = Output {
+        timestamp: timestamp.clone(),
+        machine,
+        settings,
+        cases,
+        open_loop_rate,
+        runs,
+        medians,
+        memory,
+        failures,
+    };
+    write_outputs(&output, &out_dir, &timestamp)
+}
+
+fn write_outputs(output: &Output, out_dir: &Path, timestamp: &str) -> Result<(), String> {
+    let write = |name: &str, data: &[u8]| {
+        let p = out_dir.join(name);
+        std::fs::write(&p, data).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let json = serde_json::to_string_pretty(output).map_err(|e| format!("JSON: {e}"))?;
+    let md = table::render(output);
+    let svg = plot::render(&output.medians)?;
+    for stem in [timestamp, "latest"] {
+        write(&format!("{stem}.json"), json.as_bytes())?;
+        write(&format!("{stem}.md"), md.as_bytes())?;
+        write(&format!("{stem}-latency.svg"), svg.as_bytes())?;
+    }
+    eprintln!(
+        "wrote {}/{timestamp}.{{json,md}} and {timestamp}-latency.svg (+ latest.*)",
+        out_dir.display()
+    );
+    print!("{md}");
+    if output.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} run(s) failed (see the report)",
+            output.failures.len()
+        ))
+    }
+}
+
+/// SETs the 3-byte keyspace (and the 1 KiB one if needed) on every redis-server.
+fn prefill(procs: &Procs, with_1k: bool) -> Result<(), String> {
+    for r in &procs.redis {
+        let mut spaces = vec![(3usize, 0u64)];
+        if with_1k {
+            spaces.push((1024, KEY_OFFSET_1K));
+        }
+        for (value_size, key_offset) in spaces {
+            eprintln!("prefill {}: {KEYSPACE} keys of {value_size} B", r.name);
+            let cfg = LoadConfig {
+                target: r.name.clone(),
+                addr: ([127, 0, 0, 1], r.port).into(),
+                connections: 8,
+                pipeline: 1,
+                threads: 1,
+                mix: parse_mix("get")?,
+                keyspace: KEYSPACE,
+                value_size,
+                stop: Stop::Requests(1),
+                warmup: None,
+                prefill: true,
+                auth: None,
+                pids: Vec::new(),
+                rate: None,
+                key_offset,
+                quiet: true,
+            };
+            let rep = load::run(cfg).map_err(|e| format!("prefill {}: {e}", r.name))?;
+            if rep.prefill_errors > 0 || rep.failed() {
+                return Err(format!(
+                    "prefill {} failed: {:?} {:?}",
+                    r.name, rep.prefill_first_error, rep.connection_errors
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Runner<'a> {
+    settings: &'a Settings,
+    procs: &'a Procs,
+    total: usize,
+    done: usize,
+    runs: Vec<RunRecord>,
+    failures: Vec<String>,
+}
+
+impl Runner<'_> {
+    fn config(&self, case: &Case, t: &Target, rate: Option<f64>) -> Result<LoadConfig, String> {
+        let mut pids = Vec::new();
+        if let Some(pid) = t.proxy_pid {
+            pids.push(PidSpec {
+                label: "proxy".into(),
+                pid,
+            });
+        }
+        for r in &self.procs.redis {
+            pids.push(PidSpec {
+                label: r.name.clone(),
+                pid: r.pid,
+            });
+        }
+        Ok(LoadConfig {
+            target: format!("{} (127.0.0.1:{})", t.name, t.port),
+            addr: ([127, 0, 0, 1], t.port).into(),
+            connections: case.connections,
+            pipeline: case.pipeline,
+            threads: case.threads,
+            mix: parse_mix(case.mix)?,
+            keyspace: KEYSPACE,
+            value_size: case.value_size,
+            stop: Stop::Duration(Duration::from_secs_f64(self.settings.duration_s)),
+            warmup: Some(Duration::from_secs_f64(self.settings.warmup_s)).filter(|w| !w.is_zero()),
+            prefill: false,
+            auth: None,
+            pids,
+            rate,
+            key_offset: case.key_offset,
+            quiet: true,
+        })
+    }
+
+    fn run_case(&mut self, rep: usize, case: &Case, t: &Target, rate: Option<f64>) {
+        self.done += 1;
+        eprint!(
+            "[{}/{}] rep {rep} {} {} ... ",
+            self.done, self.total, case.label, t.name
+        );
+        let report = self
+            .config(case, t, rate)
+            .and_then(|cfg| load::run(cfg).map_err(|e| e.to_string()));
+        match report {
+            Ok(report) => {
+                let m = Metrics::from_report(&report);
+                eprintln!(
+                    "{:.0} req/s, p99 {:.0} µs{}{}",
+                    m.rps,
+                    m.p99_us,
+                    if m.noisy { ", noisy" } else { "" },
+                    if report.failed() {
+                        ", FAILED connections"
+                    } else {
+                        ""
+                    }
+                );
+                if report.failed() {
+                    self.failures.push(format!(
+                        "rep {rep} {} {}: {}",
+                        case.id,
+                        t.name,
+                        report.connection_errors.first().map_or("", String::as_str)
+                    ));
+                }
+                self.runs.push(RunRecord {
+                    rep,
+                    case: case.id.to_string(),
+                    group: case.group,
+                    target: t.name.to_string(),
+                    metrics: m,
+                    report,
+                });
+            }
+            Err(e) => {
+                eprintln!("failed: {e}");
+                self.failures
+                    .push(format!("rep {rep} {} {}: {e}", case.id, t.name));
+            }
+        }
+    }
+
+    /// Half of direct's median GET P1 rps so far, or of a calibration run if there is none.
+    fn open_loop_rate(&mut self, direct: &Target) -> Result<f64, String> {
+        let rps: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|r| r.case == "get-p1" && r.target == "direct")
+            .map(|r| r.metrics.rps)
+            .collect();
+        let median = match metrics::median(&rps) {
+            Some(m) => m,
+            None => {
+                eprintln!("calibrating the open-loop rate: GET P1 on direct...");
+                let case = cases::all_cases()
+                    .into_iter()
+                    .find(|c| c.id == "get-p1")
+                    .ok_or("internal: no get-p1 case")?;
+                let r: Report = load::run(self.config(&case, direct, None)?)
+                    .map_err(|e| format!("calibration run: {e}"))?;
+                r.rps
+            }
+        };
+        if median <= 0.0 {
+            return Err(
+                "Redis direct GET P1 made no requests; cannot set the open-loop rate".into(),
+            );
+        }
+        Ok(median / 2.0)
+    }
+}
