@@ -95,11 +95,15 @@ pub fn spawn_cancellable<F: Future<Output = ()> + 'static>(fut: F) -> TaskHandle
     TaskHandle(compio::runtime::spawn(fut))
 }
 
-/// Hands memory that the allocator holds free back to the kernel (glibc `malloc_trim(0)`, which
-/// trims every arena). Takes time proportional to the heap: call it after large drops in use.
+/// Hands memory that the allocator holds free back to the kernel: mimalloc's (the `respite`
+/// binary's global allocator) `mi_collect(true)` for the calling thread's heap, and glibc's
+/// `malloc_trim(0)` for whatever went through glibc (a library embedding the data plane with the
+/// system allocator). Takes time proportional to the heap: call it after large drops in use, on
+/// the worker thread whose sessions closed.
 pub fn release_free_memory() {
-    // SAFETY: malloc_trim only walks the allocator's own free lists; it has no preconditions.
+    // SAFETY: both only walk their allocator's own free lists; neither has preconditions.
     unsafe {
+        libmimalloc_sys::mi_collect(true);
         libc::malloc_trim(0);
     }
 }
