@@ -181,7 +181,11 @@ impl ClusterPool {
 
 fn pick(hosts: &[Vec<Rc<Conn>>], shard: usize, session: u64) -> Option<&Rc<Conn>> {
     let conns = hosts.get(shard)?;
-    conns.get((session % conns.len().max(1) as u64) as usize)
+    // One connection per host is the default: skip the 64-bit division on every request.
+    match conns.len() {
+        0 | 1 => conns.first(),
+        n => conns.get((session % n as u64) as usize),
+    }
 }
 
 /// Starts `connections_per_host` connections to every host of `cluster`.
