@@ -146,7 +146,7 @@ pub fn render(o: &Output) -> String {
     if !main.is_empty() {
         let _ = writeln!(
             s,
-            "## Main cases (50 connections, 3-byte values, 100 000 keys)\n"
+            "## Main cases (50 connections, 3-byte values unless the case says 1 KiB, 100 000 keys)\n"
         );
         s.push_str(&table(&o.medians, &main, "case", &|x| match x.rate {
             Some(r) => format!("{} @ {} rps", x.label, fmt_rps(r)),
