@@ -506,10 +506,19 @@ fn thread_main(
 
     if let Some(rate) = cfg.rate {
         let sched = crate::openloop::Schedule::new(rate, cfg.connections);
-        local.block_on(
-            &rt,
-            crate::openloop::run_thread(conns, enc.clone(), sched, shared.clone(), stats.clone()),
-        );
+        // The open loop runs its own epoll loop on this thread: hand the sockets back.
+        let mut socks = Vec::with_capacity(conns.len());
+        {
+            let _guard = rt.enter();
+            let mut st = stats.borrow_mut();
+            for (i, conn) in conns {
+                match conn.stream.into_std() {
+                    Ok(s) => socks.push((i, s)),
+                    Err(e) => st.conn_errors.push(format!("connection {i}: {e}")),
+                }
+            }
+        }
+        crate::openloop::run_thread(socks, &enc, sched, &shared, &mut stats.borrow_mut());
         drop(enc);
         return Rc::try_unwrap(stats)
             .ok()
