@@ -130,7 +130,7 @@ ensure_packages() {
     local missing=()
     command -v redis-server >/dev/null || missing+=(redis-server)
     command -v redis-cli >/dev/null || missing+=(redis-tools)
-    # cargo links with the system C compiler driver.
+    # cargo links with the system C compiler driver, which also builds mimalloc (C).
     command -v cc >/dev/null || missing+=(gcc libc6-dev)
     ((${#missing[@]} == 0)) && return 0
     command -v apt-get >/dev/null ||
