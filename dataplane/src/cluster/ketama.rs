@@ -199,4 +199,101 @@ mod bucket_tests {
             }
         }
     }
+
+    fn hosts2(n: u16) -> Vec<HostConfig> {
+        (0..n)
+            .map(|i| {
+                let port = if i % 7 == 0 { 11211 } else { 6379 + i };
+                let text = format!("10.{}.{}.1:{port}", i / 256, i % 256);
+                crate::config::HostConfig {
+                    address: text.parse().expect("addr"),
+                    address_text: text,
+                    weight: 1,
+                    name: None,
+                }
+            })
+            .collect()
+    }
+
+    fn check(k: &Ketama, seed: u64) {
+        let full = |hash: u32| {
+            let i = k.values.partition_point(|&v| v < hash);
+            let i = if i == k.values.len() { 0 } else { i };
+            k.hosts.get(i).map_or(0, |&h| h as usize)
+        };
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut probes: Vec<u32> = (0..20_000).map(|_| rng.u32(..)).collect();
+        probes.extend(
+            k.values
+                .iter()
+                .flat_map(|&v| [v.wrapping_sub(1), v, v.wrapping_add(1)]),
+        );
+        for b in 0..=(1u64 << BUCKET_BITS) {
+            let s = (b << (32 - BUCKET_BITS)) as u32;
+            probes.extend([s, s.wrapping_sub(1), s.wrapping_add(1)]);
+        }
+        probes.extend([0, 1, u32::MAX, u32::MAX - 1]);
+        for h in probes {
+            assert_eq!(k.pick_hash(h), full(h), "hash={h}");
+        }
+        // through pick(): keys
+        for i in 0..5000u32 {
+            let key = format!("key:{i}");
+            let hash = fnv1a_64_twemproxy(key.as_bytes());
+            if k.nhosts != 1 && !k.values.is_empty() {
+                assert_eq!(k.pick(key.as_bytes()), full(hash));
+            }
+        }
+    }
+
+    #[test]
+    fn breaker_weights_names_zero_single() {
+        let mut rng = fastrand::Rng::with_seed(99);
+        for n in [1u16, 2, 5, 33, 200, 1000] {
+            let mut hs = hosts2(n);
+            for (i, h) in hs.iter_mut().enumerate() {
+                if i % 3 == 0 {
+                    h.name = Some(format!(
+                        "server-{i}-with-a-fairly-long-name-{}",
+                        "z".repeat(i % 90)
+                    ));
+                }
+            }
+            for trial in 0..4 {
+                let weights: Vec<u32> = (0..hs.len())
+                    .map(|i| match trial {
+                        0 => 1,
+                        1 => rng.u32(0..5),
+                        2 => {
+                            if i == 0 {
+                                1
+                            } else {
+                                0
+                            }
+                        }
+                        _ => rng.u32(1..1000),
+                    })
+                    .collect();
+                let k = Ketama::new(&hs, &weights);
+                check(&k, u64::from(n) * 10 + trial);
+                // chosen host must have non-zero weight
+                if n > 1 && !k.values.is_empty() {
+                    for i in 0..2000u32 {
+                        let h = k.pick(format!("k{i}").as_bytes());
+                        assert!(weights[h] > 0, "picked zero-weight host {h}");
+                    }
+                }
+            }
+            // all zero weights
+            let k = Ketama::new(&hs, &vec![0; hs.len()]);
+            assert!(k.values.is_empty());
+            assert_eq!(k.pick(b"x"), 0);
+            assert_eq!(k.pick_hash(12345), 0);
+        }
+        // Dense continuum: many points in one bucket.
+        let hs = hosts2(1000);
+        let k = Ketama::new(&hs, &vec![1; 1000]);
+        let maxb = k.buckets.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        eprintln!("points={} max per bucket={maxb}", k.values.len());
+    }
 }

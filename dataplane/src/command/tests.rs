@@ -1268,3 +1268,83 @@ fn name_index_finds_every_row_in_any_case_and_nothing_else() {
         assert!(lookup_fullname(bad).is_none(), "{bad:?}");
     }
 }
+
+#[test]
+fn breaker_name_index_matches_linear_reference() {
+    fn reference(name: &[u8]) -> Option<u16> {
+        COMMANDS
+            .iter()
+            .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+            .map(|c| c.id)
+    }
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut inputs: Vec<Vec<u8>> = Vec::new();
+    for c in COMMANDS {
+        let n = c.name.as_bytes();
+        inputs.push(n.to_vec());
+        // random case
+        inputs.push(
+            n.iter()
+                .map(|b| {
+                    if rng.bool() {
+                        b.to_ascii_uppercase()
+                    } else {
+                        *b
+                    }
+                })
+                .collect(),
+        );
+        let mut v = n.to_vec();
+        v.push(0);
+        inputs.push(v);
+        let mut v = vec![0u8];
+        v.extend_from_slice(n);
+        inputs.push(v);
+        let mut v = n.to_vec();
+        v.truncate(n.len().saturating_sub(1));
+        inputs.push(v);
+        // non-ASCII that lowercases weirdly: replace one char with its Latin-1 upper / 0xC0.. etc.
+        let mut v = n.to_vec();
+        if let Some(x) = v.first_mut() {
+            *x |= 0x80;
+        }
+        inputs.push(v);
+        // pad to >32
+        let mut v = n.to_vec();
+        v.resize(33, b'x');
+        inputs.push(v);
+        let mut v = n.to_vec();
+        v.resize(64, 0);
+        inputs.push(v);
+    }
+    inputs.push(vec![]);
+    inputs.push(vec![0]);
+    inputs.push(vec![0; 32]);
+    inputs.push(vec![b'a'; 32]);
+    inputs.push(vec![0xff; 33]);
+    for len in 0..=40 {
+        for _ in 0..2000 {
+            inputs.push((0..len).map(|_| rng.u8(..)).collect());
+            inputs.push((0..len).map(|_| rng.u8(b'a'..=b'z')).collect());
+        }
+    }
+    for inp in inputs {
+        let want = if inp.len() > 32 {
+            None
+        } else {
+            reference(&inp)
+        };
+        assert_eq!(lookup_fullname(&inp).map(|s| s.id), want, "{inp:?}");
+        let want_l = if inp.contains(&b'|') { None } else { want };
+        assert_eq!(lookup(&inp).map(|s| s.id), want_l, "{inp:?}");
+    }
+    // ids are row indexes
+    for (i, c) in COMMANDS.iter().enumerate() {
+        assert_eq!(usize::from(c.id), i);
+    }
+    eprintln!(
+        "rows={} maxlen={}",
+        COMMANDS.len(),
+        COMMANDS.iter().map(|c| c.name.len()).max().unwrap()
+    );
+}
