@@ -132,8 +132,14 @@ fn workspace_root() -> Option<PathBuf> {
 
 fn run(args: CompareArgs) -> Result<(), String> {
     let quick = args.quick;
+    if args.reps == Some(0) {
+        return Err("--reps must be >= 1".into());
+    }
+    if args.redis_servers == 0 {
+        return Err("--redis-servers must be >= 1".into());
+    }
     let settings = Settings {
-        reps: args.reps.unwrap_or(if quick { 1 } else { 3 }).max(1),
+        reps: args.reps.unwrap_or(if quick { 1 } else { 3 }),
         duration_s: args
             .duration
             .unwrap_or(Duration::from_millis(if quick { 1000 } else { 3000 }))
@@ -143,7 +149,7 @@ fn run(args: CompareArgs) -> Result<(), String> {
             .unwrap_or(Duration::from_millis(if quick { 200 } else { 500 }))
             .as_secs_f64(),
         quick,
-        redis_servers: args.redis_servers.max(1),
+        redis_servers: args.redis_servers,
         memory_connections: args
             .memory_conns
             .unwrap_or(if quick { 1000 } else { 10_000 }),
