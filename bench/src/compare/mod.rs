@@ -439,6 +439,8 @@ impl Runner<'_> {
                     if m.noisy { ", noisy" } else { "" },
                     if report.failed() {
                         ", FAILED connections"
+                    } else if report.errors > 0 {
+                        ", FAILED: error replies"
                     } else {
                         ""
                     }
@@ -449,6 +451,17 @@ impl Runner<'_> {
                         case.id,
                         t.name,
                         report.connection_errors.first().map_or("", String::as_str)
+                    ));
+                } else if report.errors > 0 {
+                    // Error replies are cheap and fast: counted as throughput they would make a
+                    // broken target look good, so the run is reported as failed.
+                    self.failures.push(format!(
+                        "rep {rep} {} {}: {} error replies of {} (first: {})",
+                        case.id,
+                        t.name,
+                        report.errors,
+                        report.requests,
+                        report.first_error.as_deref().unwrap_or("")
                     ));
                 }
                 self.runs.push(RunRecord {
