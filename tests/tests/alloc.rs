@@ -24,6 +24,8 @@ use respite_tests::{RedisServer, free_port, respite::simple_config, wait_for_por
 struct Counting;
 
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
+/// Allocations made while a thread was on Respite's request path (`engine::probe`).
+static IN_PATH: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: forwards to the system allocator unchanged; only counts.
 thread_local! {
@@ -39,6 +41,9 @@ fn count() {
         return;
     }
     let n = ALLOCS.fetch_add(1, Ordering::Relaxed);
+    if respite::engine::probe::in_request_path() {
+        IN_PATH.fetch_add(1, Ordering::Relaxed);
+    }
     if !TRACE.load(Ordering::Relaxed) || !n.is_multiple_of(997) {
         return;
     }
@@ -100,6 +105,38 @@ fn per_req(batch: &[u8]) -> usize {
         .map_or(batch.len(), |p| p + 1)
 }
 
+/// 16 keys of equal length whose backends alternate (by the proxy's own ketama over `hosts`), so
+/// that pipelined replies routinely arrive out of request order. twemproxy's FNV-1a places keys
+/// that differ only in their last bytes (`key:00`..`key:15`) on the same host, hence the search.
+fn alternating_keys(hosts: &[respite::config::HostConfig]) -> Vec<String> {
+    let lb = respite::cluster::LoadBalancer::new(respite::config::LbPolicy::Ketama, hosts);
+    let mut want = 0;
+    let mut keys = Vec::new();
+    for i in 0..10_000 {
+        let key = format!("key:{i:05}");
+        if lb.pick(key.as_bytes()) == want {
+            keys.push(key);
+            want = 1 - want;
+            if keys.len() == 16 {
+                break;
+            }
+        }
+    }
+    assert_eq!(keys.len(), 16, "two hosts must each own some keys");
+    keys
+}
+
+/// One pipelined batch: `cmd key [value]` for each of `keys`.
+fn batch(cmd: &[u8], keys: &[String], value: Option<&[u8]>) -> Vec<u8> {
+    keys.iter()
+        .flat_map(|key| {
+            let mut args: Vec<&[u8]> = vec![cmd, key.as_bytes()];
+            args.extend(value);
+            encode(&args, 1)
+        })
+        .collect()
+}
+
 fn encode(args: &[&[u8]], times: usize) -> Vec<u8> {
     let mut one = format!("*{}\r\n", args.len()).into_bytes();
     for a in args {
@@ -118,6 +155,7 @@ fn get_and_set_path_adds_no_allocation_per_request() {
     let admin = free_port();
     let cfg = simple_config(port, admin, &[r1.addr(), r2.addr()], 1, "");
     let config = respite::config::parse(&cfg, "alloc.toml").expect("config");
+    let keys = alternating_keys(&config.clusters[0].hosts);
     let _engine = respite::engine::Engine::start(config, None).expect("engine");
     assert!(wait_for_port(port, Duration::from_secs(10)));
 
@@ -132,8 +170,8 @@ fn get_and_set_path_adds_no_allocation_per_request() {
     // Keys spread over both backends; value "abc".
     let set1 = encode(&[b"SET", b"key:17", b"abc"], 1);
     let get1 = encode(&[b"GET", b"key:17"], 1);
-    let set16 = encode(&[b"SET", b"key:42", b"abc"], 16);
-    let get16 = encode(&[b"GET", b"key:42"], 16);
+    let set16 = batch(b"SET", &keys, Some(b"abc"));
+    let get16 = batch(b"GET", &keys, None);
     let cases: [(&str, &[u8], usize, usize); 4] = [
         ("SET P1", &set1, 5, 12_500),
         ("GET P1", &get1, 9, 12_500),
@@ -143,10 +181,12 @@ fn get_and_set_path_adds_no_allocation_per_request() {
     let mut total_requests = 0;
     let mut report = Vec::new();
     let mut worst_p16 = 0.0f64;
+    let mut in_path_total = 0;
     for (name, batch, reply_len, rounds) in cases {
         // Warm-up: upstream connections, buffers and queues reach their steady size.
         drive(&mut conns, batch, reply_len, 200, &mut buf);
         let before = ALLOCS.load(Ordering::Relaxed);
+        let before_in_path = IN_PATH.load(Ordering::Relaxed);
         TRACE.store(
             std::env::var_os("RESPITE_ALLOC_TRACE").is_some(),
             Ordering::Relaxed,
@@ -154,6 +194,8 @@ fn get_and_set_path_adds_no_allocation_per_request() {
         drive(&mut conns, batch, reply_len, rounds, &mut buf);
         TRACE.store(false, Ordering::Relaxed);
         let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        let in_path = IN_PATH.load(Ordering::Relaxed) - before_in_path;
+        in_path_total += in_path;
         let requests = (rounds * conns.len() * batch.len() / per_req(batch)) as u64;
         total_requests += requests;
         let per_request = allocs as f64 / requests as f64;
@@ -161,12 +203,28 @@ fn get_and_set_path_adds_no_allocation_per_request() {
             worst_p16 = worst_p16.max(per_request);
         }
         report.push(format!(
-            "{name}: {requests} requests, {allocs} allocations ({:.4}/request)",
+            "{name}: {requests} requests, {allocs} allocations ({:.4}/request), {in_path} on \
+             the request path",
             allocs as f64 / requests as f64
         ));
     }
     eprintln!("{}", report.join("\n"));
+    // The premise of the pipelined cases: their keys live on both backends.
+    for r in [&r1, &r2] {
+        let dbsize = r.raw().cmd(&[b"DBSIZE"]);
+        assert!(
+            dbsize.starts_with(b":") && dbsize != b":0\r\n",
+            "{}",
+            r.addr()
+        );
+    }
     assert!(total_requests >= 100_000, "{total_requests}");
+    assert_eq!(
+        in_path_total,
+        0,
+        "Respite's request path allocated:\n{}",
+        report.join("\n")
+    );
     assert!(
         worst_p16 < 0.6,
         "an allocation per request crept into the GET/SET path:\n{}",

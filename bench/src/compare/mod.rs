@@ -60,7 +60,8 @@ pub struct CompareArgs {
     /// The respite binary [default: `respite` next to this executable].
     #[arg(long, value_name = "PATH")]
     respite_bin: Option<PathBuf>,
-    /// Output directory [default: bench/results under the workspace root].
+    /// Output directory [default: bench/results under the workspace root; bench/results/quick
+    /// with --quick].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
@@ -164,6 +165,8 @@ fn run(args: CompareArgs) -> Result<(), String> {
     let root = workspace_root();
     let out_dir = match (&args.out, &root) {
         (Some(o), _) => o.clone(),
+        // Smoke runs go to a git-ignored subdirectory, so they never replace the committed results.
+        (None, Some(r)) if quick => r.join("bench/results/quick"),
         (None, Some(r)) => r.join("bench/results"),
         (None, None) => {
             return Err(

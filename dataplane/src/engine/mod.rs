@@ -2,6 +2,7 @@
 //! reload and SIGTERM drain.
 
 mod local;
+pub mod probe;
 mod session;
 mod sink;
 mod stats;

@@ -102,6 +102,7 @@ async fn serve(stream: TcpStream, handle: Rc<ListenerHandle>, worker: &WorkerSha
         };
         stats.rx_bytes.add(n as u64);
         let rt = handle.current();
+        let _request_path = super::probe::RequestPath::enter();
         loop {
             match parser.parse(&buf[start..], &mut args, &mut scratch) {
                 Ok(Parsed::Incomplete) => break,

@@ -21,6 +21,11 @@ const MAX_PENDING_SLOTS: usize = 256;
 /// Output bytes a session may hold for a slow reader before it stops reading.
 const MAX_OUT_BYTES: usize = 4 * 1024 * 1024;
 
+/// Reply buffers kept for reuse by a session (replies that arrive before the head's).
+const MAX_SPARE_BUFFERS: usize = 32;
+/// A reply buffer grown past this is not kept for reuse.
+const MAX_SPARE_CAPACITY: usize = 64 * 1024;
+
 /// No command id (local replies to unknown or invalid commands).
 pub const NO_CMD: u16 = u16::MAX;
 
@@ -56,6 +61,10 @@ struct Inner {
     /// The reader has stopped: once every slot is written, the writer closes the connection.
     reader_done: bool,
     reader_paused: bool,
+    /// Emptied reply buffers, reused for the next reply that arrives out of order: with
+    /// pipelined keys on several backends that is a routine event, and must not cost an
+    /// allocation per request.
+    spare: Vec<Vec<u8>>,
 }
 
 /// Reply queue shared by a session's reader, its writer and the upstream connections.
@@ -153,9 +162,13 @@ impl Sink {
             let SlotState::Ready(bytes, success) = &mut front.state else {
                 break;
             };
-            let (bytes, success) = (std::mem::take(bytes), *success);
+            let (mut bytes, success) = (std::mem::take(bytes), *success);
             let cmd = front.cmd;
             self.complete_head(inner, cmd, &bytes, success);
+            if inner.spare.len() < MAX_SPARE_BUFFERS && bytes.capacity() <= MAX_SPARE_CAPACITY {
+                bytes.clear();
+                inner.spare.push(bytes);
+            }
         }
     }
 
@@ -239,7 +252,11 @@ impl Deliver for Sink {
         let (head, success): (Cow<'_, [u8]>, bool) = match &mut slot.state {
             SlotState::Waiting if idx == 0 => (Cow::Borrowed(reply), !is_error(reply)),
             SlotState::Waiting => {
-                slot.state = SlotState::Ready(reply.to_vec(), !is_error(reply));
+                let mut copy = inner.spare.pop().unwrap_or_default();
+                copy.extend_from_slice(reply);
+                if let Some(slot) = inner.slots.get_mut(idx) {
+                    slot.state = SlotState::Ready(copy, !is_error(reply));
+                }
                 return;
             }
             SlotState::Split(st) => {

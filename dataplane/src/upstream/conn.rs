@@ -364,6 +364,7 @@ async fn read_loop(conn: &Conn, stream: &TcpStream) {
                 return;
             }
         }
+        let _request_path = crate::engine::probe::RequestPath::enter();
         loop {
             match scanner.scan(&buf[start..]) {
                 Ok(Some(len)) => {
