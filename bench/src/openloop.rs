@@ -212,6 +212,10 @@ impl Link {
     }
 }
 
+/// Requests one connection may have unanswered before it is failed: a target far below `--rate`
+/// would otherwise grow the generator's queues without bound.
+const MAX_OUTSTANDING: usize = 100_000;
+
 /// Runs the open-loop phase (warmup + measurement) for one thread's connections, given as
 /// (schedule index, nonblocking socket), on the calling thread.
 pub(crate) fn run_thread(
@@ -299,6 +303,13 @@ fn event_loop(
                 let due = t0 + sched.offset(l.index, k);
                 if due > now {
                     break;
+                }
+                if !l.failed && l.pending.len() >= MAX_OUTSTANDING {
+                    let e = io::Error::other(format!(
+                        "{MAX_OUTSTANDING} requests unanswered: the target cannot keep up with \
+                         --rate"
+                    ));
+                    l.fail(&epoll, &e, st);
                 }
                 if !l.failed {
                     if measure && shared.claim(1) == 0 {

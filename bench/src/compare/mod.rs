@@ -208,7 +208,10 @@ fn run(args: CompareArgs) -> Result<(), String> {
 
     eprintln!("starting redis-servers, nutcracker and respite (1 and 2 workers)...");
     let procs = Procs::start(settings.redis_servers, &respite_bin)?;
-    eprintln!("configs and logs in {}", procs.dir.display());
+    eprintln!(
+        "configs and logs in {} (removed at exit)",
+        procs.dir.display()
+    );
     prefill(&procs, cases.iter().any(|c| c.key_offset == KEY_OFFSET_1K))?;
 
     let targets = [

@@ -20,7 +20,7 @@ pub struct Server {
     pub pid: u32,
 }
 
-/// Everything started for a comparison; dropping it kills every child.
+/// Everything started for a comparison; dropping it kills every child and removes `dir`.
 pub struct Procs {
     children: Vec<Child>,
     /// Directory with configs and logs.
@@ -40,6 +40,7 @@ impl Drop for Procs {
         for c in &mut self.children {
             let _ = c.wait();
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

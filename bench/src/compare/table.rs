@@ -59,21 +59,22 @@ pub fn table(
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| {first} | target | rps | ×direct | p50 | p99 | p99.9 | proxy CPU µs/req | redis CPU µs/req | whole-machine CPU µs/req | noisy |"
+        "| {first} | target | rps | ×direct | p50 | p90 | p99 | p99.9 | proxy CPU µs/req | redis CPU µs/req | whole-machine CPU µs/req | noisy |"
     );
-    let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|");
+    let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|");
     for r in rows {
         let m = &r.median;
         let ratio = direct_rps(all, &r.case)
             .map_or_else(|| "–".to_string(), |d| format!("{:.2}", m.rps / d));
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             key(r),
             r.target,
             fmt_rps(m.rps),
             ratio,
             fmt_us(m.p50_us),
+            fmt_us(m.p90_us),
             fmt_us(m.p99_us),
             fmt_us(m.p999_us),
             fmt_cpu(m.proxy_cpu_us_per_req),
@@ -234,6 +235,7 @@ mod tests {
             median: Metrics {
                 rps,
                 p50_us: 250.0,
+                p90_us: 800.0,
                 p99_us: 1234.4,
                 p999_us: 99.94,
                 proxy_cpu_us_per_req: (target != "direct").then_some(6.891),
@@ -265,14 +267,16 @@ mod tests {
         let t = table(&all, &rows, "case", &|x| x.label.clone());
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4);
-        assert!(lines[0].starts_with("| case | target | rps | ×direct | p50 | p99 | p99.9 |"));
+        assert!(
+            lines[0].starts_with("| case | target | rps | ×direct | p50 | p90 | p99 | p99.9 |")
+        );
         assert_eq!(
             lines[2],
-            "| GET P1 | direct | 160 000 | 1.00 | 250 | 1234 | 99.9 | – | 3.50 | 20.00 |  |"
+            "| GET P1 | direct | 160 000 | 1.00 | 250 | 800 | 1234 | 99.9 | – | 3.50 | 20.00 |  |"
         );
         assert_eq!(
             lines[3],
-            "| GET P1 | twemproxy | 80 000 | 0.50 | 250 | 1234 | 99.9 | 6.89 | 3.50 | 20.00 | * (1/3) |"
+            "| GET P1 | twemproxy | 80 000 | 0.50 | 250 | 800 | 1234 | 99.9 | 6.89 | 3.50 | 20.00 | * (1/3) |"
         );
         // Every row has the header's column count.
         let cols = lines[0].matches('|').count();
