@@ -1345,6 +1345,10 @@ fn breaker_name_index_matches_linear_reference() {
     eprintln!(
         "rows={} maxlen={}",
         COMMANDS.len(),
-        COMMANDS.iter().map(|c| c.name.len()).max().unwrap()
+        COMMANDS
+            .iter()
+            .map(|c| c.name.len())
+            .max()
+            .expect("test value")
     );
 }
