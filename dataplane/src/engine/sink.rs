@@ -22,9 +22,10 @@ const MAX_PENDING_SLOTS: usize = 256;
 const MAX_OUT_BYTES: usize = 4 * 1024 * 1024;
 
 /// Reply buffers kept for reuse by a session (replies that arrive before the head's).
-const MAX_SPARE_BUFFERS: usize = 32;
-/// A reply buffer grown past this is not kept for reuse.
-const MAX_SPARE_CAPACITY: usize = 64 * 1024;
+const MAX_SPARE_BUFFERS: usize = 16;
+/// A reply buffer grown past this is not kept for reuse (so an idle session keeps at most
+/// 64 KiB of them, typically a few hundred bytes).
+const MAX_SPARE_CAPACITY: usize = 4 * 1024;
 
 /// No command id (local replies to unknown or invalid commands).
 pub const NO_CMD: u16 = u16::MAX;
