@@ -13,10 +13,12 @@
 //! `pick` does not allocate: a binary search over the ring (ketama, ring hash) or one table
 //! lookup (maglev).
 
+pub mod discovery;
 mod hash;
 mod ketama;
 mod maglev;
 mod ring_hash;
+pub mod topology;
 
 pub use hash::{ENVOY_STD_HASH_SEED, crc16, fnv1a_64_twemproxy, murmur2_64, xxh64};
 

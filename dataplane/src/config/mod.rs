@@ -87,6 +87,31 @@ pub struct ListenerConfig {
     pub max_request_bytes: usize,
     /// `[listeners.prefix_routes]`; `catch_all_route` is required and always `Some` after load.
     pub prefix_routes: PrefixRoutes,
+    /// Which node of a Redis Cluster slot serves read commands (Envoy `read_policy`). Applies to
+    /// `redis_cluster` clusters only. Default `primary`.
+    pub read_policy: ReadPolicy,
+    /// Per worker, the most connections to hosts known only from a `MOVED`/`ASK` redirect (Envoy
+    /// `max_upstream_unknown_connections`); past it the redirect error goes to the client.
+    /// Default 100.
+    pub max_upstream_unknown_connections: usize,
+}
+
+/// Envoy `ConnPoolSettings.ReadPolicy`. TOML: `read_policy = "primary" | "prefer_primary" |
+/// "replica" | "prefer_replica" | "any"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadPolicy {
+    /// Reads and writes go to the slot's primary.
+    #[default]
+    Primary,
+    /// Reads go to the primary; to a replica when the primary cannot take the request.
+    PreferPrimary,
+    /// Reads go to replicas only; with no usable replica they fail (`no upstream host`).
+    Replica,
+    /// Reads go to a replica; to the primary when no replica can take the request.
+    PreferReplica,
+    /// Reads go to any node of the slot, spread by session.
+    Any,
 }
 
 /// Envoy `PrefixRoutes`; only the catch-all route for now.
@@ -123,14 +148,52 @@ pub struct ClusterConfig {
     pub auth_password: Option<String>,
     /// Upstream connections per host per worker; at least 1, default 1.
     pub connections_per_host: usize,
+    /// Topology settings of a `redis_cluster` cluster (Envoy `RedisClusterConfig`); defaults for
+    /// other types, where the TOML keys are rejected.
+    pub redis_cluster: RedisClusterConfig,
+}
+
+/// Envoy `envoy.extensions.clusters.redis.v3.RedisClusterConfig`: how a `redis_cluster` cluster
+/// keeps its slot map. TOML keys sit directly on the `[[clusters]]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RedisClusterConfig {
+    /// How often `CLUSTER SLOTS` is polled from a random known node. Default 5s.
+    pub cluster_refresh_rate: Duration,
+    /// Timeout of one topology request (connect + AUTH + `CLUSTER SLOTS`). Default 3s.
+    pub cluster_refresh_timeout: Duration,
+    /// Minimum gap between refreshes triggered by redirects or failures. Default 5s.
+    pub redirect_refresh_interval: Duration,
+    /// `MOVED`/`ASK` replies (summed over workers) that trigger an early refresh; 0 = never.
+    /// Default 5.
+    pub redirect_refresh_threshold: u32,
+    /// Upstream failures (connect failures, closed connections, timeouts) that trigger an early
+    /// refresh; 0 = never. Default 5 (Envoy: 0; on here so that a dead primary's slots move to
+    /// the promoted replica without waiting for the periodic refresh).
+    pub failure_refresh_threshold: u32,
+}
+
+impl Default for RedisClusterConfig {
+    fn default() -> Self {
+        RedisClusterConfig {
+            cluster_refresh_rate: Duration::from_secs(5),
+            cluster_refresh_timeout: Duration::from_secs(3),
+            redirect_refresh_interval: Duration::from_secs(5),
+            redirect_refresh_threshold: 5,
+            failure_refresh_threshold: 5,
+        }
+    }
 }
 
 /// Envoy cluster discovery type. TOML: `type = "static"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClusterType {
     /// A fixed host list, resolved at load.
     Static,
+    /// A Redis Cluster: `hosts` are seeds; the slot map comes from `CLUSTER SLOTS` (Envoy
+    /// `envoy.clusters.redis`). Keys are placed by slot, `crc16(hashtag(key)) % 16384`, with
+    /// hash tags always on; `lb_policy` does not apply.
+    RedisCluster,
 }
 
 /// Consistent-hash policy of a cluster. TOML: `lb_policy = "ketama" | "ring_hash" | "maglev"`.

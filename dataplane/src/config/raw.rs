@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use toml::Spanned;
 
-use super::{ClusterType, LbPolicy};
+use super::{ClusterType, LbPolicy, ReadPolicy};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,6 +56,9 @@ pub(super) struct RawListener {
     pub custom_commands: Vec<Spanned<String>>,
     pub max_request_bytes: Option<Spanned<usize>>,
     pub prefix_routes: Option<Spanned<RawPrefixRoutes>>,
+    #[serde(default)]
+    pub read_policy: ReadPolicy,
+    pub max_upstream_unknown_connections: Option<Spanned<usize>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -77,12 +80,16 @@ pub(super) struct RawCluster {
     #[serde(rename = "type", default = "default_cluster_type")]
     pub cluster_type: ClusterType,
     pub hosts: Spanned<Vec<Spanned<RawHost>>>,
-    #[serde(default)]
-    pub lb_policy: LbPolicy,
+    pub lb_policy: Option<Spanned<LbPolicy>>,
     pub connect_timeout: Option<Spanned<RawDuration>>,
     pub auth_username: Option<Spanned<String>>,
     pub auth_password: Option<Spanned<String>>,
     pub connections_per_host: Option<Spanned<usize>>,
+    pub cluster_refresh_rate: Option<Spanned<RawDuration>>,
+    pub cluster_refresh_timeout: Option<Spanned<RawDuration>>,
+    pub redirect_refresh_interval: Option<Spanned<RawDuration>>,
+    pub redirect_refresh_threshold: Option<Spanned<u32>>,
+    pub failure_refresh_threshold: Option<Spanned<u32>>,
 }
 
 fn default_cluster_type() -> ClusterType {

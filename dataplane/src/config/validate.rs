@@ -9,8 +9,8 @@ use toml::Spanned;
 use super::locate::Source;
 use super::raw::{RawAdmin, RawCluster, RawConfig, RawDuration, RawHost, RawListener, RawRuntime};
 use super::{
-    AdminConfig, ClusterConfig, Config, ConfigError, HostConfig, ListenerConfig, PrefixRoutes,
-    Route, RuntimeConfig,
+    AdminConfig, ClusterConfig, ClusterType, Config, ConfigError, HostConfig, LbPolicy,
+    ListenerConfig, PrefixRoutes, RedisClusterConfig, Route, RuntimeConfig,
 };
 
 const DEFAULT_ADMIN_ADDRESS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
@@ -22,6 +22,7 @@ const DEFAULT_BUFFER_FLUSH_TIMEOUT: Duration = Duration::from_millis(3);
 /// Redis's `proto-max-bulk-len` default.
 const DEFAULT_MAX_REQUEST_BYTES: usize = 512 * 1024 * 1024;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const DEFAULT_MAX_UPSTREAM_UNKNOWN_CONNECTIONS: usize = 100;
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -275,10 +276,16 @@ fn listener(
                 cluster: cluster.into_inner(),
             }),
         },
+        read_policy: l.read_policy,
+        max_upstream_unknown_connections: l
+            .max_upstream_unknown_connections
+            .map(Spanned::into_inner)
+            .unwrap_or(DEFAULT_MAX_UPSTREAM_UNKNOWN_CONNECTIONS),
     })
 }
 
 fn cluster(src: &Source<'_>, path: &str, c: RawCluster) -> Result<ClusterConfig> {
+    let redis_cluster = redis_cluster(src, path, &c)?;
     let name = non_empty(src, &format!("{path}.name"), c.name)?;
     let connect_timeout = match &c.connect_timeout {
         Some(d) => positive(src, &format!("{path}.connect_timeout"), d)?,
@@ -376,15 +383,87 @@ fn cluster(src: &Source<'_>, path: &str, c: RawCluster) -> Result<ClusterConfig>
         });
     }
 
+    let lb_policy = match (&c.lb_policy, c.cluster_type) {
+        (Some(p), ClusterType::RedisCluster) => {
+            return Err(src.error(
+                Some(p.span()),
+                &format!("{path}.lb_policy"),
+                "does not apply to type \"redis_cluster\": keys are placed by hash slot",
+            ));
+        }
+        (Some(p), _) => *p.get_ref(),
+        (None, _) => LbPolicy::default(),
+    };
+
     Ok(ClusterConfig {
         name,
         cluster_type: c.cluster_type,
         hosts,
-        lb_policy: c.lb_policy,
+        lb_policy,
         connect_timeout,
         auth_username: c.auth_username.map(Spanned::into_inner),
         auth_password: c.auth_password.map(Spanned::into_inner),
         connections_per_host,
+        redis_cluster,
+    })
+}
+
+/// The `RedisClusterConfig` keys of a cluster: allowed only with `type = "redis_cluster"`.
+fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisClusterConfig> {
+    let d = RedisClusterConfig::default();
+    let durations = [
+        ("cluster_refresh_rate", &c.cluster_refresh_rate),
+        ("cluster_refresh_timeout", &c.cluster_refresh_timeout),
+        ("redirect_refresh_interval", &c.redirect_refresh_interval),
+    ];
+    let counts = [
+        ("redirect_refresh_threshold", &c.redirect_refresh_threshold),
+        ("failure_refresh_threshold", &c.failure_refresh_threshold),
+    ];
+    if c.cluster_type != ClusterType::RedisCluster {
+        let span = durations
+            .iter()
+            .find_map(|(k, v)| v.as_ref().map(|v| (*k, v.span())))
+            .or_else(|| {
+                counts
+                    .iter()
+                    .find_map(|(k, v)| v.as_ref().map(|v| (*k, v.span())))
+            });
+        if let Some((key, span)) = span {
+            return Err(src.error(
+                Some(span),
+                &format!("{path}.{key}"),
+                "applies only to type = \"redis_cluster\"",
+            ));
+        }
+        return Ok(d);
+    }
+    let dur = |key: &str, v: &Option<Spanned<RawDuration>>, default: Duration| match v {
+        Some(v) => positive(src, &format!("{path}.{key}"), v),
+        None => Ok(default),
+    };
+    let count = |v: &Option<Spanned<u32>>, default: u32| v.as_ref().map_or(default, |v| *v.get_ref());
+    Ok(RedisClusterConfig {
+        cluster_refresh_rate: dur(
+            "cluster_refresh_rate",
+            &c.cluster_refresh_rate,
+            d.cluster_refresh_rate,
+        )?,
+        cluster_refresh_timeout: dur(
+            "cluster_refresh_timeout",
+            &c.cluster_refresh_timeout,
+            d.cluster_refresh_timeout,
+        )?,
+        redirect_refresh_interval: dur(
+            "redirect_refresh_interval",
+            &c.redirect_refresh_interval,
+            d.redirect_refresh_interval,
+        )?,
+        redirect_refresh_threshold: count(
+            &c.redirect_refresh_threshold,
+            d.redirect_refresh_threshold,
+        ),
+        failure_refresh_threshold: count(&c.failure_refresh_threshold, d.failure_refresh_threshold),
     })
 }
 
