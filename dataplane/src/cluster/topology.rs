@@ -56,9 +56,8 @@ impl SlotMap {
     /// True if both maps give every slot the same primary (replicas may differ: nodes can
     /// briefly disagree about replica health without that mattering for writes).
     pub fn same_primaries(&self, other: &SlotMap) -> bool {
-        (0..CLUSTER_SLOTS).all(|s| {
-            self.shard(s).map(|sh| sh.primary) == other.shard(s).map(|sh| sh.primary)
-        })
+        (0..CLUSTER_SLOTS)
+            .all(|s| self.shard(s).map(|sh| sh.primary) == other.shard(s).map(|sh| sh.primary))
     }
 }
 

@@ -22,6 +22,17 @@ mod table_raw;
 
 pub use keys::is_blocking;
 
+/// True if `spec` only reads, so that a Redis Cluster replica may serve it (`read_policy`).
+/// Commands Redis does not flag `readonly` although they do not write themselves — scripts and
+/// functions that may write, and PUBLISH — count as writes, so they always reach a primary.
+pub fn is_read(spec: &CommandSpec) -> bool {
+    !spec.write
+        && !matches!(
+            spec.name,
+            "eval" | "evalsha" | "fcall" | "publish" | "spublish"
+        )
+}
+
 /// How a command is executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -98,6 +109,10 @@ pub enum Local {
     Time,
     /// READONLY / READWRITE: accepted with `+OK`.
     Ok,
+    /// `CLUSTER INFO|SLOTS|SHARDS|NODES|MYID|KEYSLOT`: Respite presents itself as a one-node
+    /// cluster owning every slot at the address the client connected to, so clients that insist
+    /// on cluster mode work through it.
+    Cluster,
 }
 
 /// Where a command's keys are (Redis 7.0 key specs, reduced to the shapes Redis 7.0 uses).

@@ -723,9 +723,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(
-            "ERR 'cluster|info' is not supported by respite: Redis Cluster commands are not exposed by the proxy",
-        ),
+        Kind::Local(Local::Cluster),
         KeySpec::Range,
     ),
     c(
@@ -735,9 +733,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(
-            "ERR 'cluster|keyslot' is not supported by respite: Redis Cluster commands are not exposed by the proxy",
-        ),
+        Kind::Local(Local::Cluster),
         KeySpec::Range,
     ),
     c(
@@ -771,9 +767,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(
-            "ERR 'cluster|myid' is not supported by respite: Redis Cluster commands are not exposed by the proxy",
-        ),
+        Kind::Local(Local::Cluster),
         KeySpec::Range,
     ),
     c(
@@ -783,9 +777,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(
-            "ERR 'cluster|nodes' is not supported by respite: Redis Cluster commands are not exposed by the proxy",
-        ),
+        Kind::Local(Local::Cluster),
         KeySpec::Range,
     ),
     c(
@@ -867,9 +859,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(
-            "ERR 'cluster|shards' is not supported by respite: Redis Cluster commands are not exposed by the proxy",
-        ),
+        Kind::Local(Local::Cluster),
         KeySpec::Range,
     ),
     c(
@@ -891,9 +881,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(
-            "ERR 'cluster|slots' is not supported by respite: Redis Cluster commands are not exposed by the proxy",
-        ),
+        Kind::Local(Local::Cluster),
         KeySpec::Range,
     ),
     c(

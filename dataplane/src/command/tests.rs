@@ -83,7 +83,7 @@ fn rows_follow_redis() {
         a
     });
     assert_eq!(counts[1], 6);
-    assert_eq!(counts[2], 20);
+    assert_eq!(counts[2], 26);
     assert!(counts[0] > 120);
 }
 
@@ -470,6 +470,12 @@ fn kinds_are_chosen_for_every_row() {
         ("time", Local::Time),
         ("readonly", Local::Ok),
         ("readwrite", Local::Ok),
+        ("cluster|info", Local::Cluster),
+        ("cluster|slots", Local::Cluster),
+        ("cluster|shards", Local::Cluster),
+        ("cluster|nodes", Local::Cluster),
+        ("cluster|myid", Local::Cluster),
+        ("cluster|keyslot", Local::Cluster),
     ] {
         assert_eq!(kind(n), Kind::Local(l), "{n}");
     }
@@ -500,7 +506,7 @@ fn kinds_are_chosen_for_every_row() {
         "bgsave",
         "replicaof",
         "slaveof",
-        "cluster|info",
+        "cluster|setslot",
         "migrate",
         "move",
         "swapdb",

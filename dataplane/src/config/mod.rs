@@ -98,7 +98,9 @@ pub struct ListenerConfig {
 
 /// Envoy `ConnPoolSettings.ReadPolicy`. TOML: `read_policy = "primary" | "prefer_primary" |
 /// "replica" | "prefer_replica" | "any"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ReadPolicy {
     /// Reads and writes go to the slot's primary.

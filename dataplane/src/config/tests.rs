@@ -112,6 +112,8 @@ hosts = [{ address = "127.0.0.1:7003" }]
                         cluster: "cache".into(),
                     }),
                 },
+                read_policy: ReadPolicy::Primary,
+                max_upstream_unknown_connections: 100,
             },
             ListenerConfig {
                 name: "second".into(),
@@ -130,6 +132,8 @@ hosts = [{ address = "127.0.0.1:7003" }]
                         cluster: "sessions".into(),
                     }),
                 },
+                read_policy: ReadPolicy::Primary,
+                max_upstream_unknown_connections: 100,
             },
         ],
         clusters: vec![
@@ -155,6 +159,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 auth_username: Some("proxy".into()),
                 auth_password: Some("pw".into()),
                 connections_per_host: 2,
+                redis_cluster: RedisClusterConfig::default(),
             },
             ClusterConfig {
                 name: "sessions".into(),
@@ -170,6 +175,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 auth_username: None,
                 auth_password: None,
                 connections_per_host: 1,
+                redis_cluster: RedisClusterConfig::default(),
             },
         ],
     };
@@ -717,5 +723,73 @@ fn custom_commands_and_max_request_bytes_are_checked() {
     assert!(
         e.starts_with("t.toml:5:") && e.contains("listeners[0].max_request_bytes"),
         "{e}"
+    );
+}
+
+#[test]
+fn redis_cluster_keys() {
+    let text = format!(
+        "{}type = \"redis_cluster\"\ncluster_refresh_rate = \"1s\"\ncluster_refresh_timeout = \
+         \"500ms\"\nredirect_refresh_interval = \"100ms\"\nredirect_refresh_threshold = 0\n\
+         failure_refresh_threshold = 2\n",
+        edit(
+            "op_timeout = \"1s\"",
+            "op_timeout = \"1s\"\nread_policy = \"prefer_replica\""
+        )
+    );
+    let c = parse(&text, "t.toml").unwrap();
+    let cl = &c.clusters[0];
+    assert_eq!(cl.cluster_type, ClusterType::RedisCluster);
+    assert_eq!(
+        cl.redis_cluster,
+        RedisClusterConfig {
+            cluster_refresh_rate: Duration::from_secs(1),
+            cluster_refresh_timeout: Duration::from_millis(500),
+            redirect_refresh_interval: Duration::from_millis(100),
+            redirect_refresh_threshold: 0,
+            failure_refresh_threshold: 2,
+        }
+    );
+    assert_eq!(c.listeners[0].read_policy, ReadPolicy::PreferReplica);
+    assert_eq!(c.listeners[0].max_upstream_unknown_connections, 100);
+
+    // Defaults (Envoy's, except failure_refresh_threshold) and read_policy's default.
+    let c = parse(&format!("{MINIMAL}type = \"redis_cluster\"\n"), "t.toml").unwrap();
+    assert_eq!(c.clusters[0].redis_cluster, RedisClusterConfig::default());
+    assert_eq!(
+        c.clusters[0].redis_cluster.cluster_refresh_rate,
+        Duration::from_secs(5)
+    );
+    assert_eq!(c.listeners[0].read_policy, ReadPolicy::Primary);
+}
+
+#[test]
+fn redis_cluster_key_errors() {
+    assert_err(
+        &format!("{MINIMAL}cluster_refresh_rate = \"1s\"\n"),
+        10,
+        "clusters[0].cluster_refresh_rate",
+        "applies only to type = \"redis_cluster\"",
+    );
+    assert_err(
+        &format!("{MINIMAL}type = \"redis_cluster\"\nlb_policy = \"maglev\"\n"),
+        11,
+        "clusters[0].lb_policy",
+        "does not apply to type \"redis_cluster\"",
+    );
+    assert_err(
+        &format!("{MINIMAL}type = \"redis_cluster\"\ncluster_refresh_rate = \"0s\"\n"),
+        11,
+        "clusters[0].cluster_refresh_rate",
+        "",
+    );
+    assert_err(
+        &edit(
+            "op_timeout = \"1s\"",
+            "op_timeout = \"1s\"\nread_policy = \"master\"",
+        ),
+        5,
+        "listeners[0].read_policy",
+        "unknown variant `master`",
     );
 }

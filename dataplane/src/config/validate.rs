@@ -442,7 +442,8 @@ fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisCl
         Some(v) => positive(src, &format!("{path}.{key}"), v),
         None => Ok(default),
     };
-    let count = |v: &Option<Spanned<u32>>, default: u32| v.as_ref().map_or(default, |v| *v.get_ref());
+    let count =
+        |v: &Option<Spanned<u32>>, default: u32| v.as_ref().map_or(default, |v| *v.get_ref());
     Ok(RedisClusterConfig {
         cluster_refresh_rate: dur(
             "cluster_refresh_rate",

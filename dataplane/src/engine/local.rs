@@ -23,12 +23,19 @@ pub struct ConnState {
     /// The client chose RESP3 with `HELLO 3`: its requests go to RESP3 upstream connections and
     /// their replies are forwarded as they are.
     pub resp3: bool,
+    /// The address the client connected to (what `CLUSTER SLOTS` reports as the node).
+    pub local_addr: std::net::SocketAddr,
 }
 
 impl ConnState {
     /// A fresh connection of a listener: authenticated when no password is configured.
-    pub fn new(client_id: u64, listener: &ListenerConfig) -> ConnState {
+    pub fn new(
+        client_id: u64,
+        listener: &ListenerConfig,
+        local_addr: Option<std::net::SocketAddr>,
+    ) -> ConnState {
         ConnState {
+            local_addr: local_addr.unwrap_or(listener.address),
             client_id,
             authed: listener.downstream_auth_passwords.is_empty(),
             name: None,
@@ -68,6 +75,9 @@ pub fn answer<'a>(
         Local::Hello => hello(conn, &rt.config, argc, &arg, out),
         Local::Client => client(conn, spec, argc, &arg, out),
         Local::Command => command::command_reply(argc, arg, out),
+        Local::Cluster => {
+            super::local_cluster::answer(spec.name, arg, conn.local_addr, conn.resp3, out)
+        }
         Local::Reset => {
             conn.name = None;
             conn.resp3 = false;

@@ -2,6 +2,7 @@
 //! reload and SIGTERM drain.
 
 mod local;
+mod local_cluster;
 pub mod probe;
 mod session;
 mod sink;
@@ -15,7 +16,12 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use tracing::{error, info, warn};
 
-use crate::config::{self, Config};
+use std::collections::HashMap;
+use std::time::Instant;
+
+use crate::cluster::discovery::Discovery;
+use crate::cluster::topology::{Registry, TopologyCell};
+use crate::config::{self, ClusterConfig, ClusterType, Config};
 use crate::stats::Store;
 
 /// A running data plane: its workers and their control channels.
@@ -27,7 +33,80 @@ pub struct Engine {
         std::thread::JoinHandle<()>,
     )>,
     store: Arc<Store>,
+    /// Slot maps of `redis_cluster` clusters, shared with the workers.
+    registry: Arc<Registry>,
+    /// One discovery thread per `redis_cluster` cluster, by name, with the config it runs under.
+    discoveries: HashMap<String, Running>,
     _admin: crate::admin::AdminServer,
+}
+
+/// A running discovery thread with the config it runs under and the cell it publishes into.
+struct Running {
+    config: ClusterConfig,
+    cell: Arc<TopologyCell>,
+    discovery: Discovery,
+}
+
+/// Starts discovery for every `redis_cluster` cluster of `config` not already running under the
+/// same settings, registers its cell, and waits (up to each cluster's
+/// `cluster_refresh_timeout`) for the first slot maps, so the first requests find them. Returns
+/// the discoveries that `config` replaced, to be dropped once the workers run the new config.
+fn start_discoveries(
+    config: &Config,
+    running: &mut HashMap<String, Running>,
+    registry: &Registry,
+    store: &Arc<Store>,
+) -> Vec<Running> {
+    let mut replaced = Vec::new();
+    let mut started = Vec::new();
+    for c in config
+        .clusters
+        .iter()
+        .filter(|c| c.cluster_type == ClusterType::RedisCluster)
+    {
+        if running.get(&c.name).is_some_and(|r| r.config == *c) {
+            continue;
+        }
+        let cell = Arc::new(TopologyCell::default());
+        registry.insert(c, cell.clone());
+        let discovery = Discovery::spawn(c.clone(), cell.clone(), store.clone());
+        started.push((c.name.clone(), c.redis_cluster.cluster_refresh_timeout));
+        let new = Running {
+            config: c.clone(),
+            cell,
+            discovery,
+        };
+        if let Some(old) = running.insert(c.name.clone(), new) {
+            replaced.push(old);
+        }
+    }
+    for (name, timeout) in started {
+        let deadline = Instant::now() + timeout;
+        if let Some(r) = running.get(&name)
+            && !r
+                .discovery
+                .wait_first(deadline.saturating_duration_since(Instant::now()))
+        {
+            warn!(cluster = %name, "no slot map yet; requests get errors until discovery succeeds");
+        }
+    }
+    replaced
+}
+
+/// Stops discovery of clusters `config` no longer has.
+fn stop_removed_discoveries(
+    config: &Config,
+    running: &mut HashMap<String, Running>,
+    registry: &Registry,
+) {
+    let keep: Vec<&str> = config
+        .clusters
+        .iter()
+        .filter(|c| c.cluster_type == ClusterType::RedisCluster)
+        .map(|c| c.name.as_str())
+        .collect();
+    running.retain(|name, _| keep.contains(&name.as_str()));
+    registry.retain(&keep);
 }
 
 impl Engine {
@@ -39,6 +118,9 @@ impl Engine {
         let store = Store::new();
         let admin = crate::admin::spawn(config.admin.address, store.clone())
             .map_err(|e| format!("admin: bind {}: {e}", config.admin.address))?;
+        let registry = Arc::new(Registry::default());
+        let mut discoveries = HashMap::new();
+        start_discoveries(&config, &mut discoveries, &registry, &store);
         let config = Arc::new(config);
         let ncpu = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -46,7 +128,13 @@ impl Engine {
         let mut workers = Vec::new();
         for id in 0..config.runtime.workers {
             let cpu = config.runtime.pin_workers.then_some(id % ncpu);
-            workers.push(worker::spawn(id, config.clone(), store.clone(), cpu)?);
+            workers.push(worker::spawn(
+                id,
+                config.clone(),
+                store.clone(),
+                registry.clone(),
+                cpu,
+            )?);
         }
         info!(
             workers = workers.len(),
@@ -58,6 +146,8 @@ impl Engine {
             config_path,
             workers,
             store,
+            registry,
+            discoveries,
             _admin: admin,
         })
     }
@@ -87,6 +177,7 @@ impl Engine {
         if new.admin != self.config.admin {
             warn!("admin.address changed; it takes effect at the next restart");
         }
+        let replaced = start_discoveries(&new, &mut self.discoveries, &self.registry, &self.store);
         let new = Arc::new(new);
         let mut results = Vec::new();
         for (tx, _) in &self.workers {
@@ -95,9 +186,22 @@ impl Engine {
                 .map_err(|_| "a worker has stopped".to_string())?;
             results.push(rrx);
         }
+        let mut outcome = Ok(());
         for r in results {
-            r.recv().map_err(|_| "a worker has stopped".to_string())??;
+            let r = r.recv().map_err(|_| "a worker has stopped".to_string());
+            if let Err(e) = r.and_then(|r| r) {
+                outcome = Err(e);
+            }
         }
+        if let Err(e) = outcome {
+            // The old config stays: so do the discoveries its pools read from.
+            for old in replaced {
+                self.registry.insert(&old.config, old.cell.clone());
+                self.discoveries.insert(old.config.name.clone(), old);
+            }
+            return Err(e);
+        }
+        stop_removed_discoveries(&new, &mut self.discoveries, &self.registry);
         self.config = new;
         Ok(())
     }

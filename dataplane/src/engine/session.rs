@@ -12,7 +12,7 @@ use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
 use crate::command::{self, CommandSpec, Kind, Local, ResolveError, split};
 use crate::net::{self, BufResult, TcpStream};
 use crate::resp::{Limits, Parsed, RequestParser, encode};
-use crate::upstream::{ClusterPool, Deliver, NO_UPSTREAM_HOST, Target};
+use crate::upstream::{ClusterPool, Deliver, Dest, NO_UPSTREAM_HOST, Target};
 
 /// Growth step of a session's read buffer; a new connection starts with `READ_INITIAL`, so an idle
 /// connection holds little memory, and a buffer grown by a burst is given back once drained.
@@ -55,7 +55,11 @@ async fn serve(stream: TcpStream, handle: Rc<ListenerHandle>, worker: &WorkerSha
     let mut session = Session {
         id,
         sink: sink.clone(),
-        conn: ConnState::new(worker.client_id(id), &first.config),
+        conn: ConnState::new(
+            worker.client_id(id),
+            &first.config,
+            stream.local_addr().ok(),
+        ),
         encoded: Vec::new(),
         key_idx: Vec::new(),
     };
@@ -262,7 +266,15 @@ impl Session {
         if cross {
             return self.sink.push_local(spec.id, CROSSSLOT);
         }
-        self.send_one(spec.id, pool, shard, args, base, frame);
+        self.send_one(
+            spec.id,
+            command::is_read(spec),
+            pool,
+            shard,
+            args,
+            base,
+            frame,
+        );
     }
 
     /// A listener `custom_commands` entry: a single-key command routed by argv[1].
@@ -279,23 +291,22 @@ impl Session {
             return self.sink.push_local(NO_CMD, NO_UPSTREAM_HOST);
         };
         let shard = pool.shard_of(rt.hash_key(key));
-        self.send_one(NO_CMD, pool, shard, args, base, frame);
+        self.send_one(NO_CMD, false, pool, shard, args, base, frame);
     }
 
     /// Sends the whole request to one shard; `cmd` is its table id for stats (`NO_CMD` for
-    /// custom commands).
+    /// custom commands); `read`: it only reads (see [`command::is_read`]).
+    #[allow(clippy::too_many_arguments)]
     fn send_one(
         &mut self,
         cmd: u16,
+        read: bool,
         pool: &ClusterPool,
         shard: usize,
         args: &[Range<usize>],
         base: &[u8],
         frame: Option<&[u8]>,
     ) {
-        let Some(conn) = pool.conn(shard, self.id, self.conn.resp3) else {
-            return self.sink.push_local(cmd, NO_UPSTREAM_HOST);
-        };
         let seq = self.sink.push(cmd);
         let target = Target {
             sink: self.sink.clone(),
@@ -303,12 +314,21 @@ impl Session {
             part: 0,
         };
         let request = Self::request_bytes(&mut self.encoded, frame, args, base);
-        if conn.send(request, target).is_err() {
+        let sent = pool.send(
+            Dest::Key(shard),
+            self.id,
+            self.conn.resp3,
+            read,
+            request,
+            target,
+        );
+        if sent.is_err() {
             self.sink.deliver(seq, 0, NO_UPSTREAM_HOST);
         }
     }
 
-    /// Sends `parts` (one sub-request each) and merges their replies into one slot.
+    /// Sends `parts` (one sub-request each) and merges their replies into one slot. `by_node`:
+    /// each part's `shard` is a fan-out node index rather than a key's shard.
     fn send_parts(
         &mut self,
         spec: &CommandSpec,
@@ -316,7 +336,9 @@ impl Session {
         merge: command::Merge,
         nkeys: usize,
         mut parts: Vec<split::Part>,
+        by_node: bool,
     ) {
+        let read = command::is_read(spec);
         let seq = self.sink.push(spec.id);
         let mut failed = Vec::new();
         for (i, part) in parts.iter_mut().enumerate() {
@@ -325,9 +347,14 @@ impl Session {
                 seq,
                 part: i as u32,
             };
+            let dest = if by_node {
+                Dest::Node(part.shard)
+            } else {
+                Dest::Key(part.shard)
+            };
             let sent = pool
-                .conn(part.shard, self.id, self.conn.resp3)
-                .is_some_and(|c| c.send(&part.request, target).is_ok());
+                .send(dest, self.id, self.conn.resp3, read, &part.request, target)
+                .is_ok();
             if !sent {
                 failed.push(i as u32);
             }
@@ -359,7 +386,7 @@ impl Session {
         let parts = split::split(spec, &argv, &mut |key| pool.shard_of(rt.hash_key(key)));
         let nkeys = parts.iter().map(|p| p.keys.len()).sum();
         let pool = pool.clone();
-        self.send_parts(spec, &pool, merge, nkeys, parts);
+        self.send_parts(spec, &pool, merge, nkeys, parts, false);
     }
 
     /// Sends the request unchanged to every shard and merges the replies (FLUSHALL, DBSIZE, …).
@@ -375,15 +402,18 @@ impl Session {
         let Some(pool) = rt.router.route(&[]).cloned() else {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
+        if pool.fanout_len() == 0 {
+            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
+        }
         let request = Self::request_bytes(&mut self.encoded, frame, args, base).to_vec();
-        let parts = (0..pool.len())
+        let parts = (0..pool.fanout_len())
             .map(|shard| split::Part {
                 shard,
                 request: request.clone(),
                 keys: Vec::new(),
             })
             .collect();
-        self.send_parts(spec, &pool, merge, 0, parts);
+        self.send_parts(spec, &pool, merge, 0, parts, true);
     }
 
     /// SCAN: the client's cursor names a shard and that shard's cursor; the reply's cursor is
@@ -399,7 +429,11 @@ impl Session {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
         let cursor = args.get(1).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
-        let Some((shard, shard_cursor)) = command::scan::decode(cursor, pool.len()) else {
+        let shards = pool.fanout_len();
+        if shards == 0 {
+            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
+        }
+        let Some((shard, shard_cursor)) = command::scan::decode(cursor, shards) else {
             return self.sink.push_local(spec.id, b"-ERR invalid cursor\r\n");
         };
         let mut request = Vec::new();
@@ -418,14 +452,14 @@ impl Session {
         );
         let merge = command::Merge::ScanCursor {
             shard: shard as u32,
-            shards: pool.len() as u32,
+            shards: shards as u32,
         };
         let part = split::Part {
             shard,
             request,
             keys: Vec::new(),
         };
-        self.send_parts(spec, &pool, merge, 0, vec![part]);
+        self.send_parts(spec, &pool, merge, 0, vec![part], true);
     }
 }
 

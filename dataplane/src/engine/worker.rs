@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use super::session;
 use super::stats::ListenerStats;
+use crate::cluster::topology::Registry;
 use crate::config::{Config, ListenerConfig};
 use crate::net::{self, TaskHandle, TcpListener};
 use crate::router::Router;
@@ -118,6 +119,7 @@ struct ActiveListener {
 struct Worker {
     shared: Rc<WorkerShared>,
     store: Arc<Store>,
+    registry: Arc<Registry>,
     listeners: HashMap<String, ActiveListener>,
     /// Keyed by cluster and connection settings: listeners with the same settings share a pool.
     pools: HashMap<(String, PoolSettings), Rc<ClusterPool>>,
@@ -130,6 +132,7 @@ pub fn spawn(
     id: usize,
     config: Arc<Config>,
     store: Arc<Store>,
+    registry: Arc<Registry>,
     cpu: Option<usize>,
 ) -> Result<(async_channel::Sender<Control>, std::thread::JoinHandle<()>), String> {
     let (tx, rx) = async_channel::unbounded::<Control>();
@@ -155,6 +158,7 @@ pub fn spawn(
                         closed_since_trim: Cell::new(0),
                     }),
                     store,
+                    registry,
                     listeners: HashMap::new(),
                     pools: HashMap::new(),
                     listener_stats: HashMap::new(),
@@ -211,7 +215,9 @@ impl Worker {
                     let key = (cluster.name.clone(), settings.clone());
                     let pool = match pools.get(&key).or_else(|| self.pools.get(&key)) {
                         Some(p) if p.cluster == *cluster => p.clone(),
-                        _ => ClusterPool::start(cluster, settings, &self.store, wid),
+                        _ => {
+                            ClusterPool::start(cluster, settings, &self.store, wid, &self.registry)?
+                        }
                     };
                     pools.insert(key, pool.clone());
                     Some(pool)

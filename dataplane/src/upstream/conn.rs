@@ -7,12 +7,12 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
-use super::{HostStats, PoolSettings, Target, UPSTREAM_FAILURE};
+use super::{HostStats, PoolSettings, Redirect, Retry, Target, UPSTREAM_FAILURE};
 use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
@@ -35,10 +35,22 @@ enum State {
 
 /// A request whose reply has not come back yet.
 struct Pending {
-    target: Target,
+    /// `None`: the reply is read and dropped (the `ASKING` before an ASK-redirected request).
+    target: Option<Target>,
     /// Set when the request is handed to the kernel: op_timeout runs from there.
     deadline: Option<Instant>,
+    /// Redirect state, carried over when the request is sent again after `MOVED`/`ASK`.
+    retry: Retry,
+    /// Absolute offset of the request's bytes in `Inner::log` (connections with a redirect
+    /// handler only).
+    log_at: u64,
 }
+
+/// `ASKING`, sent before a request redirected by `ASK` (Redis Cluster spec, "ASK redirection").
+const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+
+/// A retained request log is compacted once its dead prefix passes this many bytes.
+const LOG_COMPACT: usize = 64 * 1024;
 
 /// Why a request could not be queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +72,27 @@ struct Inner {
     timed_out: usize,
     /// When the first byte of `out` was queued (for `buffer_flush_timeout`).
     first_queued: Option<Instant>,
+    /// The bytes of every pending request, in order, kept only when a redirect handler is set:
+    /// a `MOVED`/`ASK`/`TRYAGAIN` reply sends the request again elsewhere.
+    log: Vec<u8>,
+    /// Absolute offset of `log[0]`.
+    log_base: u64,
+}
+
+impl Inner {
+    /// Drops retained request bytes nobody can need any more.
+    fn compact_log(&mut self) {
+        let end = self.log_base + self.log.len() as u64;
+        let keep_from = self.pending.front().map_or(end, |p| p.log_at);
+        let dead = (keep_from - self.log_base) as usize;
+        if dead == self.log.len() {
+            self.log.clear();
+            self.log_base = end;
+        } else if dead >= LOG_COMPACT && dead * 2 >= self.log.len() {
+            self.log.drain(..dead);
+            self.log_base = keep_from;
+        }
+    }
 }
 
 /// A pipelined connection to one upstream host, owned by one worker.
@@ -78,11 +111,28 @@ pub struct Conn {
     generation: Cell<u64>,
     /// Replaced by a config change: close once the last pending reply is in.
     retiring: Cell<bool>,
+    /// Redis Cluster connections: where redirects and failures are reported.
+    redirect: Option<Weak<dyn Redirect>>,
+    /// Send `READONLY` after connecting (a Redis Cluster replica serving reads).
+    readonly: bool,
 }
 
 impl Conn {
     /// Creates the connection and starts its supervisor task on the current worker.
     pub fn start(addr: SocketAddr, settings: Rc<PoolSettings>, stats: HostStats) -> Rc<Conn> {
+        Conn::start_cluster(addr, settings, stats, None, false)
+    }
+
+    /// [`Conn::start`] for a Redis Cluster node: replies that are redirects or retryable errors
+    /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`) go to `redirect` with the request's bytes
+    /// instead of to the client, and so do failures; `readonly` sends `READONLY` after AUTH.
+    pub fn start_cluster(
+        addr: SocketAddr,
+        settings: Rc<PoolSettings>,
+        stats: HostStats,
+        redirect: Option<Weak<dyn Redirect>>,
+        readonly: bool,
+    ) -> Rc<Conn> {
         let conn = Rc::new(Conn {
             addr,
             settings,
@@ -93,6 +143,8 @@ impl Conn {
                 written: 0,
                 timed_out: 0,
                 first_queued: None,
+                log: Vec::new(),
+                log_base: 0,
             }),
             write_ready: Notify::default(),
             timer_ready: Notify::default(),
@@ -100,6 +152,8 @@ impl Conn {
             stats,
             generation: Cell::new(0),
             retiring: Cell::new(false),
+            redirect,
+            readonly,
         });
         net::spawn(supervise(conn.clone()));
         net::spawn(expire_timeouts(conn.clone()));
@@ -116,6 +170,18 @@ impl Conn {
     /// Errors: [`SendError::NoHost`] when the host is in reconnect backoff or removed; the caller
     /// answers the request itself.
     pub fn send(&self, request: &[u8], target: Target) -> Result<(), SendError> {
+        self.send_retry(request, target, Retry::FIRST, false)
+    }
+
+    /// [`Conn::send`] with the redirect state of a request sent again; `asking` sends `ASKING`
+    /// (reply dropped) right before it, as an `ASK` redirect requires.
+    pub fn send_retry(
+        &self,
+        request: &[u8],
+        target: Target,
+        retry: Retry,
+        asking: bool,
+    ) -> Result<(), SendError> {
         let mut inner = self.inner.borrow_mut();
         match inner.state {
             State::Backoff | State::Closed => return Err(SendError::NoHost),
@@ -125,10 +191,25 @@ impl Conn {
         if first {
             inner.first_queued = Some(Instant::now());
         }
+        let log_end = inner.log_base + inner.log.len() as u64;
+        if asking {
+            inner.out.extend_from_slice(ASKING);
+            inner.pending.push_back(Pending {
+                target: None,
+                deadline: None,
+                retry,
+                log_at: log_end,
+            });
+        }
         inner.out.extend_from_slice(request);
+        if self.redirect.is_some() {
+            inner.log.extend_from_slice(request);
+        }
         inner.pending.push_back(Pending {
-            target,
+            target: Some(target),
             deadline: None,
+            retry,
+            log_at: log_end,
         });
         self.stats.rq_total.inc();
         let flush_now = self.settings.max_buffer_size_before_flush == 0
@@ -193,11 +274,18 @@ impl Conn {
             let timed_out = inner.timed_out;
             inner.written = 0;
             inner.timed_out = 0;
-            inner.pending.drain(..).skip(timed_out).collect()
+            let drained = inner.pending.drain(..).skip(timed_out).collect();
+            inner.compact_log();
+            drained
         };
+        if !drained.is_empty() {
+            self.note_failure();
+        }
         for p in drained {
-            self.stats.rq_error.inc();
-            p.target.deliver(UPSTREAM_FAILURE);
+            if let Some(target) = p.target {
+                self.stats.rq_error.inc();
+                target.deliver(UPSTREAM_FAILURE);
+            }
         }
         // Lets the timeout task of a closed connection see that nothing is pending and stop.
         self.timer_ready.notify();
@@ -206,7 +294,7 @@ impl Conn {
     /// Matches one reply to the oldest pending request. `false` if nothing was pending (a
     /// desynchronised connection, which the caller closes).
     fn on_reply(&self, reply: &[u8]) -> bool {
-        let p = {
+        let (p, request) = {
             let mut inner = self.inner.borrow_mut();
             let Some(p) = inner.pending.pop_front() else {
                 return false;
@@ -214,17 +302,57 @@ impl Conn {
             inner.written = inner.written.saturating_sub(1);
             if inner.timed_out > 0 {
                 inner.timed_out -= 1;
+                inner.compact_log();
                 return true;
             }
-            p
+            // Only a redirect needs the request again: copy it out before the log moves on.
+            let request = match (&self.redirect, &p.target) {
+                (Some(_), Some(_)) if is_redirect(reply) => {
+                    let end = inner
+                        .pending
+                        .front()
+                        .map_or(inner.log_base + inner.log.len() as u64, |n| n.log_at);
+                    let from = (p.log_at - inner.log_base) as usize;
+                    let to = (end - inner.log_base) as usize;
+                    inner.log.get(from..to).map(<[u8]>::to_vec)
+                }
+                _ => None,
+            };
+            inner.compact_log();
+            (p, request)
         };
-        if reply.first() == Some(&b'-') {
-            self.stats.rq_error.inc();
+        let Some(target) = p.target else {
+            return true;
+        };
+        if let (Some(request), Some(handler)) =
+            (request, self.redirect.as_ref().and_then(Weak::upgrade))
+        {
+            handler.redirect(self.addr, reply, request, target, p.retry);
+        } else {
+            if reply.first() == Some(&b'-') {
+                self.stats.rq_error.inc();
+            }
+            target.deliver(reply);
         }
-        p.target.deliver(reply);
         self.close_if_retired();
         true
     }
+
+    /// Tells the cluster's topology that this host failed (Redis Cluster pools only).
+    fn note_failure(&self) {
+        if let Some(handler) = self.redirect.as_ref().and_then(Weak::upgrade) {
+            handler.note_failure();
+        }
+    }
+}
+
+/// True for the replies a Redis Cluster node gives instead of an answer: `MOVED`, `ASK`,
+/// `TRYAGAIN`, `CLUSTERDOWN` (Redis Cluster spec, "Redirection and resharding").
+fn is_redirect(reply: &[u8]) -> bool {
+    reply.first() == Some(&b'-')
+        && [&b"-MOVED "[..], b"-ASK ", b"-TRYAGAIN", b"-CLUSTERDOWN"]
+            .iter()
+            .any(|p| reply.starts_with(p))
 }
 
 /// Connects, authenticates, runs the connection until it fails, then backs off and retries, until
@@ -258,6 +386,7 @@ async fn supervise(conn: Rc<Conn>) {
             }
             Err(e) => {
                 conn.stats.cx_connect_fail.inc();
+                conn.note_failure();
                 debug!(upstream = %conn.addr, error = %e, "upstream connect failed");
             }
         }
@@ -274,13 +403,15 @@ async fn supervise(conn: Rc<Conn>) {
     }
 }
 
-/// Opens the TCP connection and runs the handshake: `HELLO 3 [AUTH user pass]` for RESP3
-/// connections, `AUTH [user] pass` for RESP2 ones when credentials are configured.
+/// Opens the TCP connection and runs the handshake, in this order: `HELLO 3 [AUTH user pass]`
+/// for RESP3 connections or `AUTH [user] pass` for RESP2 ones when credentials are configured,
+/// then `READONLY` for Redis Cluster replicas. Any error reply fails the connection.
 async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
     let s = &conn.settings;
     let stream = net::connect(conn.addr, s.connect_timeout).await?;
     // RESP3 connections authenticate inside HELLO; RESP2 ones with AUTH.
     let mut req = Vec::new();
+    let mut replies = 0;
     let user = s.auth_username.as_deref().unwrap_or("default");
     match (&s.auth_password, s.resp3) {
         (Some(pw), true) => encode::command(
@@ -295,15 +426,25 @@ async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
             ),
             None => encode::command(&mut req, [&b"AUTH"[..], pw.as_bytes()].into_iter()),
         },
-        (None, false) => return Ok(stream),
+        (None, false) => {}
+    }
+    if !req.is_empty() {
+        replies += 1;
+    }
+    if conn.readonly {
+        encode::command(&mut req, [&b"READONLY"[..]].into_iter());
+        replies += 1;
+    }
+    if replies == 0 {
+        return Ok(stream);
     }
     let BufResult(res, _) = net::write_all(&stream, req).await;
     res?;
-    let reply = net::timeout(s.connect_timeout, read_one_reply(&stream))
+    let all = net::timeout(s.connect_timeout, read_replies(&stream, replies))
         .await
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))??;
-    if reply.first() == Some(&b'-') {
-        let text = String::from_utf8_lossy(&reply).trim_end().to_string();
+    if let Some(reply) = all.iter().find(|r| r.first() == Some(&b'-')) {
+        let text = String::from_utf8_lossy(reply).trim_end().to_string();
         warn!(upstream = %conn.addr, reply = %text, "upstream handshake failed");
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
@@ -313,17 +454,25 @@ async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
     Ok(stream)
 }
 
-/// Reads exactly one reply (used only by the handshake, before pipelining starts).
-async fn read_one_reply(stream: &TcpStream) -> std::io::Result<Vec<u8>> {
+/// Reads exactly `n` replies (used only by the handshake, before pipelining starts).
+async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
     let mut buf = Vec::with_capacity(512);
+    let mut start = 0;
+    let mut out = Vec::with_capacity(n);
     let mut scanner = ReplyScanner::default();
     loop {
-        if let Some(len) = scanner
-            .scan(&buf)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?
-        {
-            buf.truncate(len);
-            return Ok(buf);
+        while out.len() < n {
+            let Some(len) = scanner
+                .scan(&buf[start..])
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?
+            else {
+                break;
+            };
+            out.push(buf[start..start + len].to_vec());
+            start += len;
+        }
+        if out.len() == n {
+            return Ok(out);
         }
         buf.reserve(512);
         let BufResult(res, b) = net::read_append(stream, buf).await;
@@ -427,8 +576,10 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
             let mut inner = conn.inner.borrow_mut();
             let deadline = Instant::now() + s.op_timeout;
             let written = inner.written;
+            let now = Instant::now();
             for p in inner.pending.iter_mut().skip(written) {
                 p.deadline = Some(deadline);
+                p.retry.started.get_or_insert(now);
             }
             inner.written = inner.pending.len();
             inner.first_queued = None;
@@ -492,8 +643,11 @@ async fn expire_timeouts(conn: Rc<Conn>) {
         };
         if let Some(target) = expired {
             conn.stats.rq_timeout.inc();
-            conn.stats.rq_error.inc();
-            target.deliver(UPSTREAM_FAILURE);
+            conn.note_failure();
+            if let Some(target) = target {
+                conn.stats.rq_error.inc();
+                target.deliver(UPSTREAM_FAILURE);
+            }
             conn.close_if_retired();
         }
     }

@@ -4,16 +4,20 @@
 //! all of that worker's sessions share them (Envoy: one connection per upstream host per worker).
 
 mod conn;
+mod slots;
 
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use conn::{Conn, SendError};
+pub use slots::SlotPool;
 
 use crate::cluster::LoadBalancer;
-use crate::config::{ClusterConfig, ListenerConfig};
+use crate::cluster::topology::Registry;
+use crate::config::{ClusterConfig, ClusterType, ListenerConfig, ReadPolicy};
 use crate::stats::{Counter, Gauge, Store};
 
 /// Reply given for requests lost with a failed upstream connection or past op_timeout (Envoy).
@@ -25,6 +29,59 @@ pub const NO_UPSTREAM_HOST: &[u8] = b"-no upstream host\r\n";
 pub trait Deliver {
     /// `reply` is one complete RESP reply; `seq` and `part` are the values given in [`Target`].
     fn deliver(&self, seq: u64, part: u32, reply: &[u8]);
+}
+
+/// Where a request goes inside its cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    /// The owner of a key: the value of [`ClusterPool::shard_of`] for the key (a host index, or
+    /// a slot for Redis Cluster).
+    Key(usize),
+    /// Node `i` of [`ClusterPool::fanout_len`] (fan-out commands and SCAN).
+    Node(usize),
+}
+
+/// Redirect state of a request, carried along when a Redis Cluster pool sends it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// The request's slot, or `u16::MAX` when it was sent to a node rather than by key.
+    pub slot: u16,
+    /// `MOVED`/`ASK` redirects followed so far.
+    pub hops: u8,
+    /// `TRYAGAIN`/`CLUSTERDOWN` retries so far.
+    pub tries: u8,
+    /// When the request was first written upstream: retries stop at `op_timeout` from here.
+    pub started: Option<Instant>,
+    /// The client speaks RESP3, so a resent request must go out on a RESP3 connection.
+    pub resp3: bool,
+}
+
+impl Retry {
+    /// A request sent for the first time, not by slot.
+    pub const FIRST: Retry = Retry {
+        slot: u16::MAX,
+        hops: 0,
+        tries: 0,
+        started: None,
+        resp3: false,
+    };
+}
+
+/// Handles what a Redis Cluster node answers instead of a reply (Redis Cluster spec,
+/// "Redirection and resharding"), and reports host failures to the topology.
+pub trait Redirect {
+    /// `reply` (`-MOVED …`, `-ASK …`, `-TRYAGAIN …`, `-CLUSTERDOWN …`) came from `from` for
+    /// `request` (its encoded bytes); the handler sends it again or answers `target` itself.
+    fn redirect(
+        &self,
+        from: SocketAddr,
+        reply: &[u8],
+        request: Vec<u8>,
+        target: Target,
+        retry: Retry,
+    );
+    /// A connect failure, a closed connection or a timeout on one of the cluster's hosts.
+    fn note_failure(&self);
 }
 
 /// Where a reply goes.
@@ -55,6 +112,10 @@ pub struct PoolSettings {
     pub auth_password: Option<String>,
     /// Speak RESP3 upstream (HELLO 3 at connect), for sessions whose client chose RESP3.
     pub resp3: bool,
+    /// Redis Cluster only: which node of a slot serves reads.
+    pub read_policy: ReadPolicy,
+    /// Redis Cluster only: per-worker cap on connections to hosts known only from redirects.
+    pub max_upstream_unknown_connections: usize,
 }
 
 impl PoolSettings {
@@ -68,6 +129,8 @@ impl PoolSettings {
             auth_username: cluster.auth_username.clone(),
             auth_password: cluster.auth_password.clone(),
             resp3: false,
+            read_policy: listener.read_policy,
+            max_upstream_unknown_connections: listener.max_upstream_unknown_connections,
         }
     }
 }
@@ -87,7 +150,8 @@ pub struct HostStats {
 }
 
 impl HostStats {
-    fn new(store: &Store, worker: usize, cluster: &str, host: &str) -> HostStats {
+    /// The stats of host `host` (its `ip:port`) of cluster `cluster`, shard `worker`.
+    pub fn new(store: &Store, worker: usize, cluster: &str, host: &str) -> HostStats {
         let c = |name: &str| store.counter(&format!("cluster.{cluster}.{name}"), worker);
         let h =
             |name: &str| store.counter(&format!("cluster.{cluster}.host.{host}.{name}"), worker);
@@ -103,79 +167,141 @@ impl HostStats {
     }
 }
 
-/// The connections of one worker to the hosts of one cluster, and the hash that picks a host.
+/// The connections of one worker to the hosts of one cluster, and how a key picks its host.
 pub struct ClusterPool {
     pub name: String,
+    kind: PoolKind,
+    /// The config it was built from, to tell whether a reload changed it.
+    pub cluster: ClusterConfig,
+    pub settings: Rc<PoolSettings>,
+}
+
+enum PoolKind {
+    /// Static hosts placed by a consistent hash.
+    Hashed(HashedPool),
+    /// A Redis Cluster placed by slot.
+    Slots(Rc<SlotPool>),
+}
+
+struct HashedPool {
     lb: LoadBalancer,
     /// `hosts[i]` holds `connections_per_host` connections to host `i`.
     hosts: Vec<Vec<Rc<Conn>>>,
     /// The same for RESP3 clients, opened when the first one arrives.
     hosts_resp3: RefCell<Option<Vec<Vec<Rc<Conn>>>>>,
     host_stats: Vec<HostStats>,
-    /// The config it was built from, to tell whether a reload changed it.
-    pub cluster: ClusterConfig,
-    pub settings: Rc<PoolSettings>,
 }
 
 impl ClusterPool {
-    /// Builds the pool and starts connecting to every host.
+    /// Builds the pool and starts connecting to every host. A `redis_cluster` cluster takes its
+    /// slot map from its cell in `registry`.
+    ///
+    /// Errors: a `redis_cluster` cluster with no cell in `registry` (the engine registers one
+    /// before it applies a config).
     pub fn start(
         cluster: &ClusterConfig,
         settings: PoolSettings,
-        store: &Store,
+        store: &Arc<Store>,
         worker: usize,
-    ) -> Rc<ClusterPool> {
+        registry: &Registry,
+    ) -> Result<Rc<ClusterPool>, String> {
         let settings = Rc::new(settings);
-        let host_stats: Vec<HostStats> = cluster
-            .hosts
-            .iter()
-            .map(|h| HostStats::new(store, worker, &cluster.name, &h.address.to_string()))
-            .collect();
-        let hosts = connect_all(cluster, &settings, &host_stats);
-        Rc::new(ClusterPool {
+        let kind = match cluster.cluster_type {
+            ClusterType::Static => {
+                let host_stats: Vec<HostStats> = cluster
+                    .hosts
+                    .iter()
+                    .map(|h| HostStats::new(store, worker, &cluster.name, &h.address.to_string()))
+                    .collect();
+                let hosts = connect_all(cluster, &settings, &host_stats);
+                PoolKind::Hashed(HashedPool {
+                    lb: LoadBalancer::new(cluster.lb_policy, &cluster.hosts),
+                    hosts,
+                    hosts_resp3: RefCell::new(None),
+                    host_stats,
+                })
+            }
+            ClusterType::RedisCluster => {
+                let cell = registry.get(cluster).ok_or_else(|| {
+                    format!(
+                        "cluster {}: no topology for a redis_cluster cluster",
+                        cluster.name
+                    )
+                })?;
+                PoolKind::Slots(SlotPool::start(
+                    cluster,
+                    settings.clone(),
+                    cell,
+                    store.clone(),
+                    worker,
+                ))
+            }
+        };
+        Ok(Rc::new(ClusterPool {
             name: cluster.name.clone(),
-            lb: LoadBalancer::new(cluster.lb_policy, &cluster.hosts),
-            hosts,
-            hosts_resp3: RefCell::new(None),
-            host_stats,
+            kind,
             cluster: cluster.clone(),
             settings,
-        })
+        }))
     }
 
-    /// The host index `key` hashes to. The caller applies the listener's hash-tag rule first.
+    /// Where `key` goes: a host index, or for Redis Cluster the key's slot (hash tags always
+    /// on). The caller applies the listener's hash-tag rule first.
     #[inline]
     pub fn shard_of(&self, key: &[u8]) -> usize {
-        self.lb.pick(key)
-    }
-
-    /// The connection to host `shard` used by session `session` (a session always uses the same
-    /// one, so its commands to a host stay in order). `resp3`: the session speaks RESP3, so its
-    /// replies must come from a RESP3 connection.
-    #[inline]
-    pub fn conn(&self, shard: usize, session: u64, resp3: bool) -> Option<Rc<Conn>> {
-        if resp3 {
-            let mut r3 = self.hosts_resp3.borrow_mut();
-            let hosts = r3.get_or_insert_with(|| {
-                let settings = Rc::new(PoolSettings {
-                    resp3: true,
-                    ..(*self.settings).clone()
-                });
-                connect_all(&self.cluster, &settings, &self.host_stats)
-            });
-            return pick(hosts, shard, session).cloned();
+        match &self.kind {
+            PoolKind::Hashed(h) => h.lb.pick(key),
+            PoolKind::Slots(_) => crate::cluster::key_slot(key) as usize,
         }
-        pick(&self.hosts, shard, session).cloned()
     }
 
-    /// Number of hosts.
-    pub fn len(&self) -> usize {
-        self.hosts.len()
+    /// Queues `request` for `dest`; its reply goes to `target`. `session` picks among a host's
+    /// connections (a session always uses the same one, so its commands to a host stay in
+    /// order); `resp3`: the session speaks RESP3, so its replies must come from a RESP3
+    /// connection; `read`: a read command, which a Redis Cluster pool may send to a replica per
+    /// `read_policy` (falling back to the other candidates in the same request).
+    ///
+    /// Errors: [`SendError::NoHost`] when no candidate host can take it; the caller answers.
+    #[inline]
+    pub fn send(
+        &self,
+        dest: Dest,
+        session: u64,
+        resp3: bool,
+        read: bool,
+        request: &[u8],
+        target: Target,
+    ) -> Result<(), SendError> {
+        match &self.kind {
+            PoolKind::Hashed(h) => {
+                let shard = match dest {
+                    Dest::Key(s) | Dest::Node(s) => s,
+                };
+                let conn = if resp3 {
+                    let mut r3 = h.hosts_resp3.borrow_mut();
+                    let hosts = r3.get_or_insert_with(|| {
+                        let settings = Rc::new(PoolSettings {
+                            resp3: true,
+                            ..(*self.settings).clone()
+                        });
+                        connect_all(&self.cluster, &settings, &h.host_stats)
+                    });
+                    pick(hosts, shard, session).cloned()
+                } else {
+                    pick(&h.hosts, shard, session).cloned()
+                };
+                conn.ok_or(SendError::NoHost)?.send(request, target)
+            }
+            PoolKind::Slots(p) => p.send(dest, session, resp3, read, request, target),
+        }
     }
 
-    /// True if the cluster has no hosts.
-    pub fn is_empty(&self) -> bool {
-        self.hosts.is_empty()
+    /// Number of nodes a fan-out command goes to: every host, or every Redis Cluster primary.
+    pub fn fanout_len(&self) -> usize {
+        match &self.kind {
+            PoolKind::Hashed(h) => h.hosts.len(),
+            PoolKind::Slots(p) => p.primaries(),
+        }
     }
 }
 
@@ -210,9 +336,14 @@ fn connect_all(
 impl Drop for ClusterPool {
     /// The last session using this pool moved to a newer config: let in-flight requests finish.
     fn drop(&mut self) {
-        let r3 = self.hosts_resp3.borrow_mut().take();
-        for conn in self.hosts.iter().chain(r3.iter().flatten()).flatten() {
-            conn.retire();
+        match &self.kind {
+            PoolKind::Hashed(h) => {
+                let r3 = h.hosts_resp3.borrow_mut().take();
+                for conn in h.hosts.iter().chain(r3.iter().flatten()).flatten() {
+                    conn.retire();
+                }
+            }
+            PoolKind::Slots(p) => p.retire(),
         }
     }
 }

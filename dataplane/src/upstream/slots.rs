@@ -1,0 +1,690 @@
+//! One worker's pool for a Redis Cluster: the slot map it routes by, its connections to every
+//! primary and replica, and the handling of redirects (Redis Cluster spec, "Redirection and
+//! resharding"; Envoy `envoy.clusters.redis` and `conn_pool_impl.cc` `doRedirection`).
+//!
+//! - The map comes from the cluster's [`TopologyCell`]; each request compares the cell's version
+//!   with the one this pool holds (one atomic load) and rebuilds the view only when it changed.
+//! - `MOVED`: the slot is re-pointed in this worker's view at once and the request is sent to the
+//!   new owner; the discovery thread is told, and refreshes the whole map once redirects pile up.
+//! - `ASK`: `ASKING` then the request to the named node; the view does not change.
+//! - `TRYAGAIN` / `CLUSTERDOWN`: sent again after a short backoff (10 ms doubling, at most
+//!   200 ms) as long as `op_timeout` from the first write allows; then the error goes to the
+//!   client.
+//! - At most [`MAX_HOPS`] redirects per request; past that the client gets a `TRYAGAIN` error
+//!   instead of a redirect loop.
+//! - Hosts named by a redirect but absent from the map get connections too, at most
+//!   `max_upstream_unknown_connections` hosts per worker; past that the redirect error goes to
+//!   the client (Envoy's rule).
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::debug;
+
+use super::{
+    Conn, Dest, HostStats, NO_UPSTREAM_HOST, PoolSettings, Redirect, Retry, SendError, Target,
+};
+use crate::cluster::CLUSTER_SLOTS;
+use crate::cluster::topology::{SlotMap, TopologyCell, UNASSIGNED};
+use crate::config::{ClusterConfig, ReadPolicy};
+use crate::net;
+use crate::stats::{Counter, Store};
+
+/// Most `MOVED`/`ASK` redirects one request may follow.
+pub const MAX_HOPS: u8 = 5;
+/// The reply past [`MAX_HOPS`].
+const TOO_MANY_REDIRECTS: &[u8] = b"-TRYAGAIN too many cluster redirects for one request\r\n";
+const RETRY_BASE: Duration = Duration::from_millis(10);
+const RETRY_CAP: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ConnKey {
+    addr: SocketAddr,
+    /// A replica connection (sends `READONLY`).
+    readonly: bool,
+    resp3: bool,
+}
+
+/// One shard as this worker sees it, with its RESP2 connections at hand.
+struct ViewShard {
+    primary: SocketAddr,
+    replicas: Vec<SocketAddr>,
+    primary_conns: Vec<Rc<Conn>>,
+    replica_conns: Vec<Vec<Rc<Conn>>>,
+}
+
+struct View {
+    /// `slots[s]`: index into `shards`, or [`UNASSIGNED`].
+    slots: Vec<u16>,
+    shards: Vec<ViewShard>,
+    /// Shards of the discovered map (fan-out targets); shards after these were added by `MOVED`.
+    mapped: usize,
+}
+
+struct SlotStats {
+    redirect_ok: Arc<Counter>,
+    redirect_failed: Arc<Counter>,
+    unknown_reached: Arc<Counter>,
+    unknown_total: Arc<Counter>,
+    retries: Arc<Counter>,
+}
+
+/// A worker's connections to one Redis Cluster and the slot map it routes by.
+pub struct SlotPool {
+    name: String,
+    cell: Arc<TopologyCell>,
+    /// Version of the map `view` was built from.
+    seen: Cell<u64>,
+    view: RefCell<View>,
+    conns: RefCell<HashMap<ConnKey, Vec<Rc<Conn>>>>,
+    /// Hosts connected only because a redirect named them.
+    unknown: RefCell<HashSet<SocketAddr>>,
+    settings: Rc<PoolSettings>,
+    per_host: usize,
+    store: Arc<Store>,
+    worker: usize,
+    host_stats: RefCell<HashMap<SocketAddr, HostStats>>,
+    stats: SlotStats,
+    me: Weak<SlotPool>,
+}
+
+/// A node to send to: its connections of the right kind (RESP2) and its address.
+#[derive(Clone, Copy)]
+struct Node<'a> {
+    conns: &'a [Rc<Conn>],
+    addr: SocketAddr,
+    readonly: bool,
+}
+
+impl<'a> Node<'a> {
+    fn primary(addr: SocketAddr, conns: &'a [Rc<Conn>]) -> Node<'a> {
+        Node {
+            conns,
+            addr,
+            readonly: false,
+        }
+    }
+}
+
+/// A request on its way: bytes, reply target, redirect state, and whether `ASKING` goes first.
+struct Out<'a> {
+    request: &'a [u8],
+    target: Target,
+    retry: Retry,
+    asking: bool,
+}
+
+impl<'a> Out<'a> {
+    fn new(request: &'a [u8], target: Target, retry: Retry) -> Out<'a> {
+        Out {
+            request,
+            target,
+            retry,
+            asking: false,
+        }
+    }
+}
+
+/// What a node answered instead of a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Redirection {
+    Moved {
+        slot: u16,
+        addr: SocketAddr,
+    },
+    Ask {
+        slot: u16,
+        addr: SocketAddr,
+    },
+    /// `TRYAGAIN` or `CLUSTERDOWN`: the same request may succeed a moment later.
+    Retry,
+}
+
+impl Redirection {
+    /// Parses `-MOVED <slot> <ip>:<port>` / `-ASK …` / `-TRYAGAIN …` / `-CLUSTERDOWN …`. An
+    /// empty ip means the replying node's own (Redis 7 `cluster-preferred-endpoint-type
+    /// unknown-endpoint`). `None` for anything else, including hostnames (not resolved on the
+    /// request path; Envoy passes those to the client too).
+    fn parse(reply: &[u8], from: SocketAddr) -> Option<Redirection> {
+        let line = reply.strip_suffix(b"\r\n").unwrap_or(reply);
+        let text = std::str::from_utf8(line.strip_prefix(b"-")?).ok()?;
+        let mut words = text.split(' ');
+        let kind = words.next()?;
+        if kind == "TRYAGAIN" || kind == "CLUSTERDOWN" {
+            return Some(Redirection::Retry);
+        }
+        let slot: u16 = words.next()?.parse().ok()?;
+        if slot >= CLUSTER_SLOTS {
+            return None;
+        }
+        let (host, port) = words.next()?.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let ip: IpAddr = if host.is_empty() {
+            from.ip()
+        } else {
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse()
+                .ok()?
+        };
+        let addr = SocketAddr::new(ip, port);
+        match kind {
+            "MOVED" => Some(Redirection::Moved { slot, addr }),
+            "ASK" => Some(Redirection::Ask { slot, addr }),
+            _ => None,
+        }
+    }
+}
+
+impl SlotPool {
+    /// A pool for `cluster` that routes by the maps published in `cell`.
+    pub fn start(
+        cluster: &ClusterConfig,
+        settings: Rc<PoolSettings>,
+        cell: Arc<TopologyCell>,
+        store: Arc<Store>,
+        worker: usize,
+    ) -> Rc<SlotPool> {
+        let name = cluster.name.clone();
+        let c = |stat: &str| store.counter(&format!("cluster.{name}.{stat}"), worker);
+        let stats = SlotStats {
+            redirect_ok: c("upstream_internal_redirect_succeeded_total"),
+            redirect_failed: c("upstream_internal_redirect_failed_total"),
+            unknown_reached: c("redis_cluster.max_upstream_unknown_connections_reached"),
+            unknown_total: c("redis_cluster.upstream_cx_unknown_total"),
+            retries: c("redis_cluster.retries"),
+        };
+        let pool = Rc::new_cyclic(|me| SlotPool {
+            name: name.clone(),
+            cell,
+            seen: Cell::new(0),
+            view: RefCell::new(View {
+                slots: vec![UNASSIGNED; CLUSTER_SLOTS as usize],
+                shards: Vec::new(),
+                mapped: 0,
+            }),
+            conns: RefCell::new(HashMap::new()),
+            unknown: RefCell::new(HashSet::new()),
+            settings,
+            per_host: cluster.connections_per_host.max(1),
+            store,
+            worker,
+            host_stats: RefCell::new(HashMap::new()),
+            stats,
+            me: me.clone(),
+        });
+        pool.sync();
+        pool
+    }
+
+    /// Takes the newest map if the discovery thread published one since the last look.
+    #[inline]
+    fn sync(&self) {
+        if self.cell.version() == self.seen.get() {
+            return;
+        }
+        if let Some((version, map)) = self.cell.current() {
+            self.seen.set(version);
+            self.rebuild(&map);
+        }
+    }
+
+    /// Rebuilds the view from `map`: connections to hosts it still names are kept, the others
+    /// retire once their in-flight requests are answered.
+    fn rebuild(&self, map: &SlotMap) {
+        let mut live: HashSet<(SocketAddr, bool)> = HashSet::new();
+        let shards: Vec<ViewShard> = map
+            .shards
+            .iter()
+            .map(|sh| {
+                live.insert((sh.primary, false));
+                for r in &sh.replicas {
+                    live.insert((*r, true));
+                }
+                ViewShard {
+                    primary: sh.primary,
+                    replicas: sh.replicas.clone(),
+                    primary_conns: self.conns_for(sh.primary, false, false),
+                    replica_conns: sh
+                        .replicas
+                        .iter()
+                        .map(|r| self.conns_for(*r, true, false))
+                        .collect(),
+                }
+            })
+            .collect();
+        let mut unknown = self.unknown.borrow_mut();
+        unknown.retain(|a| !live.contains(&(*a, false)) && !live.contains(&(*a, true)));
+        self.conns.borrow_mut().retain(|k, conns| {
+            let keep = live.contains(&(k.addr, k.readonly)) || unknown.contains(&k.addr);
+            if !keep {
+                conns.iter().for_each(|c| c.retire());
+            }
+            keep
+        });
+        debug!(cluster = %self.name, shards = shards.len(), "slot map applied");
+        *self.view.borrow_mut() = View {
+            slots: map.slots.clone(),
+            mapped: shards.len(),
+            shards,
+        };
+    }
+
+    /// The connections to `addr` of the given kind, started on first use.
+    fn conns_for(&self, addr: SocketAddr, readonly: bool, resp3: bool) -> Vec<Rc<Conn>> {
+        let key = ConnKey {
+            addr,
+            readonly,
+            resp3,
+        };
+        if let Some(c) = self.conns.borrow().get(&key) {
+            return c.clone();
+        }
+        let stats = self
+            .host_stats
+            .borrow_mut()
+            .entry(addr)
+            .or_insert_with(|| {
+                HostStats::new(&self.store, self.worker, &self.name, &addr.to_string())
+            })
+            .clone();
+        let settings = if resp3 {
+            Rc::new(PoolSettings {
+                resp3: true,
+                ..(*self.settings).clone()
+            })
+        } else {
+            self.settings.clone()
+        };
+        let me: Weak<dyn Redirect> = self.me.clone();
+        let conns: Vec<Rc<Conn>> = (0..self.per_host)
+            .map(|_| {
+                Conn::start_cluster(
+                    addr,
+                    settings.clone(),
+                    stats.clone(),
+                    Some(me.clone()),
+                    readonly,
+                )
+            })
+            .collect();
+        self.conns.borrow_mut().insert(key, conns.clone());
+        conns
+    }
+
+    /// Sends to one node: its RESP2 connection from the view, or a RESP3 one from the map
+    /// (`out.retry.resp3`).
+    fn send_node(&self, node: Node<'_>, session: u64, out: Out<'_>) -> Result<(), SendError> {
+        let Node {
+            conns,
+            addr,
+            readonly,
+        } = node;
+        let resp3 = out.retry.resp3;
+        let pick = |conns: &[Rc<Conn>]| -> Option<Rc<Conn>> {
+            match conns.len() {
+                0 => None,
+                1 => conns.first().cloned(),
+                n => conns.get((session % n as u64) as usize).cloned(),
+            }
+        };
+        let conn = if resp3 {
+            let key = ConnKey {
+                addr,
+                readonly,
+                resp3,
+            };
+            let found = self.conns.borrow().get(&key).and_then(|c| pick(c));
+            match found {
+                Some(c) => Some(c),
+                None => pick(&self.conns_for(addr, readonly, true)),
+            }
+        } else {
+            pick(conns)
+        };
+        conn.ok_or(SendError::NoHost)?
+            .send_retry(out.request, out.target, out.retry, out.asking)
+    }
+
+    /// See [`super::ClusterPool::send`].
+    pub fn send(
+        &self,
+        dest: Dest,
+        session: u64,
+        resp3: bool,
+        read: bool,
+        request: &[u8],
+        target: Target,
+    ) -> Result<(), SendError> {
+        self.sync();
+        let view = self.view.borrow();
+        let (shard, slot) = match dest {
+            Dest::Key(s) => (
+                *view.slots.get(s).ok_or(SendError::NoHost)? as usize,
+                s as u16,
+            ),
+            Dest::Node(i) => (i, u16::MAX),
+        };
+        let sh = view.shards.get(shard).ok_or(SendError::NoHost)?;
+        let retry = Retry {
+            slot,
+            resp3,
+            ..Retry::FIRST
+        };
+        let policy = if read {
+            self.settings.read_policy
+        } else {
+            ReadPolicy::Primary
+        };
+        let nrep = sh.replicas.len();
+        let rot = if nrep > 0 {
+            (session % nrep as u64) as usize
+        } else {
+            0
+        };
+        // Candidate k of the policy's order: None = primary, Some(i) = replica i.
+        let (count, at): (usize, &dyn Fn(usize) -> Option<usize>) = match policy {
+            ReadPolicy::Primary => (1, &|_| None),
+            ReadPolicy::PreferPrimary => (1 + nrep, &|k| (k > 0).then(|| (rot + k - 1) % nrep)),
+            ReadPolicy::Replica => (nrep, &|k| Some((rot + k) % nrep)),
+            ReadPolicy::PreferReplica => (nrep + 1, &|k| (k < nrep).then(|| (rot + k) % nrep)),
+            ReadPolicy::Any => (nrep + 1, &|k| {
+                let j = (session as usize).wrapping_add(k) % (nrep + 1);
+                j.checked_sub(1)
+            }),
+        };
+        for k in 0..count {
+            let sent = match at(k) {
+                None => self.send_node(
+                    Node::primary(sh.primary, &sh.primary_conns),
+                    session,
+                    Out::new(request, target.clone(), retry),
+                ),
+                Some(i) => {
+                    let (Some(addr), Some(conns)) = (sh.replicas.get(i), sh.replica_conns.get(i))
+                    else {
+                        continue;
+                    };
+                    let node = Node {
+                        conns,
+                        addr: *addr,
+                        readonly: true,
+                    };
+                    self.send_node(node, session, Out::new(request, target.clone(), retry))
+                }
+            };
+            if sent.is_ok() {
+                return Ok(());
+            }
+        }
+        Err(SendError::NoHost)
+    }
+
+    /// Number of primaries in the current map (fan-out targets).
+    pub fn primaries(&self) -> usize {
+        self.sync();
+        self.view.borrow().mapped
+    }
+
+    /// The pool was replaced by a config change: every connection retires.
+    pub fn retire(&self) {
+        for conns in self.conns.borrow_mut().drain().map(|(_, c)| c) {
+            conns.iter().for_each(|c| c.retire());
+        }
+    }
+
+    /// The view's shard whose primary is `addr`, added (as a host known only from a redirect)
+    /// when the map has none; `None` when the unknown-host cap is reached.
+    fn shard_of_primary(&self, addr: SocketAddr) -> Option<usize> {
+        if let Some(i) = self
+            .view
+            .borrow()
+            .shards
+            .iter()
+            .position(|s| s.primary == addr)
+        {
+            return Some(i);
+        }
+        if !self.admit_unknown(addr) {
+            return None;
+        }
+        let conns = self.conns_for(addr, false, false);
+        let mut view = self.view.borrow_mut();
+        view.shards.push(ViewShard {
+            primary: addr,
+            replicas: Vec::new(),
+            primary_conns: conns,
+            replica_conns: Vec::new(),
+        });
+        Some(view.shards.len() - 1)
+    }
+
+    /// True if `addr` may be connected to: it is in the map, already admitted, or the
+    /// unknown-host cap has room (then it is admitted).
+    fn admit_unknown(&self, addr: SocketAddr) -> bool {
+        let known = self
+            .view
+            .borrow()
+            .shards
+            .iter()
+            .any(|s| s.primary == addr || s.replicas.contains(&addr));
+        let mut unknown = self.unknown.borrow_mut();
+        if known || unknown.contains(&addr) {
+            return true;
+        }
+        if unknown.len() >= self.settings.max_upstream_unknown_connections {
+            self.stats.unknown_reached.inc();
+            return false;
+        }
+        unknown.insert(addr);
+        self.stats.unknown_total.inc();
+        true
+    }
+
+    /// Follows `MOVED`: re-points the slot and sends the request to the new owner.
+    fn follow_moved(
+        &self,
+        slot: u16,
+        addr: SocketAddr,
+        request: &[u8],
+        target: Target,
+        retry: Retry,
+    ) -> bool {
+        let Some(idx) = self.shard_of_primary(addr) else {
+            return false;
+        };
+        if let Some(s) = self.view.borrow_mut().slots.get_mut(slot as usize) {
+            *s = idx as u16;
+        }
+        let view = self.view.borrow();
+        let Some(sh) = view.shards.get(idx) else {
+            return false;
+        };
+        self.send_node(
+            Node::primary(addr, &sh.primary_conns),
+            0,
+            Out::new(request, target, retry),
+        )
+        .is_ok()
+    }
+
+    /// Follows `ASK`: `ASKING` and the request to `addr`, the map unchanged.
+    fn follow_ask(&self, addr: SocketAddr, request: &[u8], target: Target, retry: Retry) -> bool {
+        if !self.admit_unknown(addr) {
+            return false;
+        }
+        let conns = self.conns_for(addr, false, false);
+        let out = Out {
+            asking: true,
+            ..Out::new(request, target, retry)
+        };
+        self.send_node(Node::primary(addr, &conns), 0, out).is_ok()
+    }
+
+    /// Sends the request again after a backoff, by slot (or to `from` for a node request),
+    /// unless that would pass `op_timeout` from its first write. `false`: give up now.
+    fn retry_later(
+        &self,
+        from: SocketAddr,
+        request: Vec<u8>,
+        target: Target,
+        retry: Retry,
+    ) -> bool {
+        let delay = RETRY_BASE
+            .saturating_mul(1u32 << retry.tries.min(8))
+            .min(RETRY_CAP);
+        let started = retry.started.unwrap_or_else(Instant::now);
+        if started.elapsed() + delay > self.settings.op_timeout {
+            return false;
+        }
+        let Some(me) = self.me.upgrade() else {
+            return false;
+        };
+        self.stats.retries.inc();
+        let retry = Retry {
+            tries: retry.tries.saturating_add(1),
+            started: Some(started),
+            ..retry
+        };
+        net::spawn(async move {
+            net::sleep(delay).await;
+            let sent = if retry.slot == u16::MAX {
+                let conns = me.conns_for(from, false, false);
+                me.send_node(
+                    Node::primary(from, &conns),
+                    0,
+                    Out::new(&request, target.clone(), retry),
+                )
+            } else {
+                me.sync();
+                let owner = {
+                    let view = me.view.borrow();
+                    view.slots
+                        .get(retry.slot as usize)
+                        .and_then(|&i| view.shards.get(i as usize))
+                        .map(|sh| (sh.primary, sh.primary_conns.clone()))
+                };
+                match owner {
+                    Some((addr, conns)) => me.send_node(
+                        Node::primary(addr, &conns),
+                        0,
+                        Out::new(&request, target.clone(), retry),
+                    ),
+                    None => Err(SendError::NoHost),
+                }
+            };
+            if sent.is_err() {
+                target.deliver(NO_UPSTREAM_HOST);
+            }
+        });
+        true
+    }
+}
+
+impl Redirect for SlotPool {
+    fn redirect(
+        &self,
+        from: SocketAddr,
+        reply: &[u8],
+        request: Vec<u8>,
+        target: Target,
+        retry: Retry,
+    ) {
+        let parsed = Redirection::parse(reply, from);
+        let followed = match parsed {
+            Some(Redirection::Moved { slot, addr }) | Some(Redirection::Ask { slot, addr }) => {
+                self.cell.note_redirect();
+                if retry.hops >= MAX_HOPS {
+                    self.stats.redirect_failed.inc();
+                    return target.deliver(TOO_MANY_REDIRECTS);
+                }
+                let next = Retry {
+                    hops: retry.hops + 1,
+                    slot,
+                    ..retry
+                };
+                match parsed {
+                    Some(Redirection::Ask { .. }) => {
+                        self.follow_ask(addr, &request, target.clone(), next)
+                    }
+                    _ => self.follow_moved(slot, addr, &request, target.clone(), next),
+                }
+            }
+            Some(Redirection::Retry) => {
+                if self.retry_later(from, request, target.clone(), retry) {
+                    return;
+                }
+                return target.deliver(reply);
+            }
+            None => false,
+        };
+        if followed {
+            self.stats.redirect_ok.inc();
+        } else {
+            self.stats.redirect_failed.inc();
+            target.deliver(reply);
+        }
+    }
+
+    fn note_failure(&self) {
+        self.cell.note_failure();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_redirects() {
+        let from: SocketAddr = "10.0.0.9:7000".parse().unwrap();
+        assert_eq!(
+            Redirection::parse(b"-MOVED 3999 127.0.0.1:6381\r\n", from),
+            Some(Redirection::Moved {
+                slot: 3999,
+                addr: "127.0.0.1:6381".parse().unwrap()
+            })
+        );
+        assert_eq!(
+            Redirection::parse(b"-ASK 16383 :7001\r\n", from),
+            Some(Redirection::Ask {
+                slot: 16383,
+                addr: "10.0.0.9:7001".parse().unwrap()
+            })
+        );
+        assert_eq!(
+            Redirection::parse(b"-MOVED 1 ::1:7002\r\n", from),
+            Some(Redirection::Moved {
+                slot: 1,
+                addr: "[::1]:7002".parse().unwrap()
+            })
+        );
+        assert_eq!(
+            Redirection::parse(
+                b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+                from
+            ),
+            Some(Redirection::Retry)
+        );
+        assert_eq!(
+            Redirection::parse(b"-CLUSTERDOWN The cluster is down\r\n", from),
+            Some(Redirection::Retry)
+        );
+        for bad in [
+            &b"-MOVED 16384 127.0.0.1:1\r\n"[..],
+            b"-MOVED x 127.0.0.1:1\r\n",
+            b"-MOVED 1 redis.example:6379\r\n",
+            b"-MOVED 1\r\n",
+            b"-MOVED 1 127.0.0.1\r\n",
+            b"-ERR nope\r\n",
+            b"+OK\r\n",
+            b"",
+        ] {
+            assert_eq!(Redirection::parse(bad, from), None, "{bad:?}");
+        }
+    }
+}
