@@ -1,19 +1,23 @@
 //! The load generator: threads × current_thread tokio runtimes × connections. Closed-loop: each
 //! connection keeps `pipeline` requests in flight. Open-loop (`rate`): each connection sends on a
-//! fixed schedule whatever is outstanding (see [`crate::openloop`]).
+//! fixed schedule whatever is outstanding (see [`crate::openloop`]). With `cluster`, each
+//! connection is a cluster-aware client: one socket per primary, requests routed by key slot
+//! (see [`crate::cluster`]).
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream as StdTcpStream};
+use std::ops::Range;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
+use crate::cluster::{Batch, Topology};
 use crate::mix::{Mix, OpKind};
 use crate::procstat::{self, PidSpec};
 use crate::report::{CpuUsage, Report};
@@ -48,6 +52,9 @@ pub struct LoadConfig {
     pub key_offset: u64,
     /// No progress messages on stderr.
     pub quiet: bool,
+    /// `addr` is a Redis Cluster seed: fetch CLUSTER SLOTS once and send each request to the
+    /// primary of its key's slot (single-key commands and PING only; closed loop only).
+    pub cluster: bool,
 }
 
 pub(crate) const WARMUP: u8 = 0;
@@ -117,7 +124,12 @@ impl Encoder {
         }
     }
 
-    pub(crate) fn encode(&self, rng: &mut fastrand::Rng, out: &mut Vec<u8>) {
+    /// Appends one request; returns the range of its first key in `out` (`None` for PING).
+    pub(crate) fn encode(
+        &self,
+        rng: &mut fastrand::Rng,
+        out: &mut Vec<u8>,
+    ) -> Option<Range<usize>> {
         let idx = if self.ops.len() == 1 {
             0
         } else {
@@ -126,12 +138,15 @@ impl Encoder {
         };
         let op = &self.ops[idx];
         out.extend_from_slice(&op.header);
+        let mut first = None;
         for _ in 0..op.keys {
-            write_key(out, self.key_offset + rng.u64(0..self.keyspace));
+            let key = write_key(out, self.key_offset + rng.u64(0..self.keyspace));
+            first.get_or_insert(key);
             if op.with_value {
                 out.extend_from_slice(&self.value);
             }
         }
+        first
     }
 }
 
@@ -157,8 +172,8 @@ fn bulk_value(size: usize) -> Vec<u8> {
     v
 }
 
-/// Appends `$<len>\r\nkey:<n>\r\n` without allocating.
-fn write_key(out: &mut Vec<u8>, n: u64) {
+/// Appends `$<len>\r\nkey:<n>\r\n` without allocating; returns the range of `key:<n>`.
+fn write_key(out: &mut Vec<u8>, n: u64) -> Range<usize> {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     let mut v = n;
@@ -177,9 +192,13 @@ fn write_key(out: &mut Vec<u8>, n: u64) {
         out.push(b'0' + (len / 10) as u8);
     }
     out.push(b'0' + (len % 10) as u8);
-    out.extend_from_slice(b"\r\nkey:");
-    out.extend_from_slice(&digits[i..]);
     out.extend_from_slice(b"\r\n");
+    let start = out.len();
+    out.extend_from_slice(b"key:");
+    out.extend_from_slice(&digits[i..]);
+    let key = start..out.len();
+    out.extend_from_slice(b"\r\n");
+    key
 }
 
 /// A connection with a reply buffer.
@@ -296,47 +315,55 @@ impl ThreadStats {
 }
 
 /// Opens one connection (blocking), sets TCP_NODELAY and authenticates.
-fn connect(addr: SocketAddr, auth: Option<&str>) -> io::Result<StdTcpStream> {
+pub(crate) fn connect(addr: SocketAddr, auth: Option<&str>) -> io::Result<StdTcpStream> {
     let mut s = StdTcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_nodelay(true)?;
     if let Some(pw) = auth {
-        let cmd = format!("*2\r\n$4\r\nAUTH\r\n${}\r\n{pw}\r\n", pw.len());
-        s.write_all(cmd.as_bytes())?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 512];
-        loop {
-            let n = s.read(&mut chunk)?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "server closed the connection during AUTH",
-                ));
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            match parse_reply(&buf) {
-                Ok(Some(r)) => {
-                    if let ReplyKind::Error { start, end } = r.kind {
-                        return Err(io::Error::other(format!(
-                            "AUTH failed: {}",
-                            String::from_utf8_lossy(&buf[start..end])
-                        )));
-                    }
-                    break;
-                }
-                Ok(None) => continue,
-                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-            }
-        }
-        s.set_read_timeout(None)?;
+        roundtrip(&mut s, &crate::resp::command(&[b"AUTH", pw.as_bytes()]))
+            .map_err(|e| io::Error::new(e.kind(), format!("AUTH failed: {e}")))?;
     }
-    s.set_nonblocking(true)?;
     Ok(s)
 }
 
+/// Sends `cmd` on a blocking connection and reads one whole reply (5 s timeout); an error reply
+/// becomes an error with its text.
+pub(crate) fn roundtrip(s: &mut StdTcpStream, cmd: &[u8]) -> io::Result<Vec<u8>> {
+    s.write_all(cmd)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        match parse_reply(&buf) {
+            Ok(Some(r)) => {
+                if let ReplyKind::Error { start, end } = r.kind {
+                    return Err(io::Error::other(
+                        String::from_utf8_lossy(&buf[start..end]).into_owned(),
+                    ));
+                }
+                buf.truncate(r.len);
+                s.set_read_timeout(None)?;
+                return Ok(buf);
+            }
+            Ok(None) => continue,
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+        }
+    }
+}
+
 /// SETs keys `index, index + stride, ...` below `keyspace`, pipelined, not measured.
+/// `conns[i]` is primary `i` of `topology`, or the one target without it.
+#[allow(clippy::too_many_arguments)]
 async fn prefill_conn(
-    conn: &mut Conn,
+    conns: &mut [Conn],
+    topology: Option<&Topology>,
     index: u64,
     stride: u64,
     keyspace: u64,
@@ -344,35 +371,41 @@ async fn prefill_conn(
     value: &[u8],
     stats: &RefCell<ThreadStats>,
 ) -> io::Result<()> {
-    let mut wbuf = Vec::with_capacity(64 * 1024);
+    let mut batch = Batch::new(conns.len(), 64 * 1024);
+    let on_reply = |conn: &Conn, at: usize, kind: ReplyKind| {
+        if let ReplyKind::Error { .. } = kind {
+            let mut st = stats.borrow_mut();
+            st.prefill_errors += 1;
+            if st.prefill_first_error.is_none() {
+                st.prefill_first_error = conn.error_text(at, kind);
+            }
+        }
+    };
     let mut key = index;
     while key < keyspace {
-        wbuf.clear();
+        batch.clear();
         let mut n = 0;
         while key < keyspace && n < PREFILL_BATCH {
-            wbuf.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
-            write_key(&mut wbuf, key_offset + key);
-            wbuf.extend_from_slice(value);
+            batch.push(topology, |out| {
+                out.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
+                let k = write_key(out, key_offset + key);
+                out.extend_from_slice(value);
+                Some(k)
+            });
             key += stride;
             n += 1;
         }
-        conn.stream.write_all(&wbuf).await?;
-        for _ in 0..n {
-            let (at, kind) = conn.next_reply().await?;
-            if let ReplyKind::Error { .. } = kind {
-                let mut st = stats.borrow_mut();
-                st.prefill_errors += 1;
-                if st.prefill_first_error.is_none() {
-                    st.prefill_first_error = conn.error_text(at, kind);
-                }
-            }
-        }
+        batch.send(conns).await?;
+        batch.replies(conns, &on_reply).await?;
     }
     Ok(())
 }
 
+/// The closed loop of one client connection: batches of `pipeline` requests, split by node
+/// when there is a `topology` (`conns[i]` is primary `i`), else all to `conns[0]`.
 async fn run_conn(
-    conn: &mut Conn,
+    conns: &mut [Conn],
+    topology: Option<&Topology>,
     enc: &Encoder,
     pipeline: u64,
     seed: u64,
@@ -380,7 +413,7 @@ async fn run_conn(
     stats: &RefCell<ThreadStats>,
 ) -> io::Result<()> {
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut wbuf = Vec::with_capacity(16 * 1024);
+    let mut batch = Batch::new(conns.len(), 16 * 1024);
     loop {
         let phase = shared.phase.load(Ordering::Relaxed);
         if phase == DONE {
@@ -395,34 +428,34 @@ async fn run_conn(
         if n == 0 {
             break;
         }
-        wbuf.clear();
+        batch.clear();
         for _ in 0..n {
-            enc.encode(&mut rng, &mut wbuf);
+            batch.push(topology, |out| enc.encode(&mut rng, out));
         }
         let sent = Instant::now();
-        conn.stream.write_all(&wbuf).await?;
-        for _ in 0..n {
-            let (at, kind) = conn.next_reply().await?;
-            if !measure {
-                continue;
-            }
-            let mut st = stats.borrow_mut();
-            let ns = conn.last_read.duration_since(sent).as_nanos() as u64;
-            st.hist.saturating_record(ns.max(1));
-            match kind {
-                ReplyKind::Value => {}
-                ReplyKind::Nil => st.nils += 1,
-                ReplyKind::Error { .. } => {
-                    st.errors += 1;
-                    if st.first_error.is_none() {
-                        st.first_error = conn.error_text(at, kind);
+        batch.send(conns).await?;
+        if !measure {
+            batch.replies(conns, &|_, _, _| {}).await?;
+            continue;
+        }
+        batch
+            .replies(conns, &|conn, at, kind| {
+                let mut st = stats.borrow_mut();
+                let ns = conn.last_read.duration_since(sent).as_nanos() as u64;
+                st.hist.saturating_record(ns.max(1));
+                match kind {
+                    ReplyKind::Value => {}
+                    ReplyKind::Nil => st.nils += 1,
+                    ReplyKind::Error { .. } => {
+                        st.errors += 1;
+                        if st.first_error.is_none() {
+                            st.first_error = conn.error_text(at, kind);
+                        }
                     }
                 }
-            }
-        }
-        if measure {
-            stats.borrow_mut().requests += n;
-        }
+            })
+            .await?;
+        stats.borrow_mut().requests += n;
     }
     Ok(())
 }
@@ -432,7 +465,8 @@ fn thread_main(
     cfg: Arc<LoadConfig>,
     shared: Arc<Shared>,
     barrier: Arc<Barrier>,
-    streams: Vec<(u64, StdTcpStream)>,
+    streams: Vec<(u64, Vec<StdTcpStream>)>,
+    topology: Option<Arc<Topology>>,
     seed: u64,
 ) -> ThreadStats {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -448,29 +482,34 @@ fn thread_main(
         cfg.value_size,
     ));
 
-    let conns: Vec<(u64, Conn)> = {
+    let conns: Vec<(u64, Vec<Conn>)> = {
         let _guard = rt.enter();
         streams
             .into_iter()
-            .map(|(i, s)| {
-                let s = TcpStream::from_std(s).expect("register socket with tokio");
-                (i, Conn::new(s))
+            .map(|(i, socks)| {
+                let conns = socks
+                    .into_iter()
+                    .map(|s| Conn::new(TcpStream::from_std(s).expect("register socket with tokio")))
+                    .collect();
+                (i, conns)
             })
             .collect()
     };
 
     // Prefill (each connection a slice of the keyspace), before the barrier: not measured.
-    let conns: Vec<(u64, Conn)> = if cfg.prefill {
+    let conns: Vec<(u64, Vec<Conn>)> = if cfg.prefill {
         local.block_on(&rt, async {
             let mut handles = Vec::new();
             for (i, mut conn) in conns {
                 let stats = stats.clone();
                 let cfg = cfg.clone();
                 let enc = enc.clone();
+                let topology = topology.clone();
                 handles.push(tokio::task::spawn_local(async move {
                     let stride = cfg.connections as u64;
                     let r = prefill_conn(
                         &mut conn,
+                        topology.as_deref(),
                         i,
                         stride,
                         cfg.keyspace,
@@ -511,7 +550,11 @@ fn thread_main(
         {
             let _guard = rt.enter();
             let mut st = stats.borrow_mut();
-            for (i, conn) in conns {
+            // One socket per connection: `run` refuses `cluster` with `rate`.
+            for (i, conn) in conns
+                .into_iter()
+                .flat_map(|(i, c)| c.into_iter().map(move |c| (i, c)))
+            {
                 match conn.stream.into_std() {
                     Ok(s) => socks.push((i, s)),
                     Err(e) => st.conn_errors.push(format!("connection {i}: {e}")),
@@ -534,8 +577,18 @@ fn thread_main(
             let enc = enc.clone();
             let pipeline = cfg.pipeline as u64;
             let conn_seed = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let topology = topology.clone();
             handles.push(tokio::task::spawn_local(async move {
-                let r = run_conn(&mut conn, &enc, pipeline, conn_seed, &shared, &stats).await;
+                let r = run_conn(
+                    &mut conn,
+                    topology.as_deref(),
+                    &enc,
+                    pipeline,
+                    conn_seed,
+                    &shared,
+                    &stats,
+                )
+                .await;
                 let now = Instant::now();
                 let mut st = stats.borrow_mut();
                 st.finished = Some(st.finished.map_or(now, |f| f.max(now)));
@@ -567,17 +620,49 @@ fn cpu_snapshot(cfg: &LoadConfig) -> Vec<Option<Duration>> {
 pub fn run(cfg: LoadConfig) -> io::Result<Report> {
     let cfg = Arc::new(cfg);
     let threads = cfg.threads.clamp(1, cfg.connections);
+    let topology = if cfg.cluster {
+        if cfg.rate.is_some() {
+            return Err(io::Error::other(
+                "a cluster target runs closed-loop only (no --rate)",
+            ));
+        }
+        let t = Topology::discover(cfg.addr, cfg.auth.as_deref())?;
+        if !cfg.quiet {
+            eprintln!(
+                "cluster: {} primaries ({})",
+                t.primaries().len(),
+                t.primaries()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Some(Arc::new(t))
+    } else {
+        None
+    };
+    let nodes = topology.as_ref().map_or(vec![cfg.addr], |t| t.primaries());
 
     // Connect everything up front so that failures are reported before any load.
-    let mut per_thread: Vec<Vec<(u64, StdTcpStream)>> = (0..threads).map(|_| Vec::new()).collect();
+    let mut per_thread: Vec<Vec<(u64, Vec<StdTcpStream>)>> =
+        (0..threads).map(|_| Vec::new()).collect();
     for i in 0..cfg.connections {
-        let s = connect(cfg.addr, cfg.auth.as_deref()).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("connecting to {} (connection {i}): {e}", cfg.target),
-            )
-        })?;
-        per_thread[i % threads].push((i as u64, s));
+        let socks = nodes
+            .iter()
+            .map(|&addr| {
+                let s = connect(addr, cfg.auth.as_deref())?;
+                s.set_nonblocking(true)?;
+                Ok(s)
+            })
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e: io::Error| {
+                io::Error::new(
+                    e.kind(),
+                    format!("connecting to {} (connection {i}): {e}", cfg.target),
+                )
+            })?;
+        per_thread[i % threads].push((i as u64, socks));
     }
 
     let shared = Arc::new(Shared {
@@ -609,9 +694,10 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
             let shared = shared.clone();
             let barrier = barrier.clone();
             let seed = base_seed.wrapping_add(t as u64);
+            let topology = topology.clone();
             std::thread::Builder::new()
                 .name(format!("bench-{t}"))
-                .spawn(move || thread_main(cfg, shared, barrier, streams, seed))
+                .spawn(move || thread_main(cfg, shared, barrier, streams, topology, seed))
                 .expect("spawn bench thread")
         })
         .collect();
@@ -672,6 +758,13 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
         Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 2).expect("valid histogram bounds");
     lag.auto(true);
     let mut report = Report::new(&cfg, threads);
+    if cfg.cluster {
+        report.target = format!(
+            "{} (Redis Cluster seed; {} primaries)",
+            cfg.target,
+            nodes.len()
+        );
+    }
     for r in results {
         hist.add(&r.hist).expect("histogram merge");
         lag.add(&r.send_lag).expect("histogram merge");

@@ -1,9 +1,11 @@
 //! `respite-bench`: a RESP load generator (DESIGN.md "Testing": benchmarks are not tests).
 //! `run` (the default): closed loop (each connection keeps `--pipeline` requests in flight) or
 //! open loop (`--rate`); the report gives throughput, latency percentiles and CPU µs per request
-//! of this process and of any `--pid`. `compare`: starts Redis, twemproxy and Respite and
-//! compares them side by side (see `compare/mod.rs`).
+//! of this process and of any `--pid`; `run --cluster SEED` is a cluster-aware client (see
+//! `cluster.rs`). `compare`: starts Redis, twemproxy and Respite and compares them side by side
+//! (see `compare/mod.rs`); `compare --cluster` does the same over a Redis Cluster.
 
+mod cluster;
 mod compare;
 mod load;
 mod mix;
@@ -34,13 +36,17 @@ By default the run is closed-loop: each connection writes a batch of --pipeline 
 write, reads all replies, then sends the next batch. Latency = reply time - batch send time.
 With --rate R it is open-loop: connection i of C sends request k at (k*C + i)/R s after the start,
 whatever is outstanding; latency = reply time - intended send time (coordinated-omission aware).
+With --cluster SEED it is a cluster-aware client: CLUSTER SLOTS once from SEED, one socket per
+primary for each connection, each batch split by the primary owning each key's slot (one write
+per node; the batch completes when every node has answered). GET/SET/PING mixes only.
 Without a subcommand the flags apply to `run`: `respite-bench -c 50 -P 16` == `respite-bench run
 -c 50 -P 16`.
 
 EXAMPLES:
   respite-bench --port 6380 -c 50 -P 16 --mix get --prefill -n 200000
   respite-bench --addr 127.0.0.1:6380 --mix get:50,set:50 --duration 10s --warmup 1s \\
-      --pid respite=$(pidof respite) --json";
+      --pid respite=$(pidof respite) --json
+  respite-bench run --cluster 127.0.0.1:7000 -c 50 -P 16 --mix set --prefill --duration 5s";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -63,7 +69,8 @@ enum Command {
     #[command(after_help = AFTER_HELP)]
     Run(RunArgs),
     /// Start redis-servers, twemproxy and Respite (1 and 2 workers) on free ports and compare
-    /// them; writes JSON, Markdown and SVG results.
+    /// them; writes JSON, Markdown and SVG results. With --cluster: a 6-node Redis Cluster,
+    /// a cluster-aware client straight to it vs Respite over it.
     Compare(compare::CompareArgs),
 }
 
@@ -78,6 +85,10 @@ struct RunArgs {
     /// Target as HOST:PORT (overrides --host/--port).
     #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["host", "port"])]
     addr: Option<String>,
+    /// Redis Cluster seed: route each request to the primary owning its key's slot, one socket
+    /// per primary per connection (a cluster-aware client; closed loop, GET/SET/PING only).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["host", "port", "addr", "rate"])]
+    cluster: Option<String>,
     /// Client connections.
     #[arg(short = 'c', long, default_value_t = 50)]
     connections: usize,
@@ -127,7 +138,7 @@ struct RunArgs {
 
 impl RunArgs {
     fn into_config(self) -> Result<LoadConfig, String> {
-        let target = match &self.addr {
+        let target = match self.cluster.as_ref().or(self.addr.as_ref()) {
             Some(a) => a.clone(),
             None if self.host.contains(':') => format!("[{}]:{}", self.host, self.port),
             None => format!("{}:{}", self.host, self.port),
@@ -150,6 +161,15 @@ impl RunArgs {
             && !(r.is_finite() && r > 0.0)
         {
             return Err("--rate must be a positive number of requests/second".into());
+        }
+        if self.cluster.is_some()
+            && let Some((op, _)) = self.mix.entries.iter().find(|(op, _)| op.keys() > 1)
+        {
+            return Err(format!(
+                "--cluster sends each request to one node: {} of several keys would cross slots; \
+                 use get, set or ping",
+                op.name()
+            ));
         }
         if self.keyspace == 0 {
             return Err("--keyspace must be > 0".into());
@@ -178,6 +198,7 @@ impl RunArgs {
             rate: self.rate,
             key_offset: self.key_offset,
             quiet: false,
+            cluster: self.cluster.is_some(),
         })
     }
 }
@@ -256,6 +277,45 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["respite-bench", "-n", "5", "--duration", "1s"]).is_err());
         assert!(Cli::try_parse_from(["respite-bench", "--mix", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn cluster_flag() {
+        let a =
+            Cli::try_parse_from(["respite-bench", "run", "--cluster", "127.0.0.1:7000"]).unwrap();
+        let Some(Command::Run(r)) = a.command else {
+            panic!("expected run")
+        };
+        let cfg = r.into_config().unwrap();
+        assert!(cfg.cluster);
+        assert_eq!(cfg.addr.to_string(), "127.0.0.1:7000");
+        for bad in [
+            &[
+                "respite-bench",
+                "--cluster",
+                "127.0.0.1:7000",
+                "--rate",
+                "10",
+            ][..],
+            &[
+                "respite-bench",
+                "--cluster",
+                "127.0.0.1:7000",
+                "--addr",
+                "127.0.0.1:1",
+            ],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+        let a = Cli::try_parse_from([
+            "respite-bench",
+            "--cluster",
+            "127.0.0.1:7000",
+            "--mix",
+            "mget:3",
+        ])
+        .unwrap();
+        assert!(a.run.into_config().unwrap_err().contains("MGET"));
     }
 
     #[test]

@@ -35,6 +35,17 @@ impl std::fmt::Display for ProtocolError {
 
 impl std::error::Error for ProtocolError {}
 
+/// Encodes a command as a RESP array of bulk strings.
+pub fn command(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
 /// Maximum nesting accepted, to bound work on garbage input.
 const MAX_DEPTH: usize = 64;
 /// Maximum bulk length (Redis' proto-max-bulk-len default is 512MB).

@@ -5,30 +5,13 @@
 //! missing; CI installs them) and the `respite` binary next to `respite-bench`: build it first
 //! with `cargo build --release` (`cargo test --release --workspace` builds every binary).
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn on_path(program: &str) -> bool {
-    Command::new(program).arg("--version").output().is_ok()
-}
+use std::process::Command;
 
 #[test]
 fn compare_smoke() {
-    for p in ["redis-server", "nutcracker"] {
-        assert!(
-            on_path(p),
-            "`{p}` is not on PATH: install redis-server and nutcracker (e.g. `apt-get install \
-             redis-server nutcracker`) to run this test"
-        );
-    }
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_respite-bench"));
-    let respite = bench.with_file_name("respite");
-    assert!(
-        respite.exists(),
-        "{} is missing: build it first with `cargo build --release` (or run `cargo test --release \
-         --workspace`, which builds every binary)",
-        respite.display()
-    );
+    let (bench, respite) = common::binaries(&["redis-server", "nutcracker"]);
     let out = tempfile::tempdir().expect("temp dir");
     let status = Command::new(&bench)
         .args([

@@ -221,6 +221,7 @@ mod tests {
             rate: None,
             key_offset: 0,
             quiet: true,
+            cluster: false,
         };
         let mut r = Report::new(&cfg, 1);
         r.requests = 100_000;

@@ -1,8 +1,10 @@
 //! `respite-bench compare`: Redis direct vs twemproxy vs Respite (1 and 2 workers) over the same
 //! redis-servers, all started here on free ports, runs interleaved (rep → case → target) so drift
 //! hits every target alike; medians over repetitions; JSON, Markdown and an SVG plot as output.
+//! `--cluster`: a cluster-aware client vs Respite over a Redis Cluster (see `cluster.rs`).
 
 mod cases;
+mod cluster;
 mod memory;
 mod metrics;
 mod plot;
@@ -40,11 +42,18 @@ pub struct CompareArgs {
     #[arg(long, value_parser = humantime::parse_duration)]
     warmup: Option<Duration>,
     /// Smoke test: 1 rep, 1 s runs, GET/SET P1/P16, MGET10 P1, open loop, c=10/1000, memory at
-    /// 1 000 connections.
+    /// 1 000 connections (with --cluster: GET/SET P1/P16).
     #[arg(long)]
     quick: bool,
+    /// Compare over a Redis Cluster instead: 6 redis-servers (3 primaries + 3 replicas), a
+    /// cluster-aware client straight to it ("cluster-direct") vs Respite (1 and 2 workers) with a
+    /// `redis_cluster` upstream; GET/SET at pipeline 1 and 16. Writes `<UTC>-cluster.{json,md}`
+    /// and `latest-cluster.{json,md}`.
+    #[arg(long, conflicts_with_all = ["scaling", "memory_conns", "redis_servers"])]
+    cluster: bool,
     /// Main cases: `all` or a comma list of ids (get-p1, set-p1, get-p16, set-p16, mget10-p1,
-    /// mset10-p1, mget10-p16, mset10-p16, mix1k-p1, open-loop) [default: all, or --quick's].
+    /// mset10-p1, mget10-p16, mset10-p16, mix1k-p1, open-loop) [default: all, or --quick's;
+    /// with --cluster: get-p1, set-p1, get-p16, set-p16].
     #[arg(long, value_name = "IDS")]
     cases: Option<String>,
     /// Scaling cases: `all`, `none` or a comma list (conns-10, conns-100, conns-1000,
@@ -55,7 +64,7 @@ pub struct CompareArgs {
     #[arg(long, value_name = "N")]
     memory_conns: Option<usize>,
     /// Number of redis-servers behind the proxies (the first one is also "direct").
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_name = "N")]
     redis_servers: usize,
     /// The respite binary [default: `respite` next to this executable].
     #[arg(long, value_name = "PATH")]
@@ -79,6 +88,8 @@ struct Settings {
     /// Load generator threads: 1, except 2 for the 10 000-connection case.
     client_threads: &'static str,
     noisy_threshold_cores: f64,
+    /// Backends form a Redis Cluster (`compare --cluster`).
+    cluster: bool,
 }
 
 /// One target of every case.
@@ -86,6 +97,8 @@ struct Target {
     name: &'static str,
     port: u16,
     proxy_pid: Option<u32>,
+    /// `port` is a Redis Cluster seed and the load generator routes by slot itself.
+    cluster: bool,
 }
 
 /// Everything written to `<timestamp>.json`.
@@ -106,7 +119,12 @@ pub struct Output {
 
 /// Entry point of the subcommand.
 pub fn main(args: CompareArgs) -> ExitCode {
-    match run(args) {
+    let result = if args.cluster {
+        cluster::run(&args)
+    } else {
+        run(&args)
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("respite-bench compare: {e}");
@@ -131,13 +149,25 @@ fn workspace_root() -> Option<PathBuf> {
     })
 }
 
-fn run(args: CompareArgs) -> Result<(), String> {
+/// What both comparisons resolve from the flags before starting anything.
+struct Setup {
+    settings: Settings,
+    out_dir: PathBuf,
+    respite_bin: PathBuf,
+    timestamp: String,
+    machine: MachineInfo,
+}
+
+/// Resolves the flags common to both comparisons; `redis_servers` and `memory_connections` as
+/// the comparison will use them.
+fn setup(
+    args: &CompareArgs,
+    redis_servers: usize,
+    memory_connections: usize,
+) -> Result<Setup, String> {
     let quick = args.quick;
     if args.reps == Some(0) {
         return Err("--reps must be >= 1".into());
-    }
-    if args.redis_servers == 0 {
-        return Err("--redis-servers must be >= 1".into());
     }
     let settings = Settings {
         reps: args.reps.unwrap_or(if quick { 1 } else { 3 }),
@@ -150,18 +180,20 @@ fn run(args: CompareArgs) -> Result<(), String> {
             .unwrap_or(Duration::from_millis(if quick { 200 } else { 500 }))
             .as_secs_f64(),
         quick,
-        redis_servers: args.redis_servers,
-        memory_connections: args
-            .memory_conns
-            .unwrap_or(if quick { 1000 } else { 10_000 }),
+        redis_servers,
+        memory_connections,
         keyspace: KEYSPACE,
-        client_threads: "1 (2 for 10 000 connections)",
+        client_threads: if args.cluster {
+            "1"
+        } else {
+            "1 (2 for 10 000 connections)"
+        },
         noisy_threshold_cores: metrics::NOISY_CORES,
+        cluster: args.cluster,
     };
     if settings.duration_s <= 0.0 {
         return Err("--duration must be > 0".into());
     }
-    let cases = cases::select(quick, args.cases.as_deref(), args.scaling.as_deref())?;
     let root = workspace_root();
     let out_dir = match (&args.out, &root) {
         (Some(o), _) => o.clone(),
@@ -189,6 +221,34 @@ fn run(args: CompareArgs) -> Result<(), String> {
             respite_bin.display()
         ));
     }
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    Ok(Setup {
+        settings,
+        out_dir,
+        respite_bin,
+        timestamp: sysstat::utc_timestamp(),
+        machine: MachineInfo::collect(root.as_deref()),
+    })
+}
+
+fn run(args: &CompareArgs) -> Result<(), String> {
+    if args.redis_servers == 0 {
+        return Err("--redis-servers must be >= 1".into());
+    }
+    let quick = args.quick;
+    let cases = cases::select(quick, args.cases.as_deref(), args.scaling.as_deref())?;
+    let Setup {
+        settings,
+        out_dir,
+        respite_bin,
+        timestamp,
+        machine,
+    } = setup(
+        args,
+        args.redis_servers,
+        args.memory_conns
+            .unwrap_or(if quick { 1000 } else { 10_000 }),
+    )?;
     let nofile = procs::raise_nofile()?;
     let most_conns = cases
         .iter()
@@ -202,38 +262,45 @@ fn run(args: CompareArgs) -> Result<(), String> {
              it (ulimit -Hn) or drop the largest cases"
         ));
     }
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let timestamp = sysstat::utc_timestamp();
-    let machine = MachineInfo::collect(root.as_deref());
 
     eprintln!("starting redis-servers, nutcracker and respite (1 and 2 workers)...");
     let procs = Procs::start(settings.redis_servers, &respite_bin)?;
     eprintln!(
         "configs and logs in {} (removed at exit)",
-        procs.dir.display()
+        procs.dir().display()
     );
-    prefill(&procs, cases.iter().any(|c| c.key_offset == KEY_OFFSET_1K))?;
+    let with_1k = cases.iter().any(|c| c.key_offset == KEY_OFFSET_1K);
+    for r in &procs.redis {
+        prefill(&r.name, r.port, false, 3, 0)?;
+        if with_1k {
+            prefill(&r.name, r.port, false, 1024, KEY_OFFSET_1K)?;
+        }
+    }
 
     let targets = [
         Target {
             name: "direct",
             port: procs.redis[0].port,
             proxy_pid: None,
+            cluster: false,
         },
         Target {
             name: "twemproxy",
             port: procs.twemproxy.port,
             proxy_pid: Some(procs.twemproxy.pid),
+            cluster: false,
         },
         Target {
             name: "respite-1w",
             port: procs.respite_1w.port,
             proxy_pid: Some(procs.respite_1w.pid),
+            cluster: false,
         },
         Target {
             name: "respite-2w",
             port: procs.respite_2w.port,
             proxy_pid: Some(procs.respite_2w.pid),
+            cluster: false,
         },
     ];
     let target_names: Vec<String> = targets.iter().map(|t| t.name.to_string()).collect();
@@ -261,14 +328,8 @@ fn run(args: CompareArgs) -> Result<(), String> {
             }
         }
     }
-    let mut runner = Runner {
-        settings: &settings,
-        procs: &procs,
-        total: settings.reps * cases.len() * targets.len(),
-        done: 0,
-        runs: Vec::new(),
-        failures: memory_failures,
-    };
+    let total = settings.reps * cases.len() * targets.len();
+    let mut runner = Runner::new(&settings, &procs.redis, total, memory_failures);
     // Closed-loop main cases, then the open-loop case (its rate needs GET P1), then scaling.
     let phases: [&[Group]; 3] = [
         &[Group::Main],
@@ -288,19 +349,14 @@ fn run(args: CompareArgs) -> Result<(), String> {
             rate = Some(r);
             eprintln!("open-loop rate: {:.0} req/s (half of direct GET P1)", r);
         }
-        for rep in 1..=settings.reps {
-            for case in &phase_cases {
-                for t in &targets {
-                    runner.run_case(rep, case, t, rate);
-                }
-            }
-        }
+        runner.run_interleaved(&phase_cases, &targets, rate);
     }
 
     let Runner { runs, failures, .. } = runner;
     drop(procs);
 
     let medians = metrics::summarize(&runs, &cases, &target_names);
+    let svg = plot::render(&medians)?;
     let output = Output {
         timestamp: timestamp.clone(),
         machine,
@@ -312,25 +368,40 @@ fn run(args: CompareArgs) -> Result<(), String> {
         memory,
         failures,
     };
-    write_outputs(&output, &out_dir, &timestamp)
+    let md = table::render(&output);
+    write_outputs(&output, &out_dir, &timestamp, "", &md, Some(&svg))
 }
 
-fn write_outputs(output: &Output, out_dir: &Path, timestamp: &str) -> Result<(), String> {
+/// Writes `<timestamp><suffix>.{json,md}` (and `-latency.svg` when given) and the same as
+/// `latest<suffix>.*`, prints the Markdown, and fails if any run failed.
+fn write_outputs(
+    output: &Output,
+    out_dir: &Path,
+    timestamp: &str,
+    suffix: &str,
+    md: &str,
+    svg: Option<&str>,
+) -> Result<(), String> {
     let write = |name: &str, data: &[u8]| {
         let p = out_dir.join(name);
         std::fs::write(&p, data).map_err(|e| format!("{}: {e}", p.display()))
     };
     let json = serde_json::to_string_pretty(output).map_err(|e| format!("JSON: {e}"))?;
-    let md = table::render(output);
-    let svg = plot::render(&output.medians)?;
     for stem in [timestamp, "latest"] {
-        write(&format!("{stem}.json"), json.as_bytes())?;
-        write(&format!("{stem}.md"), md.as_bytes())?;
-        write(&format!("{stem}-latency.svg"), svg.as_bytes())?;
+        write(&format!("{stem}{suffix}.json"), json.as_bytes())?;
+        write(&format!("{stem}{suffix}.md"), md.as_bytes())?;
+        if let Some(svg) = svg {
+            write(&format!("{stem}{suffix}-latency.svg"), svg.as_bytes())?;
+        }
     }
     eprintln!(
-        "wrote {}/{timestamp}.{{json,md}} and {timestamp}-latency.svg (+ latest.*)",
-        out_dir.display()
+        "wrote {}/{timestamp}{suffix}.{{json,md}}{} (+ latest{suffix}.*)",
+        out_dir.display(),
+        if svg.is_some() {
+            format!(" and {timestamp}{suffix}-latency.svg")
+        } else {
+            String::new()
+        }
     );
     print!("{md}");
     if output.failures.is_empty() {
@@ -343,55 +414,92 @@ fn write_outputs(output: &Output, out_dir: &Path, timestamp: &str) -> Result<(),
     }
 }
 
-/// SETs the 3-byte keyspace (and the 1 KiB one if needed) on every redis-server.
-fn prefill(procs: &Procs, with_1k: bool) -> Result<(), String> {
-    for r in &procs.redis {
-        let mut spaces = vec![(3usize, 0u64)];
-        if with_1k {
-            spaces.push((1024, KEY_OFFSET_1K));
-        }
-        for (value_size, key_offset) in spaces {
-            eprintln!("prefill {}: {KEYSPACE} keys of {value_size} B", r.name);
-            let cfg = LoadConfig {
-                target: r.name.clone(),
-                addr: ([127, 0, 0, 1], r.port).into(),
-                connections: 8,
-                pipeline: 1,
-                threads: 1,
-                mix: parse_mix("get")?,
-                keyspace: KEYSPACE,
-                value_size,
-                stop: Stop::Requests(1),
-                warmup: None,
-                prefill: true,
-                auth: None,
-                pids: Vec::new(),
-                rate: None,
-                key_offset,
-                quiet: true,
-            };
-            let rep = load::run(cfg).map_err(|e| format!("prefill {}: {e}", r.name))?;
-            if rep.prefill_errors > 0 || rep.failed() {
-                return Err(format!(
-                    "prefill {} failed: {:?} {:?}",
-                    r.name, rep.prefill_first_error, rep.connection_errors
-                ));
-            }
-        }
+/// SETs the keyspace of `value_size`-byte values at `key_offset` through `port` (a Redis
+/// Cluster seed when `cluster`).
+fn prefill(
+    name: &str,
+    port: u16,
+    cluster: bool,
+    value_size: usize,
+    key_offset: u64,
+) -> Result<(), String> {
+    eprintln!("prefill {name}: {KEYSPACE} keys of {value_size} B");
+    let cfg = LoadConfig {
+        target: name.to_string(),
+        addr: ([127, 0, 0, 1], port).into(),
+        connections: 8,
+        pipeline: 1,
+        threads: 1,
+        mix: parse_mix("get")?,
+        keyspace: KEYSPACE,
+        value_size,
+        stop: Stop::Requests(1),
+        warmup: None,
+        prefill: true,
+        auth: None,
+        pids: Vec::new(),
+        rate: None,
+        key_offset,
+        quiet: true,
+        cluster,
+    };
+    let rep = load::run(cfg).map_err(|e| format!("prefill {name}: {e}"))?;
+    if rep.prefill_errors > 0 || rep.failed() {
+        return Err(format!(
+            "prefill {name} failed: {:?} {:?}",
+            rep.prefill_first_error, rep.connection_errors
+        ));
     }
     Ok(())
 }
 
+/// Runs cases against targets and collects the runs and failures.
 struct Runner<'a> {
     settings: &'a Settings,
-    procs: &'a Procs,
+    /// The redis-servers, whose CPU every run reports (labels `redis*`).
+    backends: Vec<PidSpec>,
     total: usize,
     done: usize,
     runs: Vec<RunRecord>,
     failures: Vec<String>,
 }
 
-impl Runner<'_> {
+impl<'a> Runner<'a> {
+    /// A runner that will make `total` runs, reporting the CPU of `backends`, starting with
+    /// `failures` already known.
+    fn new(
+        settings: &'a Settings,
+        backends: &[procs::Server],
+        total: usize,
+        failures: Vec<String>,
+    ) -> Self {
+        Runner {
+            settings,
+            backends: backends
+                .iter()
+                .map(|r| PidSpec {
+                    label: r.name.clone(),
+                    pid: r.pid,
+                })
+                .collect(),
+            total,
+            done: 0,
+            runs: Vec::new(),
+            failures,
+        }
+    }
+
+    /// Every case against every target, `settings.reps` times: rep → case → target.
+    fn run_interleaved(&mut self, cases: &[&Case], targets: &[Target], rate: Option<f64>) {
+        for rep in 1..=self.settings.reps {
+            for case in cases {
+                for t in targets {
+                    self.run_case(rep, case, t, rate);
+                }
+            }
+        }
+    }
+
     fn config(&self, case: &Case, t: &Target, rate: Option<f64>) -> Result<LoadConfig, String> {
         let mut pids = Vec::new();
         if let Some(pid) = t.proxy_pid {
@@ -400,12 +508,7 @@ impl Runner<'_> {
                 pid,
             });
         }
-        for r in &self.procs.redis {
-            pids.push(PidSpec {
-                label: r.name.clone(),
-                pid: r.pid,
-            });
-        }
+        pids.extend(self.backends.iter().cloned());
         Ok(LoadConfig {
             target: format!("{} (127.0.0.1:{})", t.name, t.port),
             addr: ([127, 0, 0, 1], t.port).into(),
@@ -423,6 +526,7 @@ impl Runner<'_> {
             rate,
             key_offset: case.key_offset,
             quiet: true,
+            cluster: t.cluster,
         })
     }
 

@@ -1,6 +1,7 @@
 //! The processes a comparison runs against: redis-servers, twemproxy (nutcracker) and two Respite
-//! instances (1 and 2 workers), on free loopback ports. All are killed when [`Procs`] drops, and
-//! each child gets `PR_SET_PDEATHSIG` so that it also dies if this process is killed.
+//! instances (1 and 2 workers), on free loopback ports ([`Procs`]); the cluster comparison's
+//! processes are in `cluster.rs`. All are killed when their [`Fleet`] drops, and each child gets
+//! `PR_SET_PDEATHSIG` so that it also dies if this process is killed.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -20,11 +21,131 @@ pub struct Server {
     pub pid: u32,
 }
 
-/// Everything started for a comparison; dropping it kills every child and removes `dir`.
-pub struct Procs {
+/// Processes started with their configs and logs in one scratch directory. Dropping it kills
+/// every child (the directory stays, so that startup errors can point at the logs; the owners
+/// below remove it when they drop).
+pub struct Fleet {
     children: Vec<Child>,
     /// Directory with configs and logs.
     pub dir: PathBuf,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+impl Fleet {
+    /// An empty fleet whose directory is `$TMPDIR/<name>.<pid>`.
+    pub fn new(name: &str) -> Result<Fleet, String> {
+        let dir = std::env::temp_dir().join(format!("{name}.{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Fleet {
+            children: Vec::new(),
+            dir,
+        })
+    }
+
+    /// Kills and reaps every child.
+    fn kill_all(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+        }
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+        self.children.clear();
+    }
+
+    /// Kills every child, then removes the directory.
+    pub fn remove(&mut self) {
+        self.kill_all();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Starts a redis-server on `port` (no persistence, 20 000 clients, `extra` arguments
+    /// appended, working directory `dir`) and waits until it answers PING.
+    pub fn redis(&mut self, name: &str, port: u16, extra: &[&str]) -> Result<Server, String> {
+        let mut child = spawn(
+            Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--maxclients",
+                    "20000",
+                    "--dir",
+                ])
+                .arg(&self.dir)
+                .args(extra),
+            name,
+            &self.dir.join(format!("{name}.log")),
+        )?;
+        let ready = wait_ready(name, port, &mut child, &self.dir);
+        let pid = child.id();
+        if ready.is_err() {
+            let _ = child.kill();
+        }
+        self.children.push(child);
+        ready.map(|()| Server {
+            name: name.to_string(),
+            port,
+            pid,
+        })
+    }
+
+    /// Starts Respite with `workers` workers, one listener (`op_timeout`) whose catch-all route
+    /// goes to the cluster `backends`, described by `cluster` (the TOML body of its
+    /// `[[clusters]]` table after `name`), and waits until it answers PING.
+    pub fn respite(
+        &mut self,
+        bin: &Path,
+        workers: usize,
+        op_timeout: &str,
+        cluster: &str,
+    ) -> Result<Server, String> {
+        let name = format!("respite-{workers}w");
+        let port = free_port()?;
+        let admin = free_port()?;
+        let toml = format!(
+            "[admin]\naddress = \"127.0.0.1:{admin}\"\n[runtime]\nworkers = {workers}\n\
+             [[listeners]]\nname = \"bench\"\naddress = \"127.0.0.1:{port}\"\n\
+             stat_prefix = \"bench\"\nop_timeout = \"{op_timeout}\"\n\
+             [listeners.prefix_routes.catch_all_route]\ncluster = \"backends\"\n\
+             [[clusters]]\nname = \"backends\"\n{cluster}"
+        );
+        let path = self.dir.join(format!("{name}.toml"));
+        std::fs::write(&path, toml).map_err(|e| format!("{}: {e}", path.display()))?;
+        let log = self.dir.join(format!("{name}.log"));
+        let mut child = spawn(Command::new(bin).arg("--config").arg(&path), &name, &log)?;
+        let ready = wait_ready(&name, port, &mut child, &self.dir);
+        let pid = child.id();
+        if ready.is_err() {
+            let _ = child.kill();
+        }
+        self.children.push(child);
+        ready.map(|()| Server { name, port, pid })
+    }
+}
+
+/// The TOML list of `127.0.0.1:PORT` hosts: `["127.0.0.1:1", "127.0.0.1:2"]`.
+pub fn hosts_toml(ports: impl IntoIterator<Item = u16>) -> String {
+    let hosts: Vec<String> = ports
+        .into_iter()
+        .map(|p| format!("\"127.0.0.1:{p}\""))
+        .collect();
+    format!("[{}]", hosts.join(", "))
+}
+
+/// Everything started for a comparison; dropping it kills every child and removes the directory.
+pub struct Procs {
+    fleet: Fleet,
     /// The backends; `redis[0]` doubles as the "direct" target.
     pub redis: Vec<Server>,
     pub twemproxy: Server,
@@ -34,13 +155,7 @@ pub struct Procs {
 
 impl Drop for Procs {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-        }
-        for c in &mut self.children {
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.fleet.remove();
     }
 }
 
@@ -79,7 +194,7 @@ pub fn free_port() -> Result<u16, String> {
 }
 
 /// `PING` until `+PONG` or the timeout.
-fn wait_ready(name: &str, port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
+pub fn wait_ready(name: &str, port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -136,60 +251,20 @@ fn spawn(cmd: &mut Command, name: &str, log: &Path) -> Result<Child, String> {
 impl Procs {
     /// Starts `redis_servers` redis-servers, nutcracker and two Respites, waiting until all answer.
     pub fn start(redis_servers: usize, respite_bin: &Path) -> Result<Procs, String> {
-        let dir = std::env::temp_dir().join(format!("respite-compare.{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        // Children are killed by Drop only once `Procs` exists; until then by this guard.
-        struct Guard(Vec<Child>);
-        impl Drop for Guard {
-            fn drop(&mut self) {
-                for c in self.0.iter_mut() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-            }
-        }
-        let mut guard = Guard(Vec::new());
+        let mut fleet = Fleet::new("respite-compare")?;
         let mut redis = Vec::new();
         for i in 1..=redis_servers {
-            let port = free_port()?;
-            let name = format!("redis{i}");
-            let mut child = spawn(
-                Command::new("redis-server").args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--maxclients",
-                    "20000",
-                ]),
-                &name,
-                &dir.join(format!("{name}.log")),
-            )?;
-            wait_ready(&name, port, &mut child, &dir)?;
-            redis.push(Server {
-                name,
-                port,
-                pid: child.id(),
-            });
-            guard.0.push(child);
+            redis.push(fleet.redis(&format!("redis{i}"), free_port()?, &[])?);
         }
-        let hosts: Vec<String> = redis
-            .iter()
-            .map(|r| format!("127.0.0.1:{}", r.port))
-            .collect();
-
+        let dir = fleet.dir.clone();
         let tw_port = free_port()?;
         let tw_stats = free_port()?;
         let yml = format!(
             "bench:\n  listen: 127.0.0.1:{tw_port}\n  hash: fnv1a_64\n  distribution: ketama\n  \
              redis: true\n  auto_eject_hosts: false\n  server_connections: 1\n  servers:\n{}",
-            hosts
+            redis
                 .iter()
-                .map(|h| format!("   - {h}:1\n"))
+                .map(|r| format!("   - 127.0.0.1:{}:1\n", r.port))
                 .collect::<String>()
         );
         let yml_path = dir.join("nutcracker.yml");
@@ -203,59 +278,33 @@ impl Procs {
             "nutcracker",
             &dir.join("nutcracker.out"),
         )?;
-        wait_ready("nutcracker", tw_port, &mut child, &dir)?;
+        let ready = wait_ready("nutcracker", tw_port, &mut child, &dir);
         let twemproxy = Server {
             name: "twemproxy".into(),
             port: tw_port,
             pid: child.id(),
         };
-        guard.0.push(child);
+        fleet.children.push(child);
+        ready?;
 
-        let mut respites = Vec::new();
-        for workers in [1, 2] {
-            let name = format!("respite-{workers}w");
-            let port = free_port()?;
-            let admin = free_port()?;
-            let toml = format!(
-                "[admin]\naddress = \"127.0.0.1:{admin}\"\n[runtime]\nworkers = {workers}\n\
-                 [[listeners]]\nname = \"bench\"\naddress = \"127.0.0.1:{port}\"\n\
-                 stat_prefix = \"bench\"\nop_timeout = \"5s\"\n\
-                 [listeners.prefix_routes.catch_all_route]\ncluster = \"backends\"\n\
-                 [[clusters]]\nname = \"backends\"\ntype = \"static\"\nhosts = [{}]\n",
-                hosts
-                    .iter()
-                    .map(|h| format!("\"{h}\""))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            let path = dir.join(format!("{name}.toml"));
-            std::fs::write(&path, toml).map_err(|e| format!("{}: {e}", path.display()))?;
-            let mut child = spawn(
-                Command::new(respite_bin).arg("--config").arg(&path),
-                &name,
-                &dir.join(format!("{name}.log")),
-            )?;
-            wait_ready(&name, port, &mut child, &dir)?;
-            respites.push(Server {
-                name,
-                port,
-                pid: child.id(),
-            });
-            guard.0.push(child);
-        }
-        let children = std::mem::take(&mut guard.0);
-        let mut it = respites.into_iter();
-        let (Some(respite_1w), Some(respite_2w)) = (it.next(), it.next()) else {
-            return Err("internal: respite processes missing".into());
-        };
+        let backends = format!(
+            "type = \"static\"\nhosts = {}\n",
+            hosts_toml(redis.iter().map(|r| r.port))
+        );
+        let respite_1w = fleet.respite(respite_bin, 1, "5s", &backends)?;
+        let respite_2w = fleet.respite(respite_bin, 2, "5s", &backends)?;
         Ok(Procs {
-            children,
-            dir,
+            fleet,
             redis,
             twemproxy,
             respite_1w,
             respite_2w,
         })
+    }
+
+    /// Directory with configs and logs (removed on drop).
+    pub fn dir(&self) -> &Path {
+        &self.fleet.dir
     }
 }
 

@@ -34,9 +34,9 @@ pub fn fmt_cpu(v: Option<f64>) -> String {
     v.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"))
 }
 
-fn direct_rps(all: &[Summary], case: &str) -> Option<f64> {
+fn baseline_rps(all: &[Summary], case: &str, baseline: &str) -> Option<f64> {
     all.iter()
-        .find(|s| s.case == case && s.target == "direct")
+        .find(|s| s.case == case && s.target == baseline)
         .map(|s| s.median.rps)
         .filter(|r| *r > 0.0)
 }
@@ -49,26 +49,59 @@ fn noisy_mark(s: &Summary) -> String {
     }
 }
 
-/// One table: `first` names the first column, `key` gives its value for a summary.
+/// How a table is laid out besides its rows.
+pub struct Layout<'a> {
+    /// Name of the first column.
+    pub first: &'a str,
+    /// The target the rps ratio column divides by (its header is `×<baseline>`).
+    pub baseline: &'a str,
+    /// Add a load-generator CPU column (the cluster comparison, where the client does routing).
+    pub client_cpu: bool,
+}
+
+/// The layout of the standalone comparison's tables.
+pub const fn standalone(first: &str) -> Layout<'_> {
+    Layout {
+        first,
+        baseline: "direct",
+        client_cpu: false,
+    }
+}
+
+/// One table; `key` gives the first column's value for a summary.
 pub fn table(
     all: &[Summary],
     rows: &[&Summary],
-    first: &str,
+    layout: &Layout,
     key: &dyn Fn(&Summary) -> String,
 ) -> String {
     let mut s = String::new();
+    let (client_head, client_sep) = if layout.client_cpu {
+        (" client CPU µs/req |", "--:|")
+    } else {
+        ("", "")
+    };
     let _ = writeln!(
         s,
-        "| {first} | target | rps | ×direct | p50 | p90 | p99 | p99.9 | proxy CPU µs/req | redis CPU µs/req | whole-machine CPU µs/req | noisy |"
+        "| {} | target | rps | ×{} | p50 | p90 | p99 | p99.9 | proxy CPU µs/req | redis CPU µs/req |{client_head} whole-machine CPU µs/req | noisy |",
+        layout.first, layout.baseline
     );
-    let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|{client_sep}--:|---|"
+    );
     for r in rows {
         let m = &r.median;
-        let ratio = direct_rps(all, &r.case)
+        let ratio = baseline_rps(all, &r.case, layout.baseline)
             .map_or_else(|| "–".to_string(), |d| format!("{:.2}", m.rps / d));
+        let client = if layout.client_cpu {
+            format!(" {} |", fmt_cpu(m.client_cpu_us_per_req))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{client} {} | {} |",
             key(r),
             r.target,
             fmt_rps(m.rps),
@@ -108,14 +141,10 @@ pub fn memory_table(mem: &[MemoryResult]) -> String {
     s
 }
 
-/// The whole Markdown report.
-pub fn render(o: &Output) -> String {
-    let mut s = String::new();
+/// The `Machine: …` paragraph.
+pub fn machine_line(o: &Output) -> String {
     let m = &o.machine;
-    let st = &o.settings;
-    let _ = writeln!(s, "# Respite comparison {}\n", o.timestamp);
-    let _ = writeln!(
-        s,
+    format!(
         "Machine: {} CPUs, {}, kernel {}, load average at start {}; {}; {}; respite {}.\n",
         m.nproc,
         m.cpu_model.as_deref().unwrap_or("?"),
@@ -125,7 +154,28 @@ pub fn render(o: &Output) -> String {
         m.redis_version.as_deref().unwrap_or("redis-server ?"),
         m.nutcracker_version.as_deref().unwrap_or("nutcracker ?"),
         m.respite_commit.as_deref().unwrap_or("?"),
-    );
+    )
+}
+
+/// The `## Failures` section (empty without failures).
+pub fn failures(o: &Output) -> String {
+    let mut s = String::new();
+    if !o.failures.is_empty() {
+        let _ = writeln!(s, "## Failures\n");
+        for f in &o.failures {
+            let _ = writeln!(s, "- {f}");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The whole Markdown report.
+pub fn render(o: &Output) -> String {
+    let mut s = String::new();
+    let st = &o.settings;
+    let _ = writeln!(s, "# Respite comparison {}\n", o.timestamp);
+    let _ = writeln!(s, "{}", machine_line(o));
     let _ = writeln!(
         s,
         "Medians of {} rep(s) of {} s runs ({} s warm-up), interleaved; {} redis-servers behind \
@@ -149,10 +199,15 @@ pub fn render(o: &Output) -> String {
             s,
             "## Main cases (50 connections, 3-byte values unless the case says 1 KiB, 100 000 keys)\n"
         );
-        s.push_str(&table(&o.medians, &main, "case", &|x| match x.rate {
-            Some(r) => format!("{} @ {} rps", x.label, fmt_rps(r)),
-            None => x.label.clone(),
-        }));
+        s.push_str(&table(
+            &o.medians,
+            &main,
+            &standalone("case"),
+            &|x| match x.rate {
+                Some(r) => format!("{} @ {} rps", x.label, fmt_rps(r)),
+                None => x.label.clone(),
+            },
+        ));
         let lags: Vec<String> = main
             .iter()
             .filter_map(|x| {
@@ -178,9 +233,12 @@ pub fn render(o: &Output) -> String {
         .collect();
     if !conns.is_empty() {
         let _ = writeln!(s, "## Scaling: connections (GET P1)\n");
-        s.push_str(&table(&o.medians, &conns, "connections", &|x| {
-            fmt_rps(x.connections as f64)
-        }));
+        s.push_str(&table(
+            &o.medians,
+            &conns,
+            &standalone("connections"),
+            &|x| fmt_rps(x.connections as f64),
+        ));
         s.push('\n');
     }
     let pipe: Vec<&Summary> = {
@@ -196,7 +254,7 @@ pub fn render(o: &Output) -> String {
     };
     if pipe.iter().any(|x| x.group == Group::Pipeline) {
         let _ = writeln!(s, "## Scaling: pipeline depth (GET, 50 connections)\n");
-        s.push_str(&table(&o.medians, &pipe, "pipeline", &|x| {
+        s.push_str(&table(&o.medians, &pipe, &standalone("pipeline"), &|x| {
             x.pipeline.to_string()
         }));
         s.push('\n');
@@ -206,13 +264,7 @@ pub fn render(o: &Output) -> String {
         s.push_str(&memory_table(&o.memory));
         s.push('\n');
     }
-    if !o.failures.is_empty() {
-        let _ = writeln!(s, "## Failures\n");
-        for f in &o.failures {
-            let _ = writeln!(s, "- {f}");
-        }
-        s.push('\n');
-    }
+    s.push_str(&failures(o));
     s
 }
 
@@ -264,7 +316,7 @@ mod tests {
             summary("get-p1", "twemproxy", 80_000.0, 1),
         ];
         let rows: Vec<&Summary> = all.iter().collect();
-        let t = table(&all, &rows, "case", &|x| x.label.clone());
+        let t = table(&all, &rows, &standalone("case"), &|x| x.label.clone());
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4);
         assert!(
