@@ -10,13 +10,13 @@
 
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::pin::Pin;
 use std::task::Poll;
 
-use respite::cluster::topology::{SlotMap, SlotShard, UNASSIGNED};
-use respite::cluster::{CLUSTER_SLOTS, key_slot};
+use respite::cluster::key_slot;
+use respite::cluster::topology::{SlotMap, UNASSIGNED};
 
 use crate::load::{Conn, connect, roundtrip};
 use crate::resp::ReplyKind;
@@ -58,118 +58,10 @@ impl Topology {
     }
 }
 
-/// One CLUSTER SLOTS value (RESP2; errors nested in arrays are kept as strings).
-#[derive(Debug)]
-enum Value<'a> {
-    Int(i64),
-    Str(&'a [u8]),
-    Array(Vec<Value<'a>>),
-    Nil,
-}
-
-/// Parses the RESP2 value at `*pos` (a complete reply: [`roundtrip`] framed it already).
-fn value<'a>(buf: &'a [u8], pos: &mut usize, depth: usize) -> Result<Value<'a>, String> {
-    if depth > 8 {
-        return Err("nested too deeply".into());
-    }
-    let rest = buf.get(*pos..).unwrap_or_default();
-    let nl = rest
-        .windows(2)
-        .position(|w| w == b"\r\n")
-        .ok_or("truncated reply")?;
-    let (ty, line) = rest
-        .split_first()
-        .map(|(t, l)| (*t, &l[..nl.saturating_sub(1)]))
-        .ok_or("truncated reply")?;
-    *pos += nl + 2;
-    let int = || {
-        std::str::from_utf8(line)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-            .ok_or_else(|| format!("bad integer `{}`", String::from_utf8_lossy(line)))
-    };
-    match ty {
-        b':' => Ok(Value::Int(int()?)),
-        b'+' | b'-' => Ok(Value::Str(line)),
-        b'$' => {
-            let Ok(len) = usize::try_from(int()?) else {
-                return Ok(Value::Nil);
-            };
-            let s = buf.get(*pos..*pos + len).ok_or("truncated bulk string")?;
-            *pos += len + 2;
-            Ok(Value::Str(s))
-        }
-        b'*' => {
-            let Ok(n) = usize::try_from(int()?) else {
-                return Ok(Value::Nil);
-            };
-            let mut items = Vec::with_capacity(n.min(1024));
-            for _ in 0..n {
-                items.push(value(buf, pos, depth + 1)?);
-            }
-            Ok(Value::Array(items))
-        }
-        other => Err(format!("unexpected reply type `{}`", other as char)),
-    }
-}
-
-/// The address of a CLUSTER SLOTS node entry `[ip, port, id, …]`; an empty or `?` IP means the
-/// queried node's own IP.
-fn node_addr(v: &Value, queried: SocketAddr) -> Result<SocketAddr, String> {
-    let Value::Array(f) = v else {
-        return Err("node entry is not an array".into());
-    };
-    let (Some(Value::Str(ip)), Some(&Value::Int(port))) = (f.first(), f.get(1)) else {
-        return Err("node entry is not [ip, port, …]".into());
-    };
-    let port = u16::try_from(port).map_err(|_| format!("bad port {port}"))?;
-    let ip: IpAddr = match *ip {
-        b"" | b"?" => queried.ip(),
-        ip => std::str::from_utf8(ip)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("node IP `{}` is not an IP", String::from_utf8_lossy(ip)))?,
-    };
-    Ok(SocketAddr::new(ip, port))
-}
-
-/// Parses a RESP2 `CLUSTER SLOTS` reply from `queried` into a slot map in which every slot is
-/// served (one shard per distinct primary, in order of first appearance).
+/// Parses `CLUSTER SLOTS` with the data plane's own parser
+/// ([`respite::cluster::discovery::parse_cluster_slots`]) and requires every slot to be served.
 pub fn parse_cluster_slots(reply: &[u8], queried: SocketAddr) -> Result<SlotMap, String> {
-    let mut pos = 0;
-    let Value::Array(ranges) = value(reply, &mut pos, 0)? else {
-        return Err("reply is not an array".into());
-    };
-    let mut map = SlotMap::empty();
-    for r in &ranges {
-        let Value::Array(f) = r else {
-            return Err("slot range is not an array".into());
-        };
-        let (Some(&Value::Int(start)), Some(&Value::Int(end)), Some(primary)) =
-            (f.first(), f.get(1), f.get(2))
-        else {
-            return Err("slot range is not [start, end, primary, …]".into());
-        };
-        if !(0..=end).contains(&start) || end >= i64::from(CLUSTER_SLOTS) {
-            return Err(format!("bad slot range {start}-{end}"));
-        }
-        let primary = node_addr(primary, queried)?;
-        let shard = match map.shards.iter().position(|s| s.primary == primary) {
-            Some(i) => i,
-            None => {
-                let replicas = f[3..]
-                    .iter()
-                    .map(|n| node_addr(n, queried))
-                    .collect::<Result<_, _>>()?;
-                map.shards.push(SlotShard { primary, replicas });
-                map.shards.len() - 1
-            }
-        };
-        let shard = u16::try_from(shard).map_err(|_| "too many primaries".to_string())?;
-        for s in start..=end {
-            map.slots[s as usize] = shard;
-        }
-    }
+    let map = respite::cluster::discovery::parse_cluster_slots(reply, queried)?;
     if let Some(s) = map.slots.iter().position(|&s| s == UNASSIGNED) {
         return Err(format!(
             "slot {s} is served by no node (is the cluster fully set up?)"
