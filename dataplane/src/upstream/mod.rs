@@ -54,6 +54,9 @@ pub struct Retry {
     pub started: Option<Instant>,
     /// The client speaks RESP3, so a resent request must go out on a RESP3 connection.
     pub resp3: bool,
+    /// The sending session: a resent request uses the same connection to its new node as the
+    /// session's own requests do, so they stay in order there.
+    pub session: u64,
 }
 
 impl Retry {
@@ -64,6 +67,7 @@ impl Retry {
         tries: 0,
         started: None,
         resp3: false,
+        session: 0,
     };
 }
 

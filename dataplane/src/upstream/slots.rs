@@ -373,6 +373,7 @@ impl SlotPool {
         let retry = Retry {
             slot,
             resp3,
+            session,
             ..Retry::FIRST
         };
         let policy = if read {
@@ -506,7 +507,7 @@ impl SlotPool {
         };
         self.send_node(
             Node::primary(addr, &sh.primary_conns),
-            0,
+            retry.session,
             Out::new(request, target, retry),
         )
         .is_ok()
@@ -522,7 +523,8 @@ impl SlotPool {
             asking: true,
             ..Out::new(request, target, retry)
         };
-        self.send_node(Node::primary(addr, &conns), 0, out).is_ok()
+        self.send_node(Node::primary(addr, &conns), retry.session, out)
+            .is_ok()
     }
 
     /// Sends the request again after a backoff, by slot (or to `from` for a node request),
@@ -556,7 +558,7 @@ impl SlotPool {
                 let conns = me.conns_for(from, false, false);
                 me.send_node(
                     Node::primary(from, &conns),
-                    0,
+                    retry.session,
                     Out::new(&request, target.clone(), retry),
                 )
             } else {
@@ -571,7 +573,7 @@ impl SlotPool {
                 match owner {
                     Some((addr, conns)) => me.send_node(
                         Node::primary(addr, &conns),
-                        0,
+                        retry.session,
                         Out::new(&request, target.clone(), retry),
                     ),
                     None => Err(SendError::NoHost),
