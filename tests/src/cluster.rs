@@ -301,6 +301,8 @@ pub struct CmdStat {
 pub struct RedisCluster {
     servers: Vec<RedisServer>,
     stopped: HashSet<String>,
+    /// The `redis-server` arguments every node was started with (for `add_node`).
+    node_args: Vec<String>,
 }
 
 impl RedisCluster {
@@ -308,27 +310,32 @@ impl RedisCluster {
     /// --cluster-replicas 1 --cluster-yes` and waits until [`RedisCluster::wait_stable`].
     /// Panics (with `redis-cli`'s output) if the cluster does not form within 30 s.
     pub fn start() -> RedisCluster {
+        Self::start_with(&[])
+    }
+
+    /// [`RedisCluster::start`] with extra `redis-server` arguments for every node (for
+    /// example `&["--cluster-require-full-coverage", "no"]`).
+    pub fn start_with(extra_args: &[&str]) -> RedisCluster {
         let timeout = NODE_TIMEOUT_MS.to_string();
-        let servers: Vec<RedisServer> = (0..6)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    // Relative: in the server's own temp dir (its working directory).
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    &timeout,
-                    "--appendonly",
-                    "no",
-                    "--save",
-                    "",
-                ])
-            })
-            .collect();
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            // Relative: in the server's own temp dir (its working directory).
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            &timeout,
+            "--appendonly",
+            "no",
+            "--save",
+            "",
+        ];
+        args.extend_from_slice(extra_args);
+        let servers: Vec<RedisServer> = (0..6).map(|_| RedisServer::start_with(&args)).collect();
         let cluster = RedisCluster {
             servers,
             stopped: HashSet::new(),
+            node_args: args.iter().map(|a| a.to_string()).collect(),
         };
         let mut args = vec!["--cluster".to_string(), "create".to_string()];
         args.extend(cluster.nodes());
@@ -549,13 +556,23 @@ impl RedisCluster {
     pub fn failover(&self, replica: &str) {
         let old_primary = self.primary_of(replica);
         let r = query(replica, &["CLUSTER", "FAILOVER"]);
-        assert_eq!(r, Reply::Simple("OK".into()), "CLUSTER FAILOVER on {replica}");
+        assert_eq!(
+            r,
+            Reply::Simple("OK".into()),
+            "CLUSTER FAILOVER on {replica}"
+        );
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let topo = self.topology();
             let is = |addr: &str, primary: bool| {
-                topo.iter()
-                    .any(|n| n.addr == addr && (if primary { n.is_primary() } else { n.is_replica() }))
+                topo.iter().any(|n| {
+                    n.addr == addr
+                        && (if primary {
+                            n.is_primary()
+                        } else {
+                            n.is_replica()
+                        })
+                })
             };
             let own_view = try_query(replica, &["ROLE"])
                 .ok()
@@ -571,6 +588,38 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.wait_stable(Duration::from_secs(30));
+    }
+
+    /// Starts a seventh (eighth, ...) cluster-enabled node, adds it to the cluster as an empty
+    /// primary with `redis-cli --cluster add-node`, waits until stable and returns its address.
+    pub fn add_node(&mut self) -> String {
+        let args: Vec<&str> = self.node_args.iter().map(String::as_str).collect();
+        let server = RedisServer::start_with(&args);
+        let addr = server.addr();
+        let existing = self.live_nodes()[0].clone();
+        self.servers.push(server);
+        redis_cli(&[
+            "--cluster".into(),
+            "add-node".into(),
+            addr.clone(),
+            existing,
+        ]);
+        // add-node returns once MEET is sent: wait until every node knows the new one.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.live_nodes().iter().all(|n| {
+            try_query(n, &["CLUSTER", "NODES"])
+                .ok()
+                .and_then(|r| {
+                    r.bytes()
+                        .map(|b| String::from_utf8_lossy(b).contains(&addr))
+                })
+                .unwrap_or(false)
+        }) {
+            assert!(Instant::now() < deadline, "{addr} did not join");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.wait_stable(Duration::from_secs(30));
+        addr
     }
 
     /// SIGKILLs node `addr` (and reaps it). Its replica takes over after the node timeout.
@@ -658,13 +707,19 @@ impl RedisCluster {
                 other => return Some(format!("{addr}: CLUSTER NODES → {other:?}")),
             };
             if let Some(n) = nodes.iter().find(|n| !n.open_slots.is_empty()) {
-                return Some(format!("{addr} sees open slots on {}: {:?}", n.addr, n.open_slots));
+                return Some(format!(
+                    "{addr} sees open slots on {}: {:?}",
+                    n.addr, n.open_slots
+                ));
             }
             if let Some(n) = nodes
                 .iter()
                 .find(|n| live.contains(&n.addr) && (n.is_failing() || n.link != "connected"))
             {
-                return Some(format!("{addr} sees live {} as {:?}/{}", n.addr, n.flags, n.link));
+                return Some(format!(
+                    "{addr} sees live {} as {:?}/{}",
+                    n.addr, n.flags, n.link
+                ));
             }
             let me = nodes.iter().find(|n| n.flags.iter().any(|f| f == "myself"));
             if me.is_some_and(|m| m.is_replica()) {
@@ -867,7 +922,10 @@ mod tests {
         assert_eq!(c.matches("cluster_refresh_rate").count(), 1, "{c}");
         assert!(c.contains("cluster_refresh_rate = \"60s\""), "{c}");
         let (listener, cluster) = c.split_once("[[clusters]]").unwrap();
-        assert!(listener.contains("max_upstream_unknown_connections = 0"), "{c}");
+        assert!(
+            listener.contains("max_upstream_unknown_connections = 0"),
+            "{c}"
+        );
         assert!(listener.contains("op_timeout = \"1s\""), "{c}");
         assert!(cluster.contains("failure_refresh_threshold = 1"), "{c}");
     }
