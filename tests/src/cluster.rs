@@ -331,7 +331,7 @@ impl RedisCluster {
             "",
         ];
         args.extend_from_slice(extra_args);
-        let servers: Vec<RedisServer> = (0..6).map(|_| RedisServer::start_with(&args)).collect();
+        let servers: Vec<RedisServer> = (0..6).map(|_| start_node(&args)).collect();
         let cluster = RedisCluster {
             servers,
             stopped: HashSet::new(),
@@ -594,7 +594,7 @@ impl RedisCluster {
     /// primary with `redis-cli --cluster add-node`, waits until stable and returns its address.
     pub fn add_node(&mut self) -> String {
         let args: Vec<&str> = self.node_args.iter().map(String::as_str).collect();
-        let server = RedisServer::start_with(&args);
+        let server = start_node(&args);
         let addr = server.addr();
         let existing = self.live_nodes()[0].clone();
         self.servers.push(server);
@@ -778,6 +778,16 @@ impl Drop for RedisCluster {
             s.kill();
         }
     }
+}
+
+/// Starts one cluster node with `args` and its own free cluster bus port (`--cluster-port`):
+/// the default, port + 10000, does not exist for ports above 55535, which the kernel hands out
+/// (ephemeral range up to 60999), and may be taken.
+fn start_node(args: &[&str]) -> RedisServer {
+    let bus = crate::free_port().to_string();
+    let mut args = args.to_vec();
+    args.extend(["--cluster-port", &bus]);
+    RedisServer::start_with(&args)
 }
 
 /// Runs `redis-cli <args>` (with a 120 s timeout); panics with its output unless it exits 0

@@ -63,6 +63,19 @@ fn keys(prefix: &str, n: usize) -> Vec<String> {
 
 // ---- the harness, straight against the cluster -------------------------------------------
 
+/// Keys of `cluster_harness_direct`: 200 spread over all slots, plus 20 in slots 0..299 (the
+/// ones its reshard moves).
+fn harness_keys() -> Vec<String> {
+    let mut ks = keys("h", 200);
+    ks.extend(
+        (0..)
+            .map(|i| format!("low:{i}"))
+            .filter(|k| key_slot(k.as_bytes()) < 300)
+            .take(20),
+    );
+    ks
+}
+
 #[test]
 fn cluster_harness_direct() {
     let t0 = Instant::now();
@@ -87,7 +100,7 @@ fn cluster_harness_direct() {
     assert_eq!(key_slot(b"foo"), 12182);
     assert_eq!(key_slot(b"{user1}:a"), key_slot(b"user1"));
     let owners = cluster.slot_owners();
-    for k in keys("h", 200) {
+    for k in harness_keys() {
         let slot = key_slot(k.as_bytes());
         assert_eq!(
             query(&primaries[0], &["CLUSTER", "KEYSLOT", &k]),
@@ -108,17 +121,23 @@ fn cluster_harness_direct() {
             format!("${}\r\nv-{k}\r\n", k.len() + 2).into_bytes()
         );
     }
-    assert_eq!(cluster.dbsize(), 200);
+    assert_eq!(cluster.dbsize(), harness_keys().len() as i64);
 
     // Resharding moves the lowest slots of `from` to `to`, keys included.
-    let (from, to) = (primaries[0].clone(), primaries[1].clone());
+    // redis-cli moves the lowest slots of `from`: slot 0's owner gives up 0..299.
+    let from = owners[0].clone();
+    let to = primaries
+        .iter()
+        .find(|p| **p != from)
+        .expect("another primary")
+        .clone();
     let from_slots: Vec<u16> = (0..16384u16)
         .filter(|s| owners[*s as usize] == from)
         .collect();
     let t = Instant::now();
     cluster.reshard(&from, &to, 300);
     println!(
-        "reshard of 300 slots (200 keys in the cluster) took {:?}",
+        "reshard of 300 slots (220 keys in the cluster) took {:?}",
         t.elapsed()
     );
     let after = cluster.slot_owners();
@@ -130,7 +149,7 @@ fn cluster_harness_direct() {
     }
     assert_eq!(cluster.slot_counts()[&to], counts[&to] + 300);
     let mut moved_keys = 0;
-    for k in keys("h", 200) {
+    for k in harness_keys() {
         let slot = key_slot(k.as_bytes());
         if from_slots[..300].contains(&slot) {
             moved_keys += 1;
@@ -141,8 +160,8 @@ fn cluster_harness_direct() {
             bulk(&format!("v-{k}"))
         );
     }
-    println!("{moved_keys} of 200 keys moved");
-    assert_eq!(cluster.dbsize(), 200);
+    assert!(moved_keys >= 20, "{moved_keys} keys moved");
+    assert_eq!(cluster.dbsize(), harness_keys().len() as i64);
 
     // commandstats / reset_stats; replicas count the writes replicated from their primary.
     cluster.reset_stats();
@@ -224,11 +243,35 @@ fn cluster_harness_direct() {
     assert!(!cluster.nodes().is_empty() && !cluster.live_nodes().contains(&victim));
     assert_eq!(cluster.primaries().len(), 3);
     assert_eq!(cluster.slot_counts().values().sum::<usize>(), 16384);
-    for k in keys("h", 200) {
+    for k in harness_keys() {
         assert_eq!(
             Reply::parse(&cluster.direct_get(k.as_bytes())),
             bulk(&format!("v-{k}")),
             "{k} after failover"
+        );
+    }
+
+    // A restarted node rejoins with its nodes.conf, as a replica of the node that took over.
+    cluster.restart(&victim);
+    cluster.wait_stable(Duration::from_secs(30));
+    assert!(
+        cluster.replicas().contains(&victim),
+        "{victim} did not rejoin as a replica"
+    );
+    assert_eq!(cluster.primary_of(&victim), heir);
+
+    // add_node joins an empty primary; slots can be moved to it.
+    let new = cluster.add_node();
+    assert!(cluster.primaries().contains(&new));
+    assert!(!cluster.slot_owners().contains(&new));
+    let source = cluster.slot_owner(16383);
+    cluster.reshard(&source, &new, 100);
+    assert_eq!(cluster.slot_counts()[&new], 100);
+    for k in harness_keys() {
+        assert_eq!(
+            Reply::parse(&cluster.direct_get(k.as_bytes())),
+            bulk(&format!("v-{k}")),
+            "{k} after moving slots to a new node"
         );
     }
     println!("harness test took {:?}", t0.elapsed());
