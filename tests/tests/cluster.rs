@@ -706,7 +706,7 @@ fn resharding_under_load() {
     println!(
         "resharding under load: 4000 slot moves in {reshard_time:?}; requests={requests} \
          errors={} wrong_reads={} false_nils={false_nils} redirects_followed={} \
-         redirects_failed={} refreshes periodic={} triggered={} topology_changed={}",
+         redirects_failed={} refreshes periodic={} triggered={} topology_changed={} retries={}",
         errors.len(),
         wrong.len(),
         stat("cluster.rc.upstream_internal_redirect_succeeded_total"),
@@ -714,6 +714,7 @@ fn resharding_under_load() {
         stat("cluster.rc.redis_cluster.refresh_periodic"),
         stat("cluster.rc.redis_cluster.refresh_triggered"),
         stat("cluster.rc.redis_cluster.topology_changed"),
+        stat("cluster.rc.redis_cluster.retries"),
     );
     assert!(requests > 1000, "load did not run: {requests} requests");
     assert!(
@@ -982,6 +983,18 @@ fn failover_under_load() {
         wrong.is_empty(),
         "wrong replies: {:?}",
         &wrong[..wrong.len().min(10)]
+    );
+
+    let stat = |n: &str| respite.stat(&format!("cluster.rc.{n}"));
+    println!(
+        "respite: refreshes periodic={} triggered={} failed={} topology_changed={} retries={} \
+         redirects followed={}",
+        stat("redis_cluster.refresh_periodic"),
+        stat("redis_cluster.refresh_triggered"),
+        stat("redis_cluster.refresh_failed"),
+        stat("redis_cluster.topology_changed"),
+        stat("redis_cluster.retries"),
+        stat("upstream_internal_redirect_succeeded_total"),
     );
 
     // No request hung past op_timeout (plus scheduling slack).
@@ -1275,9 +1288,10 @@ fn redirects_and_unknown_hosts() {
     // connection, or refused with the redirect when the cap is 0.
     let new = cluster.add_node();
     cluster.reshard(&p1, &new, 300);
+    let owners = cluster.slot_owners();
     let on_new: Vec<&String> = ks
         .iter()
-        .filter(|k| cluster.slot_owners()[key_slot(k.as_bytes()) as usize] == new)
+        .filter(|k| owners[key_slot(k.as_bytes()) as usize] == new)
         .collect();
     assert!(!on_new.is_empty());
     for k in &on_new {
