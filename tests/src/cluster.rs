@@ -365,6 +365,7 @@ impl RedisCluster {
             .collect()
     }
 
+    /// The node listening on `addr`; panics if it is not one of ours.
     fn server(&self, addr: &str) -> &RedisServer {
         self.servers
             .iter()
@@ -372,6 +373,7 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("{addr} is not a node of this cluster"))
     }
 
+    /// [`RedisCluster::server`], mutable.
     fn server_mut(&mut self, addr: &str) -> &mut RedisServer {
         self.servers
             .iter_mut()
