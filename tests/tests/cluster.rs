@@ -1249,8 +1249,8 @@ fn read_policy_distribution() {
 
 // ---- redirects without a topology refresh ---------------------------------------------------
 
-/// With refreshes off (60 s, thresholds 0), MOVED after a reshard is followed and updates the
-/// map; a node added later is reached through an unknown-host connection, or the MOVED goes to
+/// With refreshes off (60 s, thresholds 0), MOVED after a reshard is followed (stat counted, no
+/// refresh triggered); a node added later is reached through an unknown-host connection, or the MOVED goes to
 /// the client when `max_upstream_unknown_connections = 0`.
 #[test]
 fn redirects_and_unknown_hosts() {
