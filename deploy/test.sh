@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests need on a Debian machine, builds in release
-# mode and runs every test of the workspace against real redis-server / nutcracker processes.
+# mode and runs every test of the workspace against real redis-server / nutcracker processes,
+# including tests/tests/cluster.rs (six-node Redis Cluster made with `redis-cli --cluster`, hence
+# redis-tools) and the tcl suite through Respite over standalone servers and over that cluster.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -7,8 +7,12 @@
 //! - [`RawClient`]: a raw RESP client that returns reply bytes untouched (for byte-exact
 //!   comparisons); [`redis_client`]: a `redis` crate connection.
 //! - [`respite_bin`]: the built `respite` binary.
+//! - [`cluster::RedisCluster`]: a six-node Redis Cluster (3 primaries + 3 replicas) and
+//!   [`cluster::cluster_config`], a Respite config over it.
 
+pub mod cluster;
 pub mod respite;
+pub use cluster::RedisCluster;
 pub use respite::Respite;
 
 use std::collections::HashSet;

@@ -1,18 +1,22 @@
 //! Redis's own tcl test suite (Debian's redis 7.0.15 source package) run against one plain
-//! redis-server and through Respite over 3 redis-servers, unit by unit, with
-//! `tests/redis-suite/run.sh` (external-server mode, `--singledb --cluster-mode
-//! --ignore-encoding --ignore-digest`, every `needs:` tag excluded — see the script).
+//! redis-server and through Respite, unit by unit, with `tests/redis-suite/run.sh`
+//! (external-server mode, `--singledb --cluster-mode --ignore-encoding --ignore-digest`, every
+//! `needs:` tag excluded — see the script). Two tests, run one after the other (a lock) and
+//! sharing one direct run:
+//! - `redis_suite_through_respite`: Respite over 3 standalone redis-servers (ketama);
+//! - `redis_suite_through_respite_cluster`: Respite over a six-node Redis Cluster
+//!   (`respite_tests::RedisCluster`, 3 primaries + 3 replicas, `read_policy = "primary"`).
 //!
 //! For each unit, the tests that pass directly but not through Respite must be exactly the ones
 //! listed for that unit in `tests/redis-suite/exceptions.txt` (with the reason); a listed test
 //! that passes through Respite fails this test too (the list is stale). Both pass counts are
 //! printed.
 //!
-//! Units: `unit/type/string incr hash list set zset`. Time on 2 cores: ≈80 s direct, ≈5 min
-//! through Respite (list and zset tests that wait for a client blocked in BLPOP & co. time out
-//! one by one, since Respite refuses blocking commands), ≈6.5 min in all.
+//! The same exceptions and the same rule apply to both. Units: `unit/type/string incr hash list
+//! set zset`. Time on 2 cores: ≈2 min for the direct run (once) plus the standalone Respite
+//! run, then the cluster run.
 //! `REDIS_SUITE_UNITS="unit/type/string unit/type/hash"` picks others; `REDIS_SUITE_SKIP=1`
-//! skips the test (e.g. offline: the first run fetches the source with `apt-get source redis`,
+//! skips both tests (e.g. offline: the first run fetches the source with `apt-get source redis`,
 //! cached in `target/redis-src`); `REDIS_SUITE_KEEP=1` keeps the runtest logs.
 //!
 //! On failure the test prints, for each test missing through Respite, its error text and a
@@ -22,9 +26,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
-use respite_tests::RedisServer;
+use respite_tests::cluster::cluster_config;
 use respite_tests::respite::Respite;
+use respite_tests::{RedisCluster, RedisServer};
 
 const UNITS: &[&str] = &[
     "unit/type/string",
@@ -39,7 +45,7 @@ fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("redis-suite")
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct UnitResult {
     ok: usize,
     err: usize,
@@ -213,46 +219,64 @@ fn exceptions() -> BTreeMap<String, BTreeMap<String, String>> {
     map
 }
 
-#[test]
-fn redis_suite_through_respite() {
-    if std::env::var_os("REDIS_SUITE_SKIP").is_some() {
-        println!("REDIS_SUITE_SKIP set: skipped");
-        return;
-    }
-    let units: Vec<String> = match std::env::var("REDIS_SUITE_UNITS") {
+/// The units to run: `REDIS_SUITE_UNITS` or [`UNITS`].
+fn units() -> Vec<String> {
+    match std::env::var("REDIS_SUITE_UNITS") {
         Ok(u) => u.split_whitespace().map(str::to_string).collect(),
         Err(_) => UNITS.iter().map(|u| u.to_string()).collect(),
-    };
-    let exceptions = exceptions();
+    }
+}
 
-    let direct = {
-        let server = RedisServer::start();
-        run_suite(server.port, &units, "direct", None)
-    };
-    let backends: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let addrs: Vec<String> = backends.iter().map(|b| b.addr()).collect();
-    let respite = Respite::over(&addrs, 2);
+/// Serializes the suite runs of this binary: two runtest processes side by side on a small
+/// machine make timing-sensitive tests fail in one run and not the other.
+static SUITE_LOCK: Mutex<()> = Mutex::new(());
+
+/// The direct run (one plain redis-server) of `units`, run once per process and shared by the
+/// tests here.
+fn direct_results(units: &[String]) -> BTreeMap<String, UnitResult> {
+    /// Units → their direct results.
+    type Cached = Option<(Vec<String>, BTreeMap<String, UnitResult>)>;
+    static DIRECT: Mutex<Cached> = Mutex::new(None);
+    let mut cached = DIRECT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((u, r)) = cached.as_ref()
+        && u == units
+    {
+        return r.clone();
+    }
+    let server = RedisServer::start();
+    let r = run_suite(server.port, units, "direct", None);
+    *cached = Some((units.to_vec(), r.clone()));
+    r
+}
+
+/// Runs `units` through Respite listening on `port` (the listed exceptions skipped), and
+/// checks them against the direct run: the tests passing directly but not through Respite
+/// must be exactly the ones in exceptions.txt. `log` gives Respite's log for the failure
+/// message.
+fn check_through_respite(label: &str, port: u16, units: &[String], log: &dyn Fn() -> String) {
+    let exceptions = exceptions();
+    let direct = direct_results(units);
     // Listed exceptions are skipped through respite (not run and failed): a refused blocking
     // command inside a test that switched the client to RESP3 would otherwise leave it there.
     let skip = suite_dir().join("exceptions.txt");
-    let via = run_suite(respite.port, &units, "respite", Some(&skip));
+    let via = run_suite(port, units, label, Some(&skip));
 
     let mut problems = Vec::new();
     let mut new_lines: Vec<String> = Vec::new();
     println!(
         "{:<20} {:>8} {:>8} {:>10}",
-        "unit", "direct", "respite", "excepted"
+        "unit", "direct", label, "excepted"
     );
-    for unit in &units {
+    for unit in units {
         let d = direct
             .get(unit)
             .unwrap_or_else(|| panic!("no direct result for {unit}"));
         let r = via
             .get(unit)
-            .unwrap_or_else(|| panic!("no respite result for {unit}"));
+            .unwrap_or_else(|| panic!("no {label} result for {unit}"));
         let listed = exceptions.get(unit).cloned().unwrap_or_default();
         println!(
-            "{unit:<20} {:>8} {:>8} {:>10}   (direct err={} exc={} timeout={}; respite err={} exc={} timeout={})",
+            "{unit:<20} {:>8} {:>8} {:>10}   (direct err={} exc={} timeout={}; {label} err={} exc={} timeout={})",
             d.ok,
             r.ok,
             listed.keys().filter_map(|n| d.passed.get(n)).sum::<usize>(),
@@ -277,7 +301,6 @@ fn redis_suite_through_respite() {
                 "{unit}: the direct run timed out or threw; see the log above"
             ));
         }
-        // Tests passing directly but not (as often) through respite.
         // Tests passing directly but not (as often) through respite. A name can occur more
         // than once per unit (loops over encodings); an excepted name must fail every time.
         let mut missing: Vec<&str> = Vec::new();
@@ -291,7 +314,7 @@ fn redis_suite_through_respite() {
                 let why = r.why.get(*name).map(String::as_str).unwrap_or_default();
                 let short: String = why.chars().take(300).collect();
                 problems.push(format!(
-                    "{unit}: `{name}` fails through respite (not in exceptions.txt): {short}"
+                    "{unit}: `{name}` fails through {label} (not in exceptions.txt): {short}"
                 ));
                 // Ready to paste into exceptions.txt once the reason is judged legitimate.
                 new_lines.push(format!("{unit} | {name} | {}", category(why)));
@@ -300,19 +323,19 @@ fn redis_suite_through_respite() {
         for name in listed.keys() {
             if d.passed.contains_key(name) && r.passed.contains_key(name) {
                 problems.push(format!(
-                    "{unit}: `{name}` is in exceptions.txt but passes through respite now"
+                    "{unit}: `{name}` is in exceptions.txt but passes through {label} now"
                 ));
             }
         }
         if !r.failed.is_empty() {
-            println!("  respite [err] in {unit}: {} tests", r.failed.len());
+            println!("  {label} [err] in {unit}: {} tests", r.failed.len());
         }
         let excepted: usize = listed.keys().filter_map(|n| d.passed.get(n)).sum();
         if problems.is_empty() {
             assert_eq!(
                 r.ok,
                 d.ok - excepted,
-                "{unit}: respite pass count {} != direct {} minus {excepted} excepted",
+                "{unit}: {label} pass count {} != direct {} minus {excepted} excepted",
                 r.ok,
                 d.ok
             );
@@ -326,11 +349,10 @@ fn redis_suite_through_respite() {
     }
     assert!(
         problems.is_empty(),
-        "{} problem(s):\n{}\nrespite log tail:\n{}",
+        "{} problem(s):\n{}\n{label} log tail:\n{}",
         problems.len(),
         problems.join("\n"),
-        respite
-            .log()
+        log()
             .lines()
             .rev()
             .take(40)
@@ -340,4 +362,36 @@ fn redis_suite_through_respite() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// Respite over three standalone redis-servers (ketama, hash tags on).
+#[test]
+fn redis_suite_through_respite() {
+    if std::env::var_os("REDIS_SUITE_SKIP").is_some() {
+        println!("REDIS_SUITE_SKIP set: skipped");
+        return;
+    }
+    let _serial = SUITE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let units = units();
+    let backends: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let addrs: Vec<String> = backends.iter().map(|b| b.addr()).collect();
+    let respite = Respite::over(&addrs, 2);
+    check_through_respite("respite", respite.port, &units, &|| respite.log());
+}
+
+/// Respite over a six-node Redis Cluster (3 primaries + 3 replicas, `read_policy =
+/// "primary"`), against the same direct run and the same exceptions.
+#[test]
+fn redis_suite_through_respite_cluster() {
+    if std::env::var_os("REDIS_SUITE_SKIP").is_some() {
+        println!("REDIS_SUITE_SKIP set: skipped");
+        return;
+    }
+    let _serial = SUITE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let units = units();
+    let cluster = RedisCluster::start();
+    let (port, admin) = (respite_tests::free_port(), respite_tests::free_port());
+    let config = cluster_config(port, admin, &cluster.seeds(), "primary", "");
+    let respite = Respite::start(&config, port, admin);
+    check_through_respite("respite-cluster", respite.port, &units, &|| respite.log());
 }
