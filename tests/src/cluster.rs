@@ -744,6 +744,38 @@ impl RedisCluster {
             if let Some((_, (p, _))) = slots.iter().find(|(_, (p, _))| !live.contains(p)) {
                 return Some(format!("{addr}: CLUSTER SLOTS names {p}, not live"));
             }
+            // Redis 7 leaves a replica out of CLUSTER SLOTS while its replication offset is 0
+            // (`isReplicaAvailable`), as in a fresh cluster before the first write: wait until
+            // every live replica is listed, so Respite's first map has the replicas.
+            let live_replicas = |primary: &str| {
+                let id = nodes
+                    .iter()
+                    .find(|n| n.addr == primary)
+                    .map(|n| n.id.clone());
+                nodes
+                    .iter()
+                    .filter(|n| {
+                        live.contains(&n.addr) && n.primary_id.is_some() && n.primary_id == id
+                    })
+                    .count()
+            };
+            if let Some(((a, b), (p, r))) =
+                slots.iter().find(|(_, (p, r))| r.len() < live_replicas(p))
+            {
+                // A write moves the offsets on; the next check sees the replica listed.
+                if let Some(key) = (0..1_000_000)
+                    .map(|i| format!("harness:{i}"))
+                    .find(|k| (*a..=*b).contains(&key_slot(k.as_bytes())))
+                {
+                    // Set and delete: replicated writes that leave no key behind.
+                    let _ = try_query(p, &["SET", &key, "1"]);
+                    let _ = try_query(p, &["DEL", &key]);
+                }
+                return Some(format!(
+                    "{addr}: CLUSTER SLOTS lists {} replica(s) of {p}",
+                    r.len()
+                ));
+            }
             match &first {
                 None => first = Some((addr.clone(), slots)),
                 Some((a0, s0)) if *s0 != slots => {

@@ -1042,10 +1042,8 @@ fn replica_sigstop_does_not_affect_writes() {
         assert_eq!(cmd(&mut c, &["SET", k, "warm"]), ok());
     }
     for k in &ks[..300] {
-        assert!(
-            !cmd(&mut c, &["GET", k]).is_error(),
-            "GET {k} before the stop"
-        );
+        let r = cmd(&mut c, &["GET", k]);
+        assert!(!r.is_error(), "GET {k} before the stop: {r:?}");
     }
 
     cluster.sigstop(&stopped);
