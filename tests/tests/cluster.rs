@@ -563,10 +563,27 @@ struct ReshardLoad {
     false_nils: u64,
 }
 
+/// Hash tags whose slots are among the 2000 that `resharding_under_load` moves, so multi-key
+/// commands on one tag meet slots being migrated (`TRYAGAIN` while their keys are split
+/// between the two nodes, `ASK` once all have moved).
+fn moving_tags() -> Vec<String> {
+    (0..)
+        .map(|n| format!("g{n}"))
+        .filter(|tag| key_slot(tag.as_bytes()) < 2000)
+        .take(4)
+        .collect()
+}
+
+/// Key `i` (0..30) of tag group `tag` of thread `t`: all of a group's keys share one slot.
+fn tagged_key(tag: &str, t: usize, i: usize) -> String {
+    format!("{{{tag}}}:{t}:{i}")
+}
+
 /// One thread of `resharding_under_load`: SET / GET / MGET of 10 / INCR over its own keys
-/// `k:<t>:<i>` and counters `c:<t>:<j>` until `stop`, checking every read against its own
-/// acknowledged writes.
+/// `k:<t>:<i>` and counters `c:<t>:<j>`, and MGET / MSET within one hash-tag group, until
+/// `stop`, checking every read against its own acknowledged writes.
 fn reshard_worker(addr: String, t: usize, stop: Arc<AtomicBool>) -> ReshardLoad {
+    let tags = moving_tags();
     let mut rng = fastrand::Rng::with_seed(t as u64);
     let mut c = RawClient::connect(&addr);
     let mut out = ReshardLoad::default();
@@ -585,9 +602,24 @@ fn reshard_worker(addr: String, t: usize, stop: Arc<AtomicBool>) -> ReshardLoad 
         let args: Vec<String> = match op {
             0..40 => vec!["SET".into(), key.clone(), format!("v{t}-{seq}")],
             40..65 => vec!["GET".into(), key.clone()],
-            65..85 => {
+            65..75 => {
                 let mut a = vec!["MGET".to_string()];
                 a.extend((0..10).map(|_| format!("k:{t}:{}", rng.usize(0..300))));
+                a
+            }
+            75..85 => {
+                let tag = &tags[rng.usize(0..tags.len())];
+                let mut a = vec!["MGET".to_string()];
+                a.extend((0..10).map(|_| tagged_key(tag, t, rng.usize(0..30))));
+                a
+            }
+            85..90 => {
+                let tag = &tags[rng.usize(0..tags.len())];
+                let mut a = vec!["MSET".to_string()];
+                for _ in 0..5 {
+                    a.push(tagged_key(tag, t, rng.usize(0..30)));
+                    a.push(format!("m{t}-{seq}"));
+                }
                 a
             }
             _ => vec!["INCR".into(), format!("c:{t}:{}", rng.usize(0..20))],
@@ -600,6 +632,9 @@ fn reshard_worker(addr: String, t: usize, stop: Arc<AtomicBool>) -> ReshardLoad 
                 if argv[0] == "SET" {
                     out.uncertain.insert(key);
                 }
+                if argv[0] == "MSET" {
+                    out.uncertain.extend(args[1..].iter().step_by(2).cloned());
+                }
                 c = RawClient::connect(&addr);
                 continue;
             }
@@ -608,6 +643,9 @@ fn reshard_worker(addr: String, t: usize, stop: Arc<AtomicBool>) -> ReshardLoad 
             out.errors.push(format!("{argv:?}: -{e}"));
             if argv[0] == "SET" {
                 out.uncertain.insert(key);
+            }
+            if argv[0] == "MSET" {
+                out.uncertain.extend(args[1..].iter().step_by(2).cloned());
             }
             if argv[0] == "INCR" {
                 out.uncertain.insert(args[1].clone());
@@ -622,6 +660,16 @@ fn reshard_worker(addr: String, t: usize, stop: Arc<AtomicBool>) -> ReshardLoad 
             "SET" => {
                 out.uncertain.remove(&key);
                 out.acked.insert(key, args[2].clone());
+            }
+            "MSET" if reply != ok() => {
+                out.wrong_reads.push(format!("{argv:?}: {reply:?}"));
+                out.uncertain.extend(args[1..].iter().step_by(2).cloned());
+            }
+            "MSET" => {
+                for kv in args[1..].chunks(2) {
+                    out.uncertain.remove(&kv[0]);
+                    out.acked.insert(kv[0].clone(), kv[1].clone());
+                }
             }
             "GET" => {
                 if let Some(want) = expect(&out, &key)
