@@ -1391,3 +1391,53 @@ fn redirects_and_unknown_hosts() {
         capped.stats()
     );
 }
+
+// ---- a redirect loop --------------------------------------------------------------------------
+
+/// A slot left half-migrated (MIGRATING on its owner, the target not IMPORTING) makes a real
+/// ASK → MOVED → ASK … loop for a missing key: Respite follows at most 5 redirects and answers
+/// `-TRYAGAIN`, counts a failed redirect, and serves the slot again once it is stable.
+#[test]
+fn redirect_loop_is_bounded() {
+    let cluster = RedisCluster::start();
+    let respite = respite_over(
+        &cluster,
+        "primary",
+        "cluster_refresh_rate = \"60s\"\nredirect_refresh_threshold = 0",
+    );
+    let key = "loop-key";
+    let slot = key_slot(key.as_bytes());
+    let owner = cluster.slot_owner(slot);
+    let other = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| *p != owner)
+        .expect("a second primary");
+    let other_id = cluster.node_id(&other);
+    let mut c = respite.raw();
+    assert_eq!(cmd(&mut c, &["GET", key]), Reply::Bulk(None));
+
+    let slot_text = slot.to_string();
+    assert_eq!(
+        query(
+            &owner,
+            &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &other_id]
+        ),
+        ok()
+    );
+    let reply = cmd(&mut c, &["GET", key]);
+    assert_eq!(
+        reply,
+        Reply::Error("TRYAGAIN too many cluster redirects for one request".into())
+    );
+    assert!(respite.stat("cluster.rc.upstream_internal_redirect_failed_total") >= 1);
+    // Other slots are unaffected while this one loops.
+    assert_eq!(cmd(&mut c, &["SET", "{other}", "v"]), ok());
+
+    assert_eq!(
+        query(&owner, &["CLUSTER", "SETSLOT", &slot_text, "STABLE"]),
+        ok()
+    );
+    assert_eq!(cmd(&mut c, &["SET", key, "v"]), ok());
+    assert_eq!(cmd(&mut c, &["GET", key]), bulk("v"));
+}
