@@ -89,6 +89,9 @@ pub struct SlotPool {
     worker: usize,
     host_stats: RefCell<HashMap<SocketAddr, HostStats>>,
     stats: SlotStats,
+    /// Replaced by a config change: no new connections (a redirect or retry finishing late must
+    /// not open connections nobody would ever close).
+    retired: Cell<bool>,
     me: Weak<SlotPool>,
 }
 
@@ -215,6 +218,7 @@ impl SlotPool {
             worker,
             host_stats: RefCell::new(HashMap::new()),
             stats,
+            retired: Cell::new(false),
             me: me.clone(),
         });
         pool.sync();
@@ -224,7 +228,7 @@ impl SlotPool {
     /// Takes the newest map if the discovery thread published one since the last look.
     #[inline]
     fn sync(&self) {
-        if self.cell.version() == self.seen.get() {
+        if self.cell.version() == self.seen.get() || self.retired.get() {
             return;
         }
         if let Some((version, map)) = self.cell.current() {
@@ -283,6 +287,9 @@ impl SlotPool {
         };
         if let Some(c) = self.conns.borrow().get(&key) {
             return c.clone();
+        }
+        if self.retired.get() {
+            return Vec::new();
         }
         let stats = self
             .host_stats
@@ -382,24 +389,9 @@ impl SlotPool {
             ReadPolicy::Primary
         };
         let nrep = sh.replicas.len();
-        let rot = if nrep > 0 {
-            (session % nrep as u64) as usize
-        } else {
-            0
-        };
-        // Candidate k of the policy's order: None = primary, Some(i) = replica i.
-        let (count, at): (usize, &dyn Fn(usize) -> Option<usize>) = match policy {
-            ReadPolicy::Primary => (1, &|_| None),
-            ReadPolicy::PreferPrimary => (1 + nrep, &|k| (k > 0).then(|| (rot + k - 1) % nrep)),
-            ReadPolicy::Replica => (nrep, &|k| Some((rot + k) % nrep)),
-            ReadPolicy::PreferReplica => (nrep + 1, &|k| (k < nrep).then(|| (rot + k) % nrep)),
-            ReadPolicy::Any => (nrep + 1, &|k| {
-                let j = (session as usize).wrapping_add(k) % (nrep + 1);
-                j.checked_sub(1)
-            }),
-        };
+        let count = candidates(policy, nrep);
         for k in 0..count {
-            let sent = match at(k) {
+            let sent = match candidate(policy, nrep, session, k) {
                 None => self.send_node(
                     Node::primary(sh.primary, &sh.primary_conns),
                     session,
@@ -433,6 +425,7 @@ impl SlotPool {
 
     /// The pool was replaced by a config change: every connection retires.
     pub fn retire(&self) {
+        self.retired.set(true);
         for conns in self.conns.borrow_mut().drain().map(|(_, c)| c) {
             conns.iter().for_each(|c| c.retire());
         }
@@ -587,6 +580,35 @@ impl SlotPool {
     }
 }
 
+/// How many nodes `policy` may try for a read of a shard with `nrep` replicas.
+fn candidates(policy: ReadPolicy, nrep: usize) -> usize {
+    match policy {
+        ReadPolicy::Primary => 1,
+        ReadPolicy::Replica => nrep,
+        ReadPolicy::PreferPrimary | ReadPolicy::PreferReplica | ReadPolicy::Any => nrep + 1,
+    }
+}
+
+/// Candidate `k` (< [`candidates`]) of `policy`'s order for `session`: `None` = the primary,
+/// `Some(i)` = replica `i`. Sessions start at different replicas (and, for `any`, nodes), so
+/// reads spread while each session keeps to one node, in order.
+fn candidate(policy: ReadPolicy, nrep: usize, session: u64, k: usize) -> Option<usize> {
+    let rot = if nrep > 0 {
+        (session % nrep as u64) as usize
+    } else {
+        0
+    };
+    match policy {
+        ReadPolicy::Primary => None,
+        ReadPolicy::PreferPrimary => (k > 0).then(|| (rot + k - 1) % nrep),
+        ReadPolicy::Replica => Some((rot + k) % nrep.max(1)),
+        ReadPolicy::PreferReplica => (k < nrep).then(|| (rot + k) % nrep),
+        ReadPolicy::Any => ((session % (nrep as u64 + 1)) as usize + k)
+            .checked_rem(nrep + 1)
+            .and_then(|j| j.checked_sub(1)),
+    }
+}
+
 impl Redirect for SlotPool {
     fn redirect(
         &self,
@@ -640,6 +662,42 @@ impl Redirect for SlotPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn order(policy: ReadPolicy, nrep: usize, session: u64) -> Vec<Option<usize>> {
+        (0..candidates(policy, nrep))
+            .map(|k| candidate(policy, nrep, session, k))
+            .collect()
+    }
+
+    #[test]
+    fn read_policy_orders() {
+        use ReadPolicy::*;
+        assert_eq!(order(Primary, 2, 7), [None]);
+        assert_eq!(order(PreferPrimary, 2, 1), [None, Some(1), Some(0)]);
+        assert_eq!(order(Replica, 2, 0), [Some(0), Some(1)]);
+        assert_eq!(order(Replica, 2, 1), [Some(1), Some(0)]);
+        assert_eq!(order(Replica, 0, 5), []);
+        assert_eq!(order(PreferReplica, 2, 3), [Some(1), Some(0), None]);
+        assert_eq!(order(PreferReplica, 0, 3), [None]);
+        assert_eq!(order(Any, 2, 0), [None, Some(0), Some(1)]);
+        assert_eq!(order(Any, 2, 1), [Some(0), Some(1), None]);
+        assert_eq!(order(Any, 2, 2), [Some(1), None, Some(0)]);
+        // Every node is tried exactly once, whatever the session.
+        for policy in [PreferPrimary, Replica, PreferReplica, Any] {
+            for nrep in 0..4 {
+                for session in 0..10 {
+                    let mut o = order(policy, nrep, session);
+                    o.sort();
+                    o.dedup();
+                    assert_eq!(
+                        o.len(),
+                        candidates(policy, nrep),
+                        "{policy:?} {nrep} {session}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn parses_redirects() {
