@@ -1441,3 +1441,91 @@ fn redirect_loop_is_bounded() {
     assert_eq!(cmd(&mut c, &["SET", key, "v"]), ok());
     assert_eq!(cmd(&mut c, &["GET", key]), bulk("v"));
 }
+
+// ---- upstream handshake -----------------------------------------------------------------------
+
+/// With an ACL user for the proxy, every upstream connection sends `AUTH proxy <pw>` and then,
+/// on replicas, `READONLY`: reads under `read_policy = "replica"` succeed and every replica
+/// shows the proxy's connections as `user=proxy` with the readonly flag `r`.
+/// A user denied READONLY fails the replica handshakes: counted as `upstream_cx_connect_fail`,
+/// reads under `replica` get `no upstream host`, writes succeed.
+#[test]
+fn handshake_auth_then_readonly() {
+    let cluster = RedisCluster::start();
+    for node in cluster.nodes() {
+        assert_eq!(
+            query(
+                &node,
+                &["ACL", "SETUSER", "proxy", "on", ">pw", "~*", "&*", "+@all"]
+            ),
+            ok()
+        );
+    }
+    let creds = "auth_username = \"proxy\"\nauth_password = \"pw\"";
+    let respite = respite_over(&cluster, "replica", creds);
+    let mut c = respite.raw();
+    for i in 0..200 {
+        let k = format!("hs:{i}");
+        assert_eq!(cmd(&mut c, &["SET", &k, &k]), ok());
+    }
+    // Replicas apply the writes asynchronously: wait for the last one to be readable.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cmd(&mut c, &["GET", "hs:199"]) != bulk("hs:199") {
+        assert!(Instant::now() < deadline, "replica reads never caught up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for replica in cluster.replicas() {
+        let list = query(&replica, &["CLIENT", "LIST"]).text();
+        let proxy: Vec<&str> = list
+            .lines()
+            .filter(|l| l.contains(" user=proxy "))
+            .collect();
+        assert!(
+            !proxy.is_empty(),
+            "{replica}: no proxy connection in {list}"
+        );
+        for line in proxy {
+            let flags = line
+                .split(' ')
+                .find_map(|f| f.strip_prefix("flags="))
+                .unwrap_or_default();
+            assert!(flags.contains('r'), "{replica}: not READONLY: {line}");
+        }
+    }
+    assert_eq!(respite.stat("cluster.rc.upstream_cx_connect_fail"), 0);
+
+    // A user that may not run READONLY: the replica handshakes fail and are counted, reads
+    // under `replica` fail, writes are untouched.
+    for node in cluster.nodes() {
+        assert_eq!(
+            query(
+                &node,
+                &[
+                    "ACL",
+                    "SETUSER",
+                    "noro",
+                    "on",
+                    ">pw",
+                    "~*",
+                    "&*",
+                    "+@all",
+                    "-readonly"
+                ]
+            ),
+            ok()
+        );
+    }
+    let creds = "auth_username = \"noro\"\nauth_password = \"pw\"";
+    let denied = respite_over(&cluster, "replica", creds);
+    let mut c = denied.raw();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while denied.stat("cluster.rc.upstream_cx_connect_fail") < 3 {
+        assert!(Instant::now() < deadline, "failed handshakes not counted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(cmd(&mut c, &["SET", "hs:x", "1"]), ok());
+    assert_eq!(
+        cmd(&mut c, &["GET", "hs:x"]),
+        Reply::Error("no upstream host".into())
+    );
+}
