@@ -1529,3 +1529,75 @@ fn handshake_auth_then_readonly() {
         Reply::Error("no upstream host".into())
     );
 }
+
+// ---- SCAN across a slot move ------------------------------------------------------------------
+
+/// A full SCAN through Respite while a slot moves between primaries halfway: every key outside
+/// the moved slot is returned (the SCAN guarantee), because the cursor names its node by a
+/// stable order (primary address), not by an order that a slot move changes.
+#[test]
+fn scan_survives_a_slot_move() {
+    let cluster = RedisCluster::start();
+    let respite = respite_over(&cluster, "primary", "");
+    let mut c = respite.raw();
+    let keys = keys("sc", 3000);
+    for k in &keys {
+        assert_eq!(cmd(&mut c, &["SET", k, "1"]), ok());
+    }
+    let owners = cluster.slot_owners();
+    // redis-cli moves the lowest slot of the source: slot 0's owner loses slot 0.
+    let from = owners[0].clone();
+    let to = owners[16383].clone();
+    assert_ne!(from, to);
+    let changed = respite.stat("cluster.rc.redis_cluster.topology_changed");
+
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut cursor = "0".to_string();
+    let mut rounds = 0;
+    loop {
+        let reply = cmd(&mut c, &["SCAN", &cursor, "COUNT", "100"]);
+        let Reply::Array(Some(parts)) = reply else {
+            panic!("SCAN reply {reply:?}");
+        };
+        let (Some(Reply::Bulk(Some(next))), Some(Reply::Array(Some(batch)))) =
+            (parts.first(), parts.get(1))
+        else {
+            panic!("SCAN reply {parts:?}");
+        };
+        for k in batch {
+            *seen.entry(k.text()).or_default() += 1;
+        }
+        cursor = String::from_utf8(next.clone()).expect("cursor");
+        rounds += 1;
+        if rounds == 10 {
+            cluster.reshard(&from, &to, 1);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while respite.stat("cluster.rc.redis_cluster.topology_changed") == changed {
+                assert!(Instant::now() < deadline, "Respite never saw the slot move");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert!(
+        rounds > 10,
+        "the scan ended before the slot moved ({rounds} rounds)"
+    );
+    let dups = seen.values().filter(|&&n| n > 1).count();
+    println!(
+        "scan: {rounds} rounds, {} keys seen, {dups} more than once",
+        seen.len()
+    );
+    let missing: Vec<&String> = keys
+        .iter()
+        .filter(|k| key_slot(k.as_bytes()) != 0 && !seen.contains_key(*k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} keys never returned: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+}

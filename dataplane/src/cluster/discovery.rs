@@ -240,7 +240,10 @@ impl Worker {
                 None
             };
             if let Some(cause) = cause {
-                self.refresh(cause);
+                let changed = self.refresh(cause);
+                if cause == Cause::Triggered {
+                    self.gate.refreshed(changed);
+                }
                 // Any refresh restarts the period, as Envoy re-arms its timer after each one.
                 next_periodic = Instant::now().checked_add(self.period());
             }
@@ -259,8 +262,8 @@ impl Worker {
         }
     }
 
-    /// One refresh: ask, decide, publish, count and log.
-    fn refresh(&mut self, cause: Cause) {
+    /// One refresh: ask, decide, publish, count and log. True if a new map was published.
+    fn refresh(&mut self, cause: Cause) -> bool {
         match cause {
             Cause::Periodic => self.stats.periodic.inc(),
             Cause::Triggered => self.stats.triggered.inc(),
@@ -269,7 +272,7 @@ impl Worker {
         let report = self.refresher.refresh(&mut |node| client.fetch(node));
         if self.stopped() {
             // Errors here are most likely "stopped"; nothing of this refresh matters any more.
-            return;
+            return false;
         }
         for (node, error) in report.failures {
             self.stats.failed.inc();
@@ -284,16 +287,22 @@ impl Worker {
                     "cluster {}: no node answered CLUSTER SLOTS; keeping the current map",
                     self.name
                 ));
+                false
             }
-            Outcome::Unchanged => {}
-            Outcome::First(map) => self.publish(map, "first slot map"),
+            Outcome::Unchanged => false,
+            Outcome::First(map) => {
+                self.publish(map, "first slot map");
+                true
+            }
             Outcome::Replicas(map) => {
                 self.stats.changed.inc();
                 self.publish(map, "replicas changed");
+                true
             }
             Outcome::Changed(map) => {
                 self.stats.changed.inc();
                 self.publish(map, "primaries changed");
+                true
             }
             Outcome::Unconfirmed { from, by } => {
                 self.stats.unconfirmed.inc();
@@ -305,6 +314,7 @@ impl Worker {
                      the current map",
                     self.name
                 ));
+                false
             }
         }
     }

@@ -56,8 +56,7 @@ pub(super) struct RawListener {
     pub custom_commands: Vec<Spanned<String>>,
     pub max_request_bytes: Option<Spanned<usize>>,
     pub prefix_routes: Option<Spanned<RawPrefixRoutes>>,
-    #[serde(default)]
-    pub read_policy: ReadPolicy,
+    pub read_policy: Option<Spanned<ReadPolicy>>,
     pub max_upstream_unknown_connections: Option<Spanned<usize>>,
 }
 

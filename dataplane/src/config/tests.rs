@@ -792,4 +792,23 @@ fn redis_cluster_key_errors() {
         "listeners[0].read_policy",
         "unknown variant `master`",
     );
+    // Cluster-only listener keys on a listener routing to a static cluster.
+    assert_err(
+        &edit(
+            "op_timeout = \"1s\"",
+            "op_timeout = \"1s\"\nread_policy = \"replica\"",
+        ),
+        5,
+        "listeners[0].read_policy",
+        "applies only to a listener routing to a type = \"redis_cluster\" cluster",
+    );
+    assert_err(
+        &edit(
+            "op_timeout = \"1s\"",
+            "op_timeout = \"1s\"\nmax_upstream_unknown_connections = 5",
+        ),
+        5,
+        "listeners[0].max_upstream_unknown_connections",
+        "(\"cache\" is not one)",
+    );
 }

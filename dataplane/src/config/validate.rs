@@ -32,10 +32,11 @@ pub(super) fn build(src: &Source<'_>, raw: RawConfig) -> Result<Config> {
 
     // Names first, so routes can be checked; cluster bodies after listeners so that errors come
     // out roughly in file order.
-    let mut cluster_names: HashMap<String, usize> = HashMap::new();
+    let mut cluster_names: HashMap<String, (usize, ClusterType)> = HashMap::new();
     for (i, c) in raw.clusters.iter().enumerate() {
         let name = c.get_ref().name.get_ref();
-        if let Some(first) = cluster_names.insert(name.clone(), i) {
+        if let Some((first, _)) = cluster_names.insert(name.clone(), (i, c.get_ref().cluster_type))
+        {
             return Err(src.error(
                 Some(c.get_ref().name.span()),
                 &format!("clusters[{i}].name"),
@@ -167,7 +168,7 @@ fn listener(
     src: &Source<'_>,
     path: &str,
     raw: Spanned<RawListener>,
-    clusters: &HashMap<String, usize>,
+    clusters: &HashMap<String, (usize, ClusterType)>,
 ) -> Result<ListenerConfig> {
     let span = raw.span();
     let l = raw.into_inner();
@@ -251,12 +252,35 @@ fn listener(
         ));
     };
     let cluster = route.into_inner().cluster;
-    if !clusters.contains_key(cluster.get_ref()) {
+    let Some(&(_, cluster_type)) = clusters.get(cluster.get_ref()) else {
         return Err(src.error(
             Some(cluster.span()),
             &format!("{route_path}.cluster"),
             &format!("unknown cluster \"{}\"", cluster.get_ref()),
         ));
+    };
+    // Settings that only a Redis Cluster upstream uses would be silently ignored otherwise.
+    if cluster_type != ClusterType::RedisCluster {
+        let cluster_only = [
+            ("read_policy", l.read_policy.as_ref().map(|v| v.span())),
+            (
+                "max_upstream_unknown_connections",
+                l.max_upstream_unknown_connections
+                    .as_ref()
+                    .map(|v| v.span()),
+            ),
+        ];
+        if let Some((key, Some(span))) = cluster_only.into_iter().find(|(_, s)| s.is_some()) {
+            return Err(src.error(
+                Some(span),
+                &format!("{path}.{key}"),
+                &format!(
+                    "applies only to a listener routing to a type = \"redis_cluster\" cluster \
+                     (\"{}\" is not one)",
+                    cluster.get_ref()
+                ),
+            ));
+        }
     }
 
     Ok(ListenerConfig {
@@ -276,7 +300,7 @@ fn listener(
                 cluster: cluster.into_inner(),
             }),
         },
-        read_policy: l.read_policy,
+        read_policy: l.read_policy.map(Spanned::into_inner).unwrap_or_default(),
         max_upstream_unknown_connections: l
             .max_upstream_unknown_connections
             .map(Spanned::into_inner)

@@ -68,6 +68,11 @@ fn start_discoveries(
             continue;
         }
         let cell = Arc::new(TopologyCell::default());
+        // A changed cluster keeps the map it had: discovery starts from its nodes rather than
+        // from the seeds alone (which may be gone), and requests never find no map.
+        if let Some((_, map)) = running.get(&c.name).and_then(|r| r.cell.current()) {
+            cell.publish(map);
+        }
         registry.insert(c, cell.clone());
         let discovery = Discovery::spawn(c.clone(), cell.clone(), store.clone());
         started.push((c.name.clone(), c.redis_cluster.cluster_refresh_timeout));

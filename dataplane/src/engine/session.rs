@@ -338,7 +338,8 @@ impl Session {
         mut parts: Vec<split::Part>,
         by_node: bool,
     ) {
-        let read = command::is_read(spec);
+        // Fan-out commands (SCRIPT LOAD, DBSIZE, SCAN, WAIT, …) address every primary.
+        let read = !by_node && command::is_read(spec);
         let seq = self.sink.push(spec.id);
         let mut failed = Vec::new();
         for (i, part) in parts.iter_mut().enumerate() {

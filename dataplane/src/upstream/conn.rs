@@ -49,6 +49,10 @@ struct Pending {
 /// `ASKING`, sent before a request redirected by `ASK` (Redis Cluster spec, "ASK redirection").
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 
+/// The reply to a redirect that arrives after a reload replaced the connection's pool.
+const POOL_REPLACED: &[u8] =
+    b"-TRYAGAIN cluster connection pool replaced by a config reload; retry the command\r\n";
+
 /// A retained request log is compacted once its dead prefix passes this many bytes.
 const LOG_COMPACT: usize = 64 * 1024;
 
@@ -324,15 +328,22 @@ impl Conn {
         let Some(target) = p.target else {
             return true;
         };
-        if let (Some(request), Some(handler)) =
-            (request, self.redirect.as_ref().and_then(Weak::upgrade))
-        {
-            handler.redirect(self.addr, reply, request, target, p.retry);
-        } else {
-            if reply.first() == Some(&b'-') {
-                self.stats.rq_error.inc();
+        match (request, self.redirect.as_ref().and_then(Weak::upgrade)) {
+            (Some(request), Some(handler)) => {
+                handler.redirect(self.addr, reply, request, target, p.retry)
             }
-            target.deliver(reply);
+            (Some(_), None) if reply.starts_with(b"-MOVED ") || reply.starts_with(b"-ASK ") => {
+                // The pool was replaced by a reload while this request was out: a raw redirect
+                // would send a cluster-aware client around the proxy; a retryable error does not.
+                self.stats.rq_error.inc();
+                target.deliver(POOL_REPLACED);
+            }
+            _ => {
+                if reply.first() == Some(&b'-') {
+                    self.stats.rq_error.inc();
+                }
+                target.deliver(reply);
+            }
         }
         self.close_if_retired();
         true
@@ -578,8 +589,10 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
             let written = inner.written;
             let now = Instant::now();
             for p in inner.pending.iter_mut().skip(written) {
-                p.deadline = Some(deadline);
-                p.retry.started.get_or_insert(now);
+                // A redirected request keeps the deadline of its first write: op_timeout bounds
+                // the whole request, hops included.
+                let started = *p.retry.started.get_or_insert(now);
+                p.deadline = Some(deadline.min(started + s.op_timeout));
             }
             inner.written = inner.pending.len();
             inner.first_queued = None;

@@ -63,6 +63,10 @@ struct View {
     shards: Vec<ViewShard>,
     /// Shards of the discovered map (fan-out targets); shards after these were added by `MOVED`.
     mapped: usize,
+    /// The mapped shards ordered by primary address: fan-out node `i` is `shards[fanout[i]]`.
+    /// Ordering by address rather than by first slot keeps a SCAN cursor's node index valid
+    /// when slots move between primaries mid-iteration.
+    fanout: Vec<usize>,
 }
 
 struct SlotStats {
@@ -209,6 +213,7 @@ impl SlotPool {
                 slots: vec![UNASSIGNED; CLUSTER_SLOTS as usize],
                 shards: Vec::new(),
                 mapped: 0,
+                fanout: Vec::new(),
             }),
             conns: RefCell::new(HashMap::new()),
             unknown: RefCell::new(HashSet::new()),
@@ -261,20 +266,24 @@ impl SlotPool {
                 }
             })
             .collect();
-        let mut unknown = self.unknown.borrow_mut();
-        unknown.retain(|a| !live.contains(&(*a, false)) && !live.contains(&(*a, true)));
+        // Hosts known only from redirects are forgotten with each new map: a host that matters
+        // is in it by now, and one that died must not be reconnected to forever.
+        self.unknown.borrow_mut().clear();
         self.conns.borrow_mut().retain(|k, conns| {
-            let keep = live.contains(&(k.addr, k.readonly)) || unknown.contains(&k.addr);
+            let keep = live.contains(&(k.addr, k.readonly));
             if !keep {
                 conns.iter().for_each(|c| c.retire());
             }
             keep
         });
         debug!(cluster = %self.name, shards = shards.len(), "slot map applied");
+        let mut fanout: Vec<usize> = (0..shards.len()).collect();
+        fanout.sort_by_key(|&i| shards.get(i).map(|s| s.primary));
         *self.view.borrow_mut() = View {
             slots: map.slots.clone(),
             mapped: shards.len(),
             shards,
+            fanout,
         };
     }
 
@@ -374,7 +383,7 @@ impl SlotPool {
                 *view.slots.get(s).ok_or(SendError::NoHost)? as usize,
                 s as u16,
             ),
-            Dest::Node(i) => (i, u16::MAX),
+            Dest::Node(i) => (*view.fanout.get(i).ok_or(SendError::NoHost)?, u16::MAX),
         };
         let sh = view.shards.get(shard).ok_or(SendError::NoHost)?;
         let retry = Retry {
@@ -414,6 +423,9 @@ impl SlotPool {
                 return Ok(());
             }
         }
+        // Every candidate is in reconnect backoff: its node may be gone (failover), which only
+        // a topology refresh can tell.
+        self.cell.note_failure();
         Err(SendError::NoHost)
     }
 

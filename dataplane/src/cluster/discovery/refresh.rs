@@ -208,7 +208,15 @@ pub(super) struct TriggerGate {
     failures: u64,
     /// When the last triggered refresh was started.
     last: Option<Instant>,
+    /// The last triggered refresh changed nothing: the next may come after [`RETRIGGER_GAP`].
+    short: bool,
 }
+
+/// Gap after a triggered refresh that found the map unchanged (if shorter than
+/// `redirect_refresh_interval`). Failures that start when a primary dies trigger a refresh
+/// before the cluster has failed over; waiting a whole interval (Envoy: 5 s) for the next one
+/// would keep its slots unreachable that much longer than Redis does.
+pub(super) const RETRIGGER_GAP: Duration = Duration::from_millis(500);
 
 impl TriggerGate {
     pub fn new(cfg: &RedisClusterConfig) -> Self {
@@ -219,14 +227,25 @@ impl TriggerGate {
             redirects: 0,
             failures: 0,
             last: None,
+            short: false,
         }
+    }
+
+    /// Reports whether the triggered refresh the gate last let through changed the map.
+    pub fn refreshed(&mut self, changed: bool) {
+        self.short = !changed;
     }
 
     /// Feeds one poll tick's counts (from `TopologyCell::take_triggers`) at time `now`; true if
     /// a triggered refresh is due now (the gate then counts it as started).
     pub fn observe(&mut self, now: Instant, redirects: u32, failures: u32) -> bool {
+        let gap = if self.short {
+            self.interval.min(RETRIGGER_GAP)
+        } else {
+            self.interval
+        };
         if let Some(last) = self.last
-            && now.saturating_duration_since(last) < self.interval
+            && now.saturating_duration_since(last) < gap
         {
             return false;
         }

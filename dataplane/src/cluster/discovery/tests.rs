@@ -672,3 +672,19 @@ fn triggers_inside_the_interval_are_dropped() {
     assert!(!g.observe(t0 + interval, 4, 0));
     assert!(g.observe(t0 + interval, 1, 0));
 }
+
+#[test]
+fn a_refresh_that_changed_nothing_shortens_the_gap() {
+    let t0 = Instant::now();
+    let interval = Duration::from_secs(5);
+    let mut g = gate(0, 1, interval);
+    assert!(g.observe(t0, 0, 1));
+    g.refreshed(false);
+    // A primary died: failures keep coming while the cluster fails over.
+    assert!(!g.observe(t0 + Duration::from_millis(400), 0, 1));
+    assert!(g.observe(t0 + super::refresh::RETRIGGER_GAP, 0, 1));
+    g.refreshed(true);
+    // Once a refresh found the new map, the full interval applies again.
+    assert!(!g.observe(t0 + Duration::from_secs(2), 0, 1));
+    assert!(g.observe(t0 + super::refresh::RETRIGGER_GAP + interval, 0, 1));
+}
