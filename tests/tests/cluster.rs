@@ -1601,3 +1601,71 @@ fn scan_survives_a_slot_move() {
         &missing[..missing.len().min(5)]
     );
 }
+
+// ---- order of one client's commands to a slot being migrated ---------------------------------
+
+/// One client pipelines `MSET {t}a 1 {t}b 1` and `SET {t}a 2` while slot `{t}` is half
+/// migrated (`{t}a` already on the target): the MSET gets TRYAGAIN (its keys are split) and
+/// the SET gets ASK. The SET must not overtake the MSET's retry: `{t}a` ends as 2.
+#[test]
+fn commands_to_a_migrating_slot_keep_their_order() {
+    let cluster = RedisCluster::start();
+    let respite = respite_over(&cluster, "primary", "");
+    let mut c = respite.raw();
+    assert_eq!(cmd(&mut c, &["SET", "{t}a", "0"]), ok());
+    assert_eq!(cmd(&mut c, &["SET", "{t}b", "0"]), ok());
+    let slot = key_slot(b"{t}");
+    let source = cluster.slot_owner(slot);
+    let target = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| *p != source)
+        .expect("a second primary");
+    let (source_id, target_id) = (cluster.node_id(&source), cluster.node_id(&target));
+    let (host, port) = target.rsplit_once(':').expect("ip:port");
+    let s = slot.to_string();
+    assert_eq!(
+        query(
+            &target,
+            &["CLUSTER", "SETSLOT", &s, "IMPORTING", &source_id]
+        ),
+        ok()
+    );
+    assert_eq!(
+        query(
+            &source,
+            &["CLUSTER", "SETSLOT", &s, "MIGRATING", &target_id]
+        ),
+        ok()
+    );
+    let migrate = |key: &str| {
+        assert_eq!(
+            query(
+                &source,
+                &["MIGRATE", host, port, "", "0", "5000", "KEYS", key]
+            ),
+            ok()
+        );
+    };
+    migrate("{t}a");
+
+    let mut batch = RawClient::encode(&[b"MSET", b"{t}a", b"1", b"{t}b", b"1"]);
+    batch.extend(RawClient::encode(&[b"SET", b"{t}a", b"2"]));
+    c.send_raw(&batch);
+    std::thread::sleep(Duration::from_millis(3));
+    migrate("{t}b");
+    for node in cluster.primaries() {
+        assert_eq!(
+            query(&node, &["CLUSTER", "SETSLOT", &s, "NODE", &target_id]),
+            ok()
+        );
+    }
+    assert_eq!(Reply::parse(&c.read_reply()), ok(), "MSET");
+    assert_eq!(Reply::parse(&c.read_reply()), ok(), "SET");
+    assert_eq!(cmd(&mut c, &["GET", "{t}a"]), bulk("2"));
+    assert_eq!(query(&target, &["GET", "{t}a"]), bulk("2"));
+    assert!(
+        respite.stat("cluster.rc.redis_cluster.retries") >= 1,
+        "no TRYAGAIN was retried"
+    );
+}

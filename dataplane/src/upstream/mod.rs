@@ -57,6 +57,8 @@ pub struct Retry {
     /// The sending session: a resent request uses the same connection to its new node as the
     /// session's own requests do, so they stay in order there.
     pub session: u64,
+    /// This request is the one its slot's later requests wait behind (see `slots.rs`).
+    pub detour: bool,
 }
 
 impl Retry {
@@ -68,6 +70,7 @@ impl Retry {
         started: None,
         resp3: false,
         session: 0,
+        detour: false,
     };
 }
 

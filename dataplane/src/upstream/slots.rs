@@ -12,12 +12,19 @@
 //!   client.
 //! - At most [`MAX_HOPS`] redirects per request; past that the client gets a `TRYAGAIN` error
 //!   instead of a redirect loop.
+//! - Order: once a request of slot `s` needs a second trip (any of the above), later requests
+//!   of `s` — new ones, and redirects of ones already sent — wait in a per-slot queue and go one
+//!   at a time until the queue is empty, so a client's commands to a slot being migrated run in
+//!   the order sent. What this cannot order: a request that was already on its way to the old
+//!   owner and succeeds there while an earlier one waits for a `TRYAGAIN` retry (the same holds
+//!   for cluster-aware clients). A queued request that waited longer than `op_timeout` gets
+//!   `upstream failure` when its turn comes.
 //! - Hosts named by a redirect but absent from the map get connections too, at most
 //!   `max_upstream_unknown_connections` hosts per worker; past that the redirect error goes to
 //!   the client (Envoy's rule).
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
@@ -26,7 +33,8 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 use super::{
-    Conn, Dest, HostStats, NO_UPSTREAM_HOST, PoolSettings, Redirect, Retry, SendError, Target,
+    Conn, Deliver, Dest, HostStats, NO_UPSTREAM_HOST, PoolSettings, Redirect, Retry, SendError,
+    Target, UPSTREAM_FAILURE,
 };
 use crate::cluster::CLUSTER_SLOTS;
 use crate::cluster::topology::{SlotMap, TopologyCell, UNASSIGNED};
@@ -96,6 +104,13 @@ pub struct SlotPool {
     /// Replaced by a config change: no new connections (a redirect or retry finishing late must
     /// not open connections nobody would ever close).
     retired: Cell<bool>,
+    /// Slots with a request on a detour, each with the requests waiting behind it (with when
+    /// they started waiting).
+    detours: RefCell<HashMap<u16, VecDeque<(Instant, Held)>>>,
+    /// Slots whose detour ended, to start their next request (a queue, not recursion: a start
+    /// that fails at once ends the detour again).
+    detours_done: RefCell<Vec<u16>>,
+    draining_detours: Cell<bool>,
     me: Weak<SlotPool>,
 }
 
@@ -132,6 +147,46 @@ impl<'a> Out<'a> {
             target,
             retry,
             asking: false,
+        }
+    }
+}
+
+/// A request of a slot waiting behind the slot's detour.
+enum Held {
+    /// A redirect or retry reply to a request that was already sent.
+    Redirect {
+        from: SocketAddr,
+        reply: Vec<u8>,
+        request: Vec<u8>,
+        target: Target,
+        retry: Retry,
+    },
+    /// A request that has not been sent yet.
+    Fresh {
+        session: u64,
+        resp3: bool,
+        read: bool,
+        request: Vec<u8>,
+        target: Target,
+    },
+}
+
+/// The reply target of a slot's detour: hands the reply on, then lets the slot's next waiting
+/// request go.
+struct DetourEnd {
+    target: Target,
+    pool: Weak<SlotPool>,
+    slot: u16,
+    done: Cell<bool>,
+}
+
+impl Deliver for DetourEnd {
+    fn deliver(&self, _seq: u64, _part: u32, reply: &[u8]) {
+        self.target.deliver(reply);
+        if !self.done.replace(true)
+            && let Some(pool) = self.pool.upgrade()
+        {
+            pool.detour_done(self.slot);
         }
     }
 }
@@ -224,6 +279,9 @@ impl SlotPool {
             host_stats: RefCell::new(HashMap::new()),
             stats,
             retired: Cell::new(false),
+            detours: RefCell::new(HashMap::new()),
+            detours_done: RefCell::new(Vec::new()),
+            draining_detours: Cell::new(false),
             me: me.clone(),
         });
         pool.sync();
@@ -376,6 +434,38 @@ impl SlotPool {
         request: &[u8],
         target: Target,
     ) -> Result<(), SendError> {
+        // One map lookup only while some slot is on a detour (a migration in progress).
+        if let Dest::Key(s) = dest {
+            let mut detours = self.detours.borrow_mut();
+            if !detours.is_empty()
+                && let Some(queue) = detours.get_mut(&(s as u16))
+            {
+                let held = Held::Fresh {
+                    session,
+                    resp3,
+                    read,
+                    request: request.to_vec(),
+                    target,
+                };
+                queue.push_back((Instant::now(), held));
+                return Ok(());
+            }
+        }
+        self.send_with(dest, session, resp3, read, request, target, false)
+    }
+
+    /// [`SlotPool::send`] without the detour queue; `detour`: the request is its slot's detour.
+    #[allow(clippy::too_many_arguments)]
+    fn send_with(
+        &self,
+        dest: Dest,
+        session: u64,
+        resp3: bool,
+        read: bool,
+        request: &[u8],
+        target: Target,
+        detour: bool,
+    ) -> Result<(), SendError> {
         self.sync();
         let view = self.view.borrow();
         let (shard, slot) = match dest {
@@ -390,6 +480,7 @@ impl SlotPool {
             slot,
             resp3,
             session,
+            detour,
             ..Retry::FIRST
         };
         let policy = if read {
@@ -441,6 +532,108 @@ impl SlotPool {
         for conns in self.conns.borrow_mut().drain().map(|(_, c)| c) {
             conns.iter().for_each(|c| c.retire());
         }
+    }
+
+    /// Starts a detour for `slot` if none is running: `target` and `retry` become the detour's
+    /// (its end lets the slot's next request go). `None`: another request of the slot is on a
+    /// detour, the caller queues this one.
+    fn begin_detour(&self, slot: u16, target: Target, retry: Retry) -> Option<(Target, Retry)> {
+        let mut detours = self.detours.borrow_mut();
+        if detours.contains_key(&slot) {
+            return None;
+        }
+        detours.insert(slot, VecDeque::new());
+        let end = DetourEnd {
+            target,
+            pool: self.me.clone(),
+            slot,
+            done: Cell::new(false),
+        };
+        let target = Target {
+            sink: Rc::new(end),
+            seq: 0,
+            part: 0,
+        };
+        Some((
+            target,
+            Retry {
+                detour: true,
+                ..retry
+            },
+        ))
+    }
+
+    /// The detour of `slot` ended: the next waiting request of the slot becomes its detour.
+    fn detour_done(&self, slot: u16) {
+        self.detours_done.borrow_mut().push(slot);
+        if self.draining_detours.replace(true) {
+            return;
+        }
+        loop {
+            let Some(slot) = self.detours_done.borrow_mut().pop() else {
+                break;
+            };
+            let next = {
+                let mut detours = self.detours.borrow_mut();
+                match detours.get_mut(&slot).and_then(VecDeque::pop_front) {
+                    Some(next) => Some(next),
+                    None => {
+                        detours.remove(&slot);
+                        None
+                    }
+                }
+            };
+            let Some((since, held)) = next else {
+                continue;
+            };
+            // Its own op_timeout would have passed while it waited.
+            let expired = since.elapsed() > self.settings.op_timeout;
+            let end = |target: Target| DetourEnd {
+                target,
+                pool: self.me.clone(),
+                slot,
+                done: Cell::new(false),
+            };
+            let wrap = |target: Target| Target {
+                sink: Rc::new(end(target)),
+                seq: 0,
+                part: 0,
+            };
+            match held {
+                Held::Redirect { target, .. } | Held::Fresh { target, .. } if expired => {
+                    wrap(target).deliver(UPSTREAM_FAILURE);
+                }
+                Held::Redirect {
+                    from,
+                    reply,
+                    request,
+                    target,
+                    retry,
+                } => {
+                    let retry = Retry {
+                        detour: true,
+                        ..retry
+                    };
+                    self.follow(from, &reply, request, wrap(target), retry);
+                }
+                Held::Fresh {
+                    session,
+                    resp3,
+                    read,
+                    request,
+                    target,
+                } => {
+                    let target = wrap(target);
+                    let dest = Dest::Key(slot as usize);
+                    let sent =
+                        self.send_with(dest, session, resp3, read, &request, target.clone(), true);
+                    if sent.is_err() {
+                        target.deliver(NO_UPSTREAM_HOST);
+                    }
+                }
+            }
+        }
+        self.draining_detours.set(false);
     }
 
     /// The view's shard whose primary is `addr`, added (as a host known only from a redirect)
@@ -621,8 +814,9 @@ fn candidate(policy: ReadPolicy, nrep: usize, session: u64, k: usize) -> Option<
     }
 }
 
-impl Redirect for SlotPool {
-    fn redirect(
+impl SlotPool {
+    /// Handles a redirect or retry reply now: follows it, retries later, or answers.
+    fn follow(
         &self,
         from: SocketAddr,
         reply: &[u8],
@@ -664,6 +858,44 @@ impl Redirect for SlotPool {
             self.stats.redirect_failed.inc();
             target.deliver(reply);
         }
+    }
+}
+
+impl Redirect for SlotPool {
+    fn redirect(
+        &self,
+        from: SocketAddr,
+        reply: &[u8],
+        request: Vec<u8>,
+        target: Target,
+        retry: Retry,
+    ) {
+        let slot = match Redirection::parse(reply, from) {
+            Some(Redirection::Moved { slot, .. }) | Some(Redirection::Ask { slot, .. }) => slot,
+            Some(Redirection::Retry) => retry.slot,
+            None => u16::MAX,
+        };
+        // Requests sent to a node rather than by key, and the detour itself, go straight on.
+        if slot == u16::MAX || retry.detour {
+            return self.follow(from, reply, request, target, retry);
+        }
+        let (target, retry) = match self.begin_detour(slot, target.clone(), retry) {
+            Some(started) => started,
+            None => {
+                let held = Held::Redirect {
+                    from,
+                    reply: reply.to_vec(),
+                    request,
+                    target,
+                    retry,
+                };
+                if let Some(queue) = self.detours.borrow_mut().get_mut(&slot) {
+                    queue.push_back((Instant::now(), held));
+                }
+                return;
+            }
+        };
+        self.follow(from, reply, request, target, retry)
     }
 
     fn note_failure(&self) {
