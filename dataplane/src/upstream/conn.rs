@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
-use super::{HostStats, PoolSettings, Redirect, Retry, Target, UPSTREAM_FAILURE};
+use super::{HostStats, POOL_REPLACED, PoolSettings, Redirect, Retry, Target, UPSTREAM_FAILURE};
 use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
@@ -48,10 +48,6 @@ struct Pending {
 
 /// `ASKING`, sent before a request redirected by `ASK` (Redis Cluster spec, "ASK redirection").
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
-
-/// The reply to a redirect that arrives after a reload replaced the connection's pool.
-const POOL_REPLACED: &[u8] =
-    b"-TRYAGAIN cluster connection pool replaced by a config reload; retry the command\r\n";
 
 /// A retained request log is compacted once its dead prefix passes this many bytes.
 const LOG_COMPACT: usize = 64 * 1024;

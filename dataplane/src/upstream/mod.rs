@@ -22,6 +22,11 @@ use crate::stats::{Counter, Gauge, Store};
 
 /// Reply given for requests lost with a failed upstream connection or past op_timeout (Envoy).
 pub const UPSTREAM_FAILURE: &[u8] = b"-upstream failure\r\n";
+/// Reply to a Redis Cluster request whose pool a reload replaced while it was redirected or
+/// queued: retryable, and not a raw `MOVED` that would send a cluster-aware client around the
+/// proxy.
+pub const POOL_REPLACED: &[u8] =
+    b"-TRYAGAIN cluster connection pool replaced by a config reload; retry the command\r\n";
 /// Reply given when no host can take the request (Envoy).
 pub const NO_UPSTREAM_HOST: &[u8] = b"-no upstream host\r\n";
 

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 use super::{
-    Conn, Deliver, Dest, HostStats, NO_UPSTREAM_HOST, PoolSettings, Redirect, Retry, SendError,
-    Target, UPSTREAM_FAILURE,
+    Conn, Deliver, Dest, HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry,
+    SendError, Target, UPSTREAM_FAILURE,
 };
 use crate::cluster::CLUSTER_SLOTS;
 use crate::cluster::topology::{SlotMap, TopologyCell, UNASSIGNED};
@@ -104,12 +104,13 @@ pub struct SlotPool {
     /// Replaced by a config change: no new connections (a redirect or retry finishing late must
     /// not open connections nobody would ever close).
     retired: Cell<bool>,
-    /// Slots with a request on a detour, each with the requests waiting behind it (with when
-    /// they started waiting).
-    detours: RefCell<HashMap<u16, VecDeque<(Instant, Held)>>>,
+    /// (session, slot) pairs with a request on a detour, each with that session's requests of
+    /// the slot waiting behind it (with when they started waiting). Per session: order is owed
+    /// to each client, and one client's retries must not hold up the others.
+    detours: RefCell<HashMap<(u64, u16), Waiting>>,
     /// Slots whose detour ended, to start their next request (a queue, not recursion: a start
     /// that fails at once ends the detour again).
-    detours_done: RefCell<Vec<u16>>,
+    detours_done: RefCell<Vec<(u64, u16)>>,
     draining_detours: Cell<bool>,
     me: Weak<SlotPool>,
 }
@@ -151,6 +152,9 @@ impl<'a> Out<'a> {
     }
 }
 
+/// A session's requests of one slot waiting behind its detour, with when each began to wait.
+type Waiting = VecDeque<(Instant, Held)>;
+
 /// A request of a slot waiting behind the slot's detour.
 enum Held {
     /// A redirect or retry reply to a request that was already sent.
@@ -176,7 +180,7 @@ enum Held {
 struct DetourEnd {
     target: Target,
     pool: Weak<SlotPool>,
-    slot: u16,
+    key: (u64, u16),
     done: Cell<bool>,
 }
 
@@ -186,7 +190,7 @@ impl Deliver for DetourEnd {
         if !self.done.replace(true)
             && let Some(pool) = self.pool.upgrade()
         {
-            pool.detour_done(self.slot);
+            pool.detour_done(self.key);
         }
     }
 }
@@ -438,7 +442,7 @@ impl SlotPool {
         if let Dest::Key(s) = dest {
             let mut detours = self.detours.borrow_mut();
             if !detours.is_empty()
-                && let Some(queue) = detours.get_mut(&(s as u16))
+                && let Some(queue) = detours.get_mut(&(session, s as u16))
             {
                 let held = Held::Fresh {
                     session,
@@ -538,15 +542,16 @@ impl SlotPool {
     /// (its end lets the slot's next request go). `None`: another request of the slot is on a
     /// detour, the caller queues this one.
     fn begin_detour(&self, slot: u16, target: Target, retry: Retry) -> Option<(Target, Retry)> {
+        let key = (retry.session, slot);
         let mut detours = self.detours.borrow_mut();
-        if detours.contains_key(&slot) {
+        if detours.contains_key(&key) {
             return None;
         }
-        detours.insert(slot, VecDeque::new());
+        detours.insert(key, VecDeque::new());
         let end = DetourEnd {
             target,
             pool: self.me.clone(),
-            slot,
+            key,
             done: Cell::new(false),
         };
         let target = Target {
@@ -563,22 +568,23 @@ impl SlotPool {
         ))
     }
 
-    /// The detour of `slot` ended: the next waiting request of the slot becomes its detour.
-    fn detour_done(&self, slot: u16) {
-        self.detours_done.borrow_mut().push(slot);
+    /// The detour of `key` (session, slot) ended: the session's next waiting request of the
+    /// slot becomes the detour.
+    fn detour_done(&self, key: (u64, u16)) {
+        self.detours_done.borrow_mut().push(key);
         if self.draining_detours.replace(true) {
             return;
         }
         loop {
-            let Some(slot) = self.detours_done.borrow_mut().pop() else {
+            let Some(key) = self.detours_done.borrow_mut().pop() else {
                 break;
             };
             let next = {
                 let mut detours = self.detours.borrow_mut();
-                match detours.get_mut(&slot).and_then(VecDeque::pop_front) {
+                match detours.get_mut(&key).and_then(VecDeque::pop_front) {
                     Some(next) => Some(next),
                     None => {
-                        detours.remove(&slot);
+                        detours.remove(&key);
                         None
                     }
                 }
@@ -591,7 +597,7 @@ impl SlotPool {
             let end = |target: Target| DetourEnd {
                 target,
                 pool: self.me.clone(),
-                slot,
+                key,
                 done: Cell::new(false),
             };
             let wrap = |target: Target| Target {
@@ -624,11 +630,17 @@ impl SlotPool {
                     target,
                 } => {
                     let target = wrap(target);
-                    let dest = Dest::Key(slot as usize);
+                    let dest = Dest::Key(key.1 as usize);
                     let sent =
                         self.send_with(dest, session, resp3, read, &request, target.clone(), true);
                     if sent.is_err() {
-                        target.deliver(NO_UPSTREAM_HOST);
+                        // After a reload the old pool's connections are gone: say so, retryably.
+                        let reply = if self.retired.get() {
+                            POOL_REPLACED
+                        } else {
+                            NO_UPSTREAM_HOST
+                        };
+                        target.deliver(reply);
                     }
                 }
             }
@@ -889,7 +901,7 @@ impl Redirect for SlotPool {
                     target,
                     retry,
                 };
-                if let Some(queue) = self.detours.borrow_mut().get_mut(&slot) {
+                if let Some(queue) = self.detours.borrow_mut().get_mut(&(retry.session, slot)) {
                     queue.push_back((Instant::now(), held));
                 }
                 return;
