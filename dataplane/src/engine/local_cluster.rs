@@ -106,7 +106,7 @@ mod tests {
     use crate::resp::ReplyScanner;
 
     fn reply(sub: &str, key: &[u8], resp3: bool) -> Vec<u8> {
-        let addr: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let addr: SocketAddr = "127.0.0.1:7000".parse().expect("test value");
         let mut out = Vec::new();
         answer(
             sub,
@@ -115,7 +115,7 @@ mod tests {
             resp3,
             &mut out,
         );
-        let len = ReplyScanner::default().scan(&out).unwrap();
+        let len = ReplyScanner::default().scan(&out).expect("test value");
         assert_eq!(len, Some(out.len()), "{sub}: one complete reply");
         out
     }
@@ -127,22 +127,22 @@ mod tests {
             reply("cluster|keyslot", b"{user1}.a", false),
             reply("cluster|keyslot", b"user1", false)
         );
-        let id = node_id("127.0.0.1:7000".parse().unwrap());
+        let id = node_id("127.0.0.1:7000".parse().expect("test value"));
         assert_eq!(id.len(), 40);
         let slots = reply("cluster|slots", b"", false);
         let want = format!(
             "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$40\r\n{id}\r\n"
         );
-        assert_eq!(String::from_utf8(slots).unwrap(), want);
-        let nodes = String::from_utf8(reply("cluster|nodes", b"", false)).unwrap();
+        assert_eq!(String::from_utf8(slots).expect("test value"), want);
+        let nodes = String::from_utf8(reply("cluster|nodes", b"", false)).expect("test value");
         assert!(nodes.contains(&format!(
             "{id} 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-16383\n"
         )));
-        let info = String::from_utf8(reply("cluster|info", b"", false)).unwrap();
+        let info = String::from_utf8(reply("cluster|info", b"", false)).expect("test value");
         assert!(info.contains("cluster_state:ok\r\n") && info.contains("cluster_size:1\r\n"));
-        let shards = String::from_utf8(reply("cluster|shards", b"", false)).unwrap();
+        let shards = String::from_utf8(reply("cluster|shards", b"", false)).expect("test value");
         assert!(shards.starts_with("*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n"));
-        let shards3 = String::from_utf8(reply("cluster|shards", b"", true)).unwrap();
+        let shards3 = String::from_utf8(reply("cluster|shards", b"", true)).expect("test value");
         assert!(shards3.starts_with("*1\r\n%2\r\n"));
         assert_eq!(
             reply("cluster|myid", b"", false),

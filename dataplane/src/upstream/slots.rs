@@ -957,26 +957,26 @@ mod tests {
 
     #[test]
     fn parses_redirects() {
-        let from: SocketAddr = "10.0.0.9:7000".parse().unwrap();
+        let from: SocketAddr = "10.0.0.9:7000".parse().expect("test value");
         assert_eq!(
             Redirection::parse(b"-MOVED 3999 127.0.0.1:6381\r\n", from),
             Some(Redirection::Moved {
                 slot: 3999,
-                addr: "127.0.0.1:6381".parse().unwrap()
+                addr: "127.0.0.1:6381".parse().expect("test value")
             })
         );
         assert_eq!(
             Redirection::parse(b"-ASK 16383 :7001\r\n", from),
             Some(Redirection::Ask {
                 slot: 16383,
-                addr: "10.0.0.9:7001".parse().unwrap()
+                addr: "10.0.0.9:7001".parse().expect("test value")
             })
         );
         assert_eq!(
             Redirection::parse(b"-MOVED 1 ::1:7002\r\n", from),
             Some(Redirection::Moved {
                 slot: 1,
-                addr: "[::1]:7002".parse().unwrap()
+                addr: "[::1]:7002".parse().expect("test value")
             })
         );
         assert_eq!(
