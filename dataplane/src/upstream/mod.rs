@@ -318,7 +318,12 @@ impl ClusterPool {
 }
 
 fn pick(hosts: &[Vec<Rc<Conn>>], shard: usize, session: u64) -> Option<&Rc<Conn>> {
-    let conns = hosts.get(shard)?;
+    session_conn(hosts.get(shard)?, session)
+}
+
+/// The connection of a host that `session` uses (always the same one, so its requests to the
+/// host stay in order).
+fn session_conn(conns: &[Rc<Conn>], session: u64) -> Option<&Rc<Conn>> {
     // One connection per host is the default: skip the 64-bit division on every request.
     match conns.len() {
         0 | 1 => conns.first(),

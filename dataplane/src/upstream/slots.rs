@@ -34,7 +34,7 @@ use tracing::debug;
 
 use super::{
     Conn, Deliver, Dest, HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry,
-    SendError, Target, UPSTREAM_FAILURE,
+    SendError, Target, UPSTREAM_FAILURE, session_conn,
 };
 use crate::cluster::CLUSTER_SLOTS;
 use crate::cluster::topology::{SlotMap, TopologyCell, UNASSIGNED};
@@ -403,13 +403,7 @@ impl SlotPool {
             readonly,
         } = node;
         let resp3 = out.retry.resp3;
-        let pick = |conns: &[Rc<Conn>]| -> Option<Rc<Conn>> {
-            match conns.len() {
-                0 => None,
-                1 => conns.first().cloned(),
-                n => conns.get((session % n as u64) as usize).cloned(),
-            }
-        };
+        let pick = |conns: &[Rc<Conn>]| session_conn(conns, session).cloned();
         let conn = if resp3 {
             let key = ConnKey {
                 addr,
