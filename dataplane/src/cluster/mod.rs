@@ -15,6 +15,7 @@
 
 pub mod discovery;
 mod hash;
+pub mod health;
 mod ketama;
 mod maglev;
 mod ring_hash;

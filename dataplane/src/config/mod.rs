@@ -153,6 +153,120 @@ pub struct ClusterConfig {
     /// Topology settings of a `redis_cluster` cluster (Envoy `RedisClusterConfig`); defaults for
     /// other types, where the TOML keys are rejected.
     pub redis_cluster: RedisClusterConfig,
+    /// `[[clusters.health_checks]]`: active checks, run once per process (not per worker). A host
+    /// is healthy only while every check passes. Empty (the default) = no active checking.
+    pub health_checks: Vec<HealthCheckConfig>,
+    /// `[clusters.outlier_detection]`: passive ejection on consecutive local-origin failures.
+    /// `None` (table absent, the default) = off, as in Envoy.
+    pub outlier_detection: Option<OutlierDetectionConfig>,
+    /// What a failed or ejected host means for its keys. Default `fail_fast`; `rehash` is
+    /// rejected on `redis_cluster` clusters (slots cannot move by the proxy's choice).
+    pub on_unhealthy: OnUnhealthy,
+    /// New upstream connections per second to one host, summed over the process's workers (a
+    /// token bucket holding one second's worth); 0 = unlimited. Default 100. Envoy has this on
+    /// the listener's `ConnPoolSettings.connection_rate_limit`; here it belongs to the cluster,
+    /// because it protects a host whatever listener sends to it.
+    pub connection_rate_limit_per_sec: u32,
+    /// Per host and worker, the most requests queued on an upstream connection and not yet
+    /// written to its socket (waiting for the connection to come up, or behind a write the host
+    /// is not reading); past it a request gets `-upstream overflow ...` at once. At least 1;
+    /// default 16384 (Envoy's circuit breaker `max_pending_requests`, counted per worker here so
+    /// that no counter is shared).
+    pub max_pending_requests: usize,
+    /// `[clusters.tcp_keepalive]`: TCP keepalive on upstream connections, so a host that powers
+    /// off is noticed while the connection is idle (Envoy `upstream_connection_options`).
+    pub tcp_keepalive: TcpKeepalive,
+}
+
+/// Envoy `core.v3.HealthCheck` with the `envoy.health_checkers.redis` extension: every
+/// `interval` (plus up to `interval_jitter`), send `PING` (healthy on `+PONG`) or, when `key` is
+/// set, `EXISTS key` (healthy only on `:0`, so setting the key drains the host).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HealthCheckConfig {
+    /// Time between checks of one host. Non-zero; default 5s.
+    pub interval: Duration,
+    /// A random extra delay in [0, interval_jitter] added to each interval. Default 10% of
+    /// `interval` (Envoy's default is 0; some jitter keeps proxies started together apart).
+    pub interval_jitter: Duration,
+    /// Time to wait for the reply (connect included when the check must reconnect). Non-zero;
+    /// default 1s.
+    pub timeout: Duration,
+    /// Consecutive failed checks that make a healthy host unhealthy. At least 1; default 3.
+    pub unhealthy_threshold: u32,
+    /// Consecutive passed checks that make an unhealthy host healthy. At least 1; default 2.
+    pub healthy_threshold: u32,
+    /// Interval used while the cluster has seen no requests since the last check. Default 60s.
+    pub no_traffic_interval: Duration,
+    /// `EXISTS key` instead of `PING` (Envoy `envoy.extensions.health_checkers.redis.v3.Redis`).
+    pub key: Option<String>,
+}
+
+/// Envoy `cluster.v3.OutlierDetection`, the parts that apply to Redis: connect failures, op
+/// timeouts and closed connections count as failures; every Redis reply, even an error reply,
+/// counts as a success (Envoy redis_proxy docs, "Outlier detection").
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OutlierDetectionConfig {
+    /// Consecutive failures (seen by any one worker) that eject a host. At least 1; default 5.
+    pub consecutive_5xx: u32,
+    /// An ejection lasts `base_ejection_time × (number of times the host was ejected)`, capped by
+    /// `max_ejection_time`. Default 30s.
+    pub base_ejection_time: Duration,
+    /// Default 300s.
+    pub max_ejection_time: Duration,
+    /// At most this percentage of the cluster's hosts are ejected at once (rounded down, but
+    /// one host may always be ejected). 0-100; default 10.
+    pub max_ejection_percent: u32,
+    /// How often ejections are reviewed: ejection times are counted down, and a host that was
+    /// not ejected during one interval has its ejection count decreased by one. Default 10s.
+    pub interval: Duration,
+}
+
+impl Default for OutlierDetectionConfig {
+    fn default() -> Self {
+        OutlierDetectionConfig {
+            consecutive_5xx: 5,
+            base_ejection_time: Duration::from_secs(30),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejection_percent: 10,
+            interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What an unhealthy (failed active checks) or ejected host means for the keys it owns. TOML:
+/// `on_unhealthy = "fail_fast" | "rehash"`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUnhealthy {
+    /// Requests for the host's keys get an immediate `-no upstream host` error; keys never move,
+    /// so no two hosts ever hold diverging values of one key (stateful data).
+    #[default]
+    FailFast,
+    /// The host leaves the hash ring until it is healthy again; its keys go to the next host
+    /// (pure caches, where a miss is cheap and a stale value on return is acceptable).
+    Rehash,
+}
+
+/// TCP keepalive of upstream connections (Envoy `core.v3.TcpKeepalive`): after
+/// `keepalive_time` idle, probe every `keepalive_interval`; `keepalive_probes` unanswered probes
+/// close the connection. Defaults 30s / 5s / 3: a powered-off idle host is noticed in about 45s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TcpKeepalive {
+    pub keepalive_time: Duration,
+    pub keepalive_interval: Duration,
+    pub keepalive_probes: u32,
+}
+
+impl Default for TcpKeepalive {
+    fn default() -> Self {
+        TcpKeepalive {
+            keepalive_time: Duration::from_secs(30),
+            keepalive_interval: Duration::from_secs(5),
+            keepalive_probes: 3,
+        }
+    }
 }
 
 /// Envoy `envoy.extensions.clusters.redis.v3.RedisClusterConfig`: how a `redis_cluster` cluster
@@ -172,6 +286,10 @@ pub struct RedisClusterConfig {
     /// refresh; 0 = never. Default 5 (Envoy: 0; on here so that a dead primary's slots move to
     /// the promoted replica without waiting for the periodic refresh).
     pub failure_refresh_threshold: u32,
+    /// Hosts turning unhealthy (active checks) or ejected (outlier detection) that trigger an
+    /// early refresh; 0 = never. Default 1 (Envoy: 0; on here so that a primary found dead by a
+    /// health check is looked up again at once).
+    pub host_degraded_refresh_threshold: u32,
 }
 
 impl Default for RedisClusterConfig {
@@ -182,6 +300,7 @@ impl Default for RedisClusterConfig {
             redirect_refresh_interval: Duration::from_secs(5),
             redirect_refresh_threshold: 5,
             failure_refresh_threshold: 5,
+            host_degraded_refresh_threshold: 1,
         }
     }
 }

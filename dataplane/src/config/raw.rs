@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use toml::Spanned;
 
-use super::{ClusterType, LbPolicy, ReadPolicy};
+use super::{ClusterType, LbPolicy, OnUnhealthy, ReadPolicy};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,6 +89,44 @@ pub(super) struct RawCluster {
     pub redirect_refresh_interval: Option<Spanned<RawDuration>>,
     pub redirect_refresh_threshold: Option<Spanned<u32>>,
     pub failure_refresh_threshold: Option<Spanned<u32>>,
+    pub host_degraded_refresh_threshold: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub health_checks: Vec<Spanned<RawHealthCheck>>,
+    pub outlier_detection: Option<Spanned<RawOutlierDetection>>,
+    pub on_unhealthy: Option<Spanned<OnUnhealthy>>,
+    pub connection_rate_limit_per_sec: Option<Spanned<u32>>,
+    pub max_pending_requests: Option<Spanned<usize>>,
+    pub tcp_keepalive: Option<Spanned<RawTcpKeepalive>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealthCheck {
+    pub interval: Option<Spanned<RawDuration>>,
+    pub interval_jitter: Option<Spanned<RawDuration>>,
+    pub timeout: Option<Spanned<RawDuration>>,
+    pub unhealthy_threshold: Option<Spanned<u32>>,
+    pub healthy_threshold: Option<Spanned<u32>>,
+    pub no_traffic_interval: Option<Spanned<RawDuration>>,
+    pub key: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOutlierDetection {
+    pub consecutive_5xx: Option<Spanned<u32>>,
+    pub base_ejection_time: Option<Spanned<RawDuration>>,
+    pub max_ejection_time: Option<Spanned<RawDuration>>,
+    pub max_ejection_percent: Option<Spanned<u32>>,
+    pub interval: Option<Spanned<RawDuration>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTcpKeepalive {
+    pub keepalive_time: Option<Spanned<RawDuration>>,
+    pub keepalive_interval: Option<Spanned<RawDuration>>,
+    pub keepalive_probes: Option<Spanned<u32>>,
 }
 
 fn default_cluster_type() -> ClusterType {

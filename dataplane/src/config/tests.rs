@@ -160,6 +160,12 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 auth_password: Some("pw".into()),
                 connections_per_host: 2,
                 redis_cluster: RedisClusterConfig::default(),
+                health_checks: vec![],
+                outlier_detection: None,
+                on_unhealthy: OnUnhealthy::FailFast,
+                connection_rate_limit_per_sec: 100,
+                max_pending_requests: 16384,
+                tcp_keepalive: TcpKeepalive::default(),
             },
             ClusterConfig {
                 name: "sessions".into(),
@@ -176,6 +182,12 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 auth_password: None,
                 connections_per_host: 1,
                 redis_cluster: RedisClusterConfig::default(),
+                health_checks: vec![],
+                outlier_detection: None,
+                on_unhealthy: OnUnhealthy::FailFast,
+                connection_rate_limit_per_sec: 100,
+                max_pending_requests: 16384,
+                tcp_keepalive: TcpKeepalive::default(),
             },
         ],
     };
@@ -748,6 +760,7 @@ fn redis_cluster_keys() {
             redirect_refresh_interval: Duration::from_millis(100),
             redirect_refresh_threshold: 0,
             failure_refresh_threshold: 2,
+            host_degraded_refresh_threshold: 1,
         }
     );
     assert_eq!(c.listeners[0].read_policy, ReadPolicy::PreferReplica);
@@ -811,4 +824,132 @@ fn redis_cluster_key_errors() {
         "listeners[0].max_upstream_unknown_connections",
         "(\"cache\" is not one)",
     );
+}
+
+#[test]
+fn health_outlier_and_connection_keys() {
+    let text = format!(
+        "{MINIMAL}on_unhealthy = \"rehash\"\nconnection_rate_limit_per_sec = 5\n\
+         max_pending_requests = 10\n\
+         [[clusters.health_checks]]\ninterval = \"250ms\"\ntimeout = \"100ms\"\n\
+         unhealthy_threshold = 2\nhealthy_threshold = 1\nkey = \"drain-key\"\n\
+         [[clusters.health_checks]]\n\
+         [clusters.outlier_detection]\nconsecutive_5xx = 3\nbase_ejection_time = \"2s\"\n\
+         max_ejection_percent = 50\n\
+         [clusters.tcp_keepalive]\nkeepalive_time = \"10s\"\n"
+    );
+    let c = parse(&text, "t.toml").expect("parses");
+    let cl = &c.clusters[0];
+    assert_eq!(cl.on_unhealthy, OnUnhealthy::Rehash);
+    assert_eq!(cl.connection_rate_limit_per_sec, 5);
+    assert_eq!(cl.max_pending_requests, 10);
+    assert_eq!(
+        cl.health_checks,
+        vec![
+            HealthCheckConfig {
+                interval: Duration::from_millis(250),
+                interval_jitter: Duration::from_millis(25),
+                timeout: Duration::from_millis(100),
+                unhealthy_threshold: 2,
+                healthy_threshold: 1,
+                no_traffic_interval: Duration::from_secs(60),
+                key: Some("drain-key".into()),
+            },
+            HealthCheckConfig {
+                interval: Duration::from_secs(5),
+                interval_jitter: Duration::from_millis(500),
+                timeout: Duration::from_secs(1),
+                unhealthy_threshold: 3,
+                healthy_threshold: 2,
+                no_traffic_interval: Duration::from_secs(60),
+                key: None,
+            },
+        ]
+    );
+    assert_eq!(
+        cl.outlier_detection,
+        Some(OutlierDetectionConfig {
+            consecutive_5xx: 3,
+            base_ejection_time: Duration::from_secs(2),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejection_percent: 50,
+            interval: Duration::from_secs(10),
+        })
+    );
+    assert_eq!(
+        cl.tcp_keepalive,
+        TcpKeepalive {
+            keepalive_time: Duration::from_secs(10),
+            ..TcpKeepalive::default()
+        }
+    );
+}
+
+#[test]
+fn bad_health_outlier_and_connection_keys() {
+    let cases: &[(&str, usize, &str, &str)] = &[
+        (
+            "[[clusters.health_checks]]\nunhealthy_threshold = 0\n",
+            11,
+            "clusters[0].health_checks[0].unhealthy_threshold",
+            "at least 1",
+        ),
+        (
+            "[[clusters.health_checks]]\ninterval = \"0s\"\n",
+            11,
+            "clusters[0].health_checks[0].interval",
+            "greater than zero",
+        ),
+        (
+            "[[clusters.health_checks]]\nkey = \"\"\n",
+            11,
+            "clusters[0].health_checks[0].key",
+            "must not be empty",
+        ),
+        (
+            "[clusters.outlier_detection]\nmax_ejection_percent = 101\n",
+            11,
+            "clusters[0].outlier_detection.max_ejection_percent",
+            "between 0 and 100",
+        ),
+        (
+            "[clusters.outlier_detection]\nbase_ejection_time = \"10s\"\nmax_ejection_time = \"1s\"\n",
+            12,
+            "clusters[0].outlier_detection.max_ejection_time",
+            "base_ejection_time",
+        ),
+        (
+            "[clusters.tcp_keepalive]\nkeepalive_time = \"1500ms\"\n",
+            11,
+            "clusters[0].tcp_keepalive.keepalive_time",
+            "whole number of seconds",
+        ),
+        (
+            "max_pending_requests = 0\n",
+            10,
+            "clusters[0].max_pending_requests",
+            "at least 1",
+        ),
+        (
+            "type = \"redis_cluster\"\non_unhealthy = \"rehash\"\n",
+            11,
+            "clusters[0].on_unhealthy",
+            "redis_cluster",
+        ),
+        (
+            "host_degraded_refresh_threshold = 2\n",
+            10,
+            "clusters[0].host_degraded_refresh_threshold",
+            "applies only to type = \"redis_cluster\"",
+        ),
+    ];
+    for (extra, line, key, fragment) in cases {
+        assert_err(&format!("{MINIMAL}{extra}"), *line, key, fragment);
+    }
+    // An unknown key inside the new tables is named with its line.
+    let e = err(&format!(
+        "{MINIMAL}[[clusters.health_checks]]\nintervall = \"1s\"\n"
+    ));
+    assert!(e.starts_with("t.toml:11:"), "{e}");
+    assert!(e.contains("intervall"), "{e}");
 }

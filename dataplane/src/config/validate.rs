@@ -7,10 +7,14 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::locate::Source;
-use super::raw::{RawAdmin, RawCluster, RawConfig, RawDuration, RawHost, RawListener, RawRuntime};
+use super::raw::{
+    RawAdmin, RawCluster, RawConfig, RawDuration, RawHealthCheck, RawHost, RawListener,
+    RawOutlierDetection, RawRuntime, RawTcpKeepalive,
+};
 use super::{
-    AdminConfig, ClusterConfig, ClusterType, Config, ConfigError, HostConfig, LbPolicy,
-    ListenerConfig, PrefixRoutes, RedisClusterConfig, Route, RuntimeConfig,
+    AdminConfig, ClusterConfig, ClusterType, Config, ConfigError, HealthCheckConfig, HostConfig,
+    LbPolicy, ListenerConfig, OnUnhealthy, OutlierDetectionConfig, PrefixRoutes,
+    RedisClusterConfig, Route, RuntimeConfig, TcpKeepalive,
 };
 
 const DEFAULT_ADMIN_ADDRESS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
@@ -23,6 +27,8 @@ const DEFAULT_BUFFER_FLUSH_TIMEOUT: Duration = Duration::from_millis(3);
 const DEFAULT_MAX_REQUEST_BYTES: usize = 512 * 1024 * 1024;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const DEFAULT_MAX_UPSTREAM_UNKNOWN_CONNECTIONS: usize = 100;
+const DEFAULT_CONNECTION_RATE_LIMIT_PER_SEC: u32 = 100;
+const DEFAULT_MAX_PENDING_REQUESTS: usize = 16384;
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -308,8 +314,58 @@ fn listener(
     })
 }
 
-fn cluster(src: &Source<'_>, path: &str, c: RawCluster) -> Result<ClusterConfig> {
+fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterConfig> {
     let redis_cluster = redis_cluster(src, path, &c)?;
+    let mut health_checks = Vec::with_capacity(c.health_checks.len());
+    for (i, h) in std::mem::take(&mut c.health_checks).into_iter().enumerate() {
+        health_checks.push(health_check(
+            src,
+            &format!("{path}.health_checks[{i}]"),
+            h.into_inner(),
+        )?);
+    }
+    let outlier_detection = match c.outlier_detection.take() {
+        Some(o) => Some(outlier_detection(
+            src,
+            &format!("{path}.outlier_detection"),
+            o.into_inner(),
+        )?),
+        None => None,
+    };
+    let on_unhealthy = match c.on_unhealthy.take() {
+        Some(o)
+            if c.cluster_type == ClusterType::RedisCluster
+                && *o.get_ref() == OnUnhealthy::Rehash =>
+        {
+            return Err(src.error(
+                Some(o.span()),
+                &format!("{path}.on_unhealthy"),
+                "\"rehash\" does not apply to type \"redis_cluster\": a slot's keys stay with its \
+                 shard (reads use replicas per the listener's read_policy)",
+            ));
+        }
+        Some(o) => o.into_inner(),
+        None => OnUnhealthy::default(),
+    };
+    let max_pending_requests = match c.max_pending_requests.take() {
+        Some(n) if *n.get_ref() == 0 => {
+            return Err(src.error(
+                Some(n.span()),
+                &format!("{path}.max_pending_requests"),
+                "must be at least 1",
+            ));
+        }
+        Some(n) => n.into_inner(),
+        None => DEFAULT_MAX_PENDING_REQUESTS,
+    };
+    let tcp_keepalive = match c.tcp_keepalive.take() {
+        Some(k) => tcp_keepalive(src, &format!("{path}.tcp_keepalive"), k.into_inner())?,
+        None => TcpKeepalive::default(),
+    };
+    let connection_rate_limit_per_sec = c
+        .connection_rate_limit_per_sec
+        .take()
+        .map_or(DEFAULT_CONNECTION_RATE_LIMIT_PER_SEC, Spanned::into_inner);
     let name = non_empty(src, &format!("{path}.name"), c.name)?;
     let connect_timeout = match &c.connect_timeout {
         Some(d) => positive(src, &format!("{path}.connect_timeout"), d)?,
@@ -429,7 +485,158 @@ fn cluster(src: &Source<'_>, path: &str, c: RawCluster) -> Result<ClusterConfig>
         auth_password: c.auth_password.map(Spanned::into_inner),
         connections_per_host,
         redis_cluster,
+        health_checks,
+        outlier_detection,
+        on_unhealthy,
+        connection_rate_limit_per_sec,
+        max_pending_requests,
+        tcp_keepalive,
     })
+}
+
+/// One `[[clusters.health_checks]]` entry.
+fn health_check(src: &Source<'_>, path: &str, h: RawHealthCheck) -> Result<HealthCheckConfig> {
+    let dur = |key: &str, v: &Option<Spanned<RawDuration>>, default: Duration| match v {
+        Some(v) => positive(src, &format!("{path}.{key}"), v),
+        None => Ok(default),
+    };
+    let interval = dur("interval", &h.interval, Duration::from_secs(5))?;
+    let interval_jitter = match &h.interval_jitter {
+        Some(v) => duration(src, &format!("{path}.interval_jitter"), v)?,
+        None => interval / 10,
+    };
+    let timeout = dur("timeout", &h.timeout, Duration::from_secs(1))?;
+    let no_traffic_interval = dur(
+        "no_traffic_interval",
+        &h.no_traffic_interval,
+        Duration::from_secs(60),
+    )?;
+    let unhealthy_threshold = at_least_one(
+        src,
+        &format!("{path}.unhealthy_threshold"),
+        &h.unhealthy_threshold,
+        3,
+    )?;
+    let healthy_threshold = at_least_one(
+        src,
+        &format!("{path}.healthy_threshold"),
+        &h.healthy_threshold,
+        2,
+    )?;
+    let key = match h.key {
+        Some(k) => Some(non_empty(src, &format!("{path}.key"), k)?),
+        None => None,
+    };
+    Ok(HealthCheckConfig {
+        interval,
+        interval_jitter,
+        timeout,
+        unhealthy_threshold,
+        healthy_threshold,
+        no_traffic_interval,
+        key,
+    })
+}
+
+/// `[clusters.outlier_detection]`.
+fn outlier_detection(
+    src: &Source<'_>,
+    path: &str,
+    o: RawOutlierDetection,
+) -> Result<OutlierDetectionConfig> {
+    let d = OutlierDetectionConfig::default();
+    let dur = |key: &str, v: &Option<Spanned<RawDuration>>, default: Duration| match v {
+        Some(v) => positive(src, &format!("{path}.{key}"), v),
+        None => Ok(default),
+    };
+    let base_ejection_time = dur(
+        "base_ejection_time",
+        &o.base_ejection_time,
+        d.base_ejection_time,
+    )?;
+    let max_ejection_time = dur(
+        "max_ejection_time",
+        &o.max_ejection_time,
+        d.max_ejection_time,
+    )?;
+    if let Some(v) = &o.max_ejection_time
+        && max_ejection_time < base_ejection_time
+    {
+        return Err(src.error(
+            Some(v.span()),
+            &format!("{path}.max_ejection_time"),
+            "must not be less than base_ejection_time",
+        ));
+    }
+    let max_ejection_percent = match o.max_ejection_percent {
+        Some(p) if *p.get_ref() > 100 => {
+            return Err(src.error(
+                Some(p.span()),
+                &format!("{path}.max_ejection_percent"),
+                "must be between 0 and 100",
+            ));
+        }
+        Some(p) => p.into_inner(),
+        None => d.max_ejection_percent,
+    };
+    Ok(OutlierDetectionConfig {
+        consecutive_5xx: at_least_one(
+            src,
+            &format!("{path}.consecutive_5xx"),
+            &o.consecutive_5xx,
+            d.consecutive_5xx,
+        )?,
+        base_ejection_time,
+        max_ejection_time: max_ejection_time.max(base_ejection_time),
+        max_ejection_percent,
+        interval: dur("interval", &o.interval, d.interval)?,
+    })
+}
+
+/// `[clusters.tcp_keepalive]`.
+fn tcp_keepalive(src: &Source<'_>, path: &str, k: RawTcpKeepalive) -> Result<TcpKeepalive> {
+    let d = TcpKeepalive::default();
+    // The kernel takes whole seconds (TCP_KEEPIDLE, TCP_KEEPINTVL).
+    let secs =
+        |key: &str, v: &Option<Spanned<RawDuration>>, default: Duration| -> Result<Duration> {
+            let Some(v) = v else { return Ok(default) };
+            let d = positive(src, &format!("{path}.{key}"), v)?;
+            if d.subsec_nanos() != 0 || d.as_secs() > i32::MAX as u64 {
+                return Err(src.error(
+                    Some(v.span()),
+                    &format!("{path}.{key}"),
+                    "must be a whole number of seconds (the kernel's unit), e.g. \"30s\"",
+                ));
+            }
+            Ok(d)
+        };
+    Ok(TcpKeepalive {
+        keepalive_time: secs("keepalive_time", &k.keepalive_time, d.keepalive_time)?,
+        keepalive_interval: secs(
+            "keepalive_interval",
+            &k.keepalive_interval,
+            d.keepalive_interval,
+        )?,
+        keepalive_probes: at_least_one(
+            src,
+            &format!("{path}.keepalive_probes"),
+            &k.keepalive_probes,
+            d.keepalive_probes,
+        )?,
+    })
+}
+
+fn at_least_one(
+    src: &Source<'_>,
+    path: &str,
+    v: &Option<Spanned<u32>>,
+    default: u32,
+) -> Result<u32> {
+    match v {
+        Some(n) if *n.get_ref() == 0 => Err(src.error(Some(n.span()), path, "must be at least 1")),
+        Some(n) => Ok(*n.get_ref()),
+        None => Ok(default),
+    }
 }
 
 /// The `RedisClusterConfig` keys of a cluster: allowed only with `type = "redis_cluster"`.
@@ -443,6 +650,10 @@ fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisCl
     let counts = [
         ("redirect_refresh_threshold", &c.redirect_refresh_threshold),
         ("failure_refresh_threshold", &c.failure_refresh_threshold),
+        (
+            "host_degraded_refresh_threshold",
+            &c.host_degraded_refresh_threshold,
+        ),
     ];
     if c.cluster_type != ClusterType::RedisCluster {
         let span = durations
@@ -489,6 +700,10 @@ fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisCl
             d.redirect_refresh_threshold,
         ),
         failure_refresh_threshold: count(&c.failure_refresh_threshold, d.failure_refresh_threshold),
+        host_degraded_refresh_threshold: count(
+            &c.host_degraded_refresh_threshold,
+            d.host_degraded_refresh_threshold,
+        ),
     })
 }
 

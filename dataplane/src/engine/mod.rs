@@ -23,6 +23,7 @@ use crate::cluster::discovery::Discovery;
 use crate::cluster::topology::{Registry, TopologyCell};
 use crate::config::{self, ClusterConfig, ClusterType, Config};
 use crate::stats::Store;
+use crate::upstream::HostRegistry;
 
 /// A running data plane: its workers and their control channels.
 pub struct Engine {
@@ -35,6 +36,8 @@ pub struct Engine {
     store: Arc<Store>,
     /// Slot maps of `redis_cluster` clusters, shared with the workers.
     registry: Arc<Registry>,
+    /// Process-wide state of every upstream host (health, connection rate limits).
+    hosts: Arc<HostRegistry>,
     /// One discovery thread per `redis_cluster` cluster, by name, with the config it runs under.
     discoveries: HashMap<String, Running>,
     _admin: crate::admin::AdminServer,
@@ -124,6 +127,7 @@ impl Engine {
         let admin = crate::admin::spawn(config.admin.address, store.clone())
             .map_err(|e| format!("admin: bind {}: {e}", config.admin.address))?;
         let registry = Arc::new(Registry::default());
+        let hosts = Arc::new(HostRegistry::default());
         let mut discoveries = HashMap::new();
         start_discoveries(&config, &mut discoveries, &registry, &store);
         let config = Arc::new(config);
@@ -138,6 +142,7 @@ impl Engine {
                 config.clone(),
                 store.clone(),
                 registry.clone(),
+                hosts.clone(),
                 cpu,
             )?);
         }
@@ -152,6 +157,7 @@ impl Engine {
             workers,
             store,
             registry,
+            hosts,
             discoveries,
             _admin: admin,
         })

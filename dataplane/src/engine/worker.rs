@@ -18,7 +18,7 @@ use crate::config::{Config, ListenerConfig};
 use crate::net::{self, TaskHandle, TcpListener};
 use crate::router::Router;
 use crate::stats::Store;
-use crate::upstream::{ClusterPool, PoolSettings};
+use crate::upstream::{ClusterPool, HostRegistry, PoolSettings};
 
 /// How many sessions must have closed before freed memory is handed back to the kernel, and how
 /// often that is checked: keeps the trim rare under ordinary connection churn.
@@ -120,6 +120,7 @@ struct Worker {
     shared: Rc<WorkerShared>,
     store: Arc<Store>,
     registry: Arc<Registry>,
+    hosts: Arc<HostRegistry>,
     listeners: HashMap<String, ActiveListener>,
     /// Keyed by cluster and connection settings: listeners with the same settings share a pool.
     pools: HashMap<(String, PoolSettings), Rc<ClusterPool>>,
@@ -133,6 +134,7 @@ pub fn spawn(
     config: Arc<Config>,
     store: Arc<Store>,
     registry: Arc<Registry>,
+    hosts: Arc<HostRegistry>,
     cpu: Option<usize>,
 ) -> Result<(async_channel::Sender<Control>, std::thread::JoinHandle<()>), String> {
     let (tx, rx) = async_channel::unbounded::<Control>();
@@ -159,6 +161,7 @@ pub fn spawn(
                     }),
                     store,
                     registry,
+                    hosts,
                     listeners: HashMap::new(),
                     pools: HashMap::new(),
                     listener_stats: HashMap::new(),
@@ -215,9 +218,14 @@ impl Worker {
                     let key = (cluster.name.clone(), settings.clone());
                     let pool = match pools.get(&key).or_else(|| self.pools.get(&key)) {
                         Some(p) if p.cluster == *cluster => p.clone(),
-                        _ => {
-                            ClusterPool::start(cluster, settings, &self.store, wid, &self.registry)?
-                        }
+                        _ => ClusterPool::start(
+                            cluster,
+                            settings,
+                            &self.store,
+                            wid,
+                            &self.registry,
+                            &self.hosts,
+                        )?,
                     };
                     pools.insert(key, pool.clone());
                     Some(pool)

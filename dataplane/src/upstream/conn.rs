@@ -8,11 +8,14 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
-use super::{HostStats, POOL_REPLACED, PoolSettings, Redirect, Retry, Target, UPSTREAM_FAILURE};
+use super::{
+    HostStats, POOL_REPLACED, PoolSettings, Redirect, Retry, SharedHost, Target, UPSTREAM_FAILURE,
+};
 use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
@@ -98,6 +101,8 @@ impl Inner {
 /// A pipelined connection to one upstream host, owned by one worker.
 pub struct Conn {
     addr: SocketAddr,
+    /// The host as the whole process sees it (health, connection rate limit).
+    host: Arc<SharedHost>,
     settings: Rc<PoolSettings>,
     inner: RefCell<Inner>,
     /// Wakes the writer (new output, state change).
@@ -119,22 +124,23 @@ pub struct Conn {
 
 impl Conn {
     /// Creates the connection and starts its supervisor task on the current worker.
-    pub fn start(addr: SocketAddr, settings: Rc<PoolSettings>, stats: HostStats) -> Rc<Conn> {
-        Conn::start_cluster(addr, settings, stats, None, false)
+    pub fn start(host: Arc<SharedHost>, settings: Rc<PoolSettings>, stats: HostStats) -> Rc<Conn> {
+        Conn::start_cluster(host, settings, stats, None, false)
     }
 
     /// [`Conn::start`] for a Redis Cluster node: replies that are redirects or retryable errors
     /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`) go to `redirect` with the request's bytes
     /// instead of to the client, and so do failures; `readonly` sends `READONLY` after AUTH.
     pub fn start_cluster(
-        addr: SocketAddr,
+        host: Arc<SharedHost>,
         settings: Rc<PoolSettings>,
         stats: HostStats,
         redirect: Option<Weak<dyn Redirect>>,
         readonly: bool,
     ) -> Rc<Conn> {
         let conn = Rc::new(Conn {
-            addr,
+            addr: host.addr,
+            host,
             settings,
             inner: RefCell::new(Inner {
                 state: State::Connecting,

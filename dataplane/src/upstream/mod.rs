@@ -4,6 +4,8 @@
 //! all of that worker's sessions share them (Envoy: one connection per upstream host per worker).
 
 mod conn;
+pub mod host;
+mod limit;
 mod slots;
 
 use std::cell::RefCell;
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use conn::{Conn, SendError};
+pub use host::{HostRegistry, SharedHost};
 pub use slots::SlotPool;
 
 use crate::cluster::LoadBalancer;
@@ -201,6 +204,8 @@ struct HashedPool {
     hosts: Vec<Vec<Rc<Conn>>>,
     /// The same for RESP3 clients, opened when the first one arrives.
     hosts_resp3: RefCell<Option<Vec<Vec<Rc<Conn>>>>>,
+    /// `shared[i]`: the process-wide state of host `i` (health, connection rate limit).
+    shared: Vec<Arc<SharedHost>>,
     host_stats: Vec<HostStats>,
 }
 
@@ -216,6 +221,7 @@ impl ClusterPool {
         store: &Arc<Store>,
         worker: usize,
         registry: &Registry,
+        hosts: &Arc<HostRegistry>,
     ) -> Result<Rc<ClusterPool>, String> {
         let settings = Rc::new(settings);
         let kind = match cluster.cluster_type {
@@ -225,11 +231,17 @@ impl ClusterPool {
                     .iter()
                     .map(|h| HostStats::new(store, worker, &cluster.name, &h.address.to_string()))
                     .collect();
-                let hosts = connect_all(cluster, &settings, &host_stats);
+                let shared: Vec<Arc<SharedHost>> = cluster
+                    .hosts
+                    .iter()
+                    .map(|h| hosts.host(cluster, h.address))
+                    .collect();
+                let conns = connect_all(cluster, &settings, &shared, &host_stats);
                 PoolKind::Hashed(HashedPool {
                     lb: LoadBalancer::new(cluster.lb_policy, &cluster.hosts),
-                    hosts,
+                    hosts: conns,
                     hosts_resp3: RefCell::new(None),
+                    shared,
                     host_stats,
                 })
             }
@@ -246,6 +258,7 @@ impl ClusterPool {
                     cell,
                     store.clone(),
                     worker,
+                    hosts.clone(),
                 ))
             }
         };
@@ -296,7 +309,7 @@ impl ClusterPool {
                             resp3: true,
                             ..(*self.settings).clone()
                         });
-                        connect_all(&self.cluster, &settings, &h.host_stats)
+                        connect_all(&self.cluster, &settings, &h.shared, &h.host_stats)
                     });
                     pick(hosts, shard, session).cloned()
                 } else {
@@ -335,16 +348,16 @@ fn session_conn(conns: &[Rc<Conn>], session: u64) -> Option<&Rc<Conn>> {
 fn connect_all(
     cluster: &ClusterConfig,
     settings: &Rc<PoolSettings>,
+    shared: &[Arc<SharedHost>],
     stats: &[HostStats],
 ) -> Vec<Vec<Rc<Conn>>> {
     let per_host = cluster.connections_per_host.max(1);
-    cluster
-        .hosts
+    shared
         .iter()
         .zip(stats)
         .map(|(h, stats)| {
             (0..per_host)
-                .map(|_| Conn::start(h.address, settings.clone(), stats.clone()))
+                .map(|_| Conn::start(h.clone(), settings.clone(), stats.clone()))
                 .collect()
         })
         .collect()

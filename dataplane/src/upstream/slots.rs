@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
+use super::HostRegistry;
 use super::{
     Conn, Deliver, Dest, HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry,
     SendError, Target, UPSTREAM_FAILURE, session_conn,
@@ -98,6 +99,10 @@ pub struct SlotPool {
     settings: Rc<PoolSettings>,
     per_host: usize,
     store: Arc<Store>,
+    /// Process-wide host states, where a node met for the first time is looked up.
+    hosts: Arc<HostRegistry>,
+    /// The config the pool was built from (the host registry keys hosts by cluster).
+    cluster: ClusterConfig,
     worker: usize,
     host_stats: RefCell<HashMap<SocketAddr, HostStats>>,
     stats: SlotStats,
@@ -254,6 +259,7 @@ impl SlotPool {
         cell: Arc<TopologyCell>,
         store: Arc<Store>,
         worker: usize,
+        hosts: Arc<HostRegistry>,
     ) -> Rc<SlotPool> {
         let name = cluster.name.clone();
         let c = |stat: &str| store.counter(&format!("cluster.{name}.{stat}"), worker);
@@ -280,6 +286,8 @@ impl SlotPool {
             per_host: cluster.connections_per_host.max(1),
             store,
             worker,
+            hosts,
+            cluster: cluster.clone(),
             host_stats: RefCell::new(HashMap::new()),
             stats,
             retired: Cell::new(false),
@@ -379,10 +387,11 @@ impl SlotPool {
             self.settings.clone()
         };
         let me: Weak<dyn Redirect> = self.me.clone();
+        let shared = self.hosts.host(&self.cluster, addr);
         let conns: Vec<Rc<Conn>> = (0..self.per_host)
             .map(|_| {
                 Conn::start_cluster(
-                    addr,
+                    shared.clone(),
                     settings.clone(),
                     stats.clone(),
                     Some(me.clone()),

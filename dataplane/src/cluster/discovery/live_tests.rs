@@ -136,6 +136,12 @@ fn config(ports: &[u16]) -> ClusterConfig {
             cluster_refresh_rate: Duration::from_millis(200),
             ..RedisClusterConfig::default()
         },
+        health_checks: Vec::new(),
+        outlier_detection: None,
+        on_unhealthy: Default::default(),
+        connection_rate_limit_per_sec: 0,
+        max_pending_requests: 16384,
+        tcp_keepalive: Default::default(),
     }
 }
 

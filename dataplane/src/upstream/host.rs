@@ -1,0 +1,73 @@
+//! Process-wide state of each upstream host, shared by every worker's connections to it.
+//!
+//! CONTRACT (used by `upstream`, `cluster::health`, `engine`): [`HostRegistry`], [`SharedHost`].
+//!
+//! Per-worker state (connections, per-worker stats shards, consecutive-failure counts) stays in
+//! the worker; what must be decided once per process lives here: the host's health (active checks
+//! and outlier ejection, `cluster::health`) and its connection rate limit (`limit`). Workers look
+//! a host up once, when they build a pool or meet a new Redis Cluster node, and keep the `Arc`;
+//! the request path only does relaxed atomic loads on it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use super::limit::ConnectLimiter;
+use crate::cluster::health::HostHealth;
+use crate::config::ClusterConfig;
+
+/// One upstream host of one cluster, as the whole process sees it.
+pub struct SharedHost {
+    /// The cluster's name.
+    pub cluster: String,
+    pub addr: SocketAddr,
+    /// Healthy / unhealthy / ejected, written by the health thread and by outlier reports.
+    pub health: HostHealth,
+    /// New connections to this host, over all workers.
+    pub connects: ConnectLimiter,
+}
+
+/// Every host of every cluster the process has seen, by (cluster name, address). Entries stay
+/// while any pool holds them and are pruned on reload ([`HostRegistry::retain`]).
+#[derive(Default)]
+pub struct HostRegistry {
+    hosts: Mutex<HashMap<(String, SocketAddr), Arc<SharedHost>>>,
+}
+
+impl HostRegistry {
+    /// The shared state of `addr` in `cluster`, created on first use; an existing host takes the
+    /// cluster's current settings (rate limit). Takes a lock: call it off the request path.
+    pub fn host(&self, cluster: &ClusterConfig, addr: SocketAddr) -> Arc<SharedHost> {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        let h = hosts
+            .entry((cluster.name.clone(), addr))
+            .or_insert_with(|| {
+                Arc::new(SharedHost {
+                    cluster: cluster.name.clone(),
+                    addr,
+                    health: HostHealth::default(),
+                    connects: ConnectLimiter::new(cluster.connection_rate_limit_per_sec),
+                })
+            })
+            .clone();
+        h.connects.set_rate(cluster.connection_rate_limit_per_sec);
+        h
+    }
+
+    /// The hosts of `cluster` currently registered (static hosts, and Redis Cluster nodes the
+    /// workers or discovery have met), in no particular order.
+    pub fn of_cluster(&self, cluster: &str) -> Vec<Arc<SharedHost>> {
+        let hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        hosts
+            .iter()
+            .filter(|((c, _), _)| c == cluster)
+            .map(|(_, h)| h.clone())
+            .collect()
+    }
+
+    /// Forgets hosts of clusters not in `keep` that no pool holds any more.
+    pub fn retain(&self, keep: &[&str]) {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        hosts.retain(|(c, _), h| keep.contains(&c.as_str()) || Arc::strong_count(h) > 1);
+    }
+}
