@@ -748,7 +748,10 @@ fn hung_host_bounds_queueing_and_overflows() {
     }
     let big_last = big.last().expect("replies").1;
     eprintln!(
-        "hung host, op_timeout {OP:?}: probes: {overflows} overflow (slowest {slowest_overflow:?}),          {} failed after queueing/timeout (slowest {slowest_queued:?}); big SETs: {big_overflows}          overflow, all 24 answered {big_last:?} after the first was sent; other host slowest GET          {live_slowest:?}",
+        "hung host, op_timeout {OP:?}: probes: {overflows} overflow (slowest \
+         {slowest_overflow:?}), {} failed after queueing/timeout (slowest {slowest_queued:?}); \
+         big SETs: {big_overflows} overflow, all 24 answered {big_last:?} after the first was \
+         sent; other host slowest GET {live_slowest:?}",
         probes.len() - overflows
     );
     assert!(
