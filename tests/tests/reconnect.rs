@@ -165,8 +165,10 @@ fn config(
     op_timeout: &str,
     cluster: &str,
 ) -> String {
-    let cfg = simple_config(port, admin, backends, workers, "")
-        .replace("op_timeout = \"1s\"", &format!("op_timeout = \"{op_timeout}\""));
+    let cfg = simple_config(port, admin, backends, workers, "").replace(
+        "op_timeout = \"1s\"",
+        &format!("op_timeout = \"{op_timeout}\""),
+    );
     assert!(cfg.contains(&format!("op_timeout = \"{op_timeout}\"")));
     format!("{cfg}{cluster}\n")
 }
@@ -225,7 +227,8 @@ fn rolling_restart(rate: u32, bound_rate: u32) -> RollingOutcome {
     eprintln!("rate {rate}: all 24 connections up after {:?}", t.elapsed());
 
     // Load: 4 clients over 60 keys; every request must be answered (value or error).
-    let keys: Arc<Vec<Vec<u8>>> = Arc::new((0..60).map(|i| format!("rr:{i}").into_bytes()).collect());
+    let keys: Arc<Vec<Vec<u8>>> =
+        Arc::new((0..60).map(|i| format!("rr:{i}").into_bytes()).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let (answered, errors) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let load: Vec<_> = (0..4)
@@ -354,10 +357,7 @@ fn rolling_restart(rate: u32, bound_rate: u32) -> RollingOutcome {
             }
         }
     }
-    let total: Vec<u64> = series
-        .iter()
-        .map(|s| s.last().map_or(0, |l| l.1))
-        .collect();
+    let total: Vec<u64> = series.iter().map(|s| s.last().map_or(0, |l| l.1)).collect();
     eprintln!("rate {rate}: proxy connections per backend over the run {total:?}");
 
     // After the restarts every key works again, from a new client too.
@@ -541,7 +541,10 @@ struct DropPort {
 impl DropPort {
     /// `None` (with the reason) when not root or when `nft` is missing or refuses.
     fn new(port: u16) -> Result<DropPort, String> {
-        let uid = Command::new("id").arg("-u").output().map_err(|e| format!("id -u: {e}"))?;
+        let uid = Command::new("id")
+            .arg("-u")
+            .output()
+            .map_err(|e| format!("id -u: {e}"))?;
         if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
             return Err("not running as root".into());
         }
@@ -627,7 +630,10 @@ fn tcp_keepalive_detects_dead_idle_connection() {
     let fail = t.elapsed();
     eprintln!("GET while partitioned: {} after {fail:?}", show(&r));
     assert!(DOWN_ERRORS.contains(&r.as_slice()), "{}", show(&r));
-    assert!(fail < Duration::from_secs(2), "took {fail:?}, op_timeout is 10s");
+    assert!(
+        fail < Duration::from_secs(2),
+        "took {fail:?}, op_timeout is 10s"
+    );
     drop(guard);
     // The rule is gone: the proxy reconnects and the value is still there.
     let mut last = Vec::new();
