@@ -103,7 +103,8 @@ mod tests {
         assert!(l.reserve_at(t2) > Duration::ZERO);
     }
 
-    /// Over any window of `w` seconds at most `rate × (w + 1)` connects are granted.
+    /// Over any window of `w` seconds at most `rate × (w + 1)` connects are granted (waits are
+    /// whole nanoseconds, hence the tolerance).
     #[test]
     fn window_bound_holds_under_contention() {
         let rate = 3u32;
@@ -125,7 +126,7 @@ mod tests {
                 let w = b.duration_since(*a).as_secs_f64();
                 let n = (j - i + 1) as f64;
                 assert!(
-                    n <= f64::from(rate) * (w + 1.0) + 1e-9,
+                    n <= f64::from(rate) * (w + 1.0) + 1e-6,
                     "{n} connects within {w}s"
                 );
             }
