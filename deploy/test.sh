@@ -14,6 +14,9 @@ command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || need+=(nutcra
 command -v curl >/dev/null || need+=(curl)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v tclsh >/dev/null || need+=(tcl)
+# nft: tests/tests/reconnect.rs drops a backend's packets to check TCP keepalive (root only;
+# the test is skipped, saying why, without root or nft).
+command -v nft >/dev/null || [ "$(id -u)" -ne 0 ] || need+=(nftables)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "installing: ${need[*]}"

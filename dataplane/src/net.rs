@@ -55,13 +55,37 @@ pub async fn accept(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr
     Ok((stream, peer))
 }
 
-/// Connects to `addr` within `timeout`, with `TCP_NODELAY` and TCP keepalive on.
+/// Connects to `addr` within `timeout`, with `TCP_NODELAY` and TCP keepalive on (the kernel's
+/// default timings; see [`connect_keepalive`] for chosen ones).
 pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let stream = connect_nodelay(addr, timeout).await?;
+    SockRef::from(&stream).set_keepalive(true)?;
+    Ok(stream)
+}
+
+/// [`connect`] with keepalive timings (the cluster's `tcp_keepalive`, Envoy
+/// `core.v3.TcpKeepalive`): after `keepalive_time` idle the kernel probes every
+/// `keepalive_interval`, and `keepalive_probes` unanswered probes fail the connection with
+/// `ETIMEDOUT`, so a host that vanished is noticed while the connection is idle.
+pub async fn connect_keepalive(
+    addr: SocketAddr,
+    timeout: Duration,
+    keepalive: &crate::config::TcpKeepalive,
+) -> io::Result<TcpStream> {
+    let stream = connect_nodelay(addr, timeout).await?;
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(keepalive.keepalive_time)
+        .with_interval(keepalive.keepalive_interval)
+        .with_retries(keepalive.keepalive_probes);
+    SockRef::from(&stream).set_tcp_keepalive(&ka)?;
+    Ok(stream)
+}
+
+async fn connect_nodelay(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
     let stream = compio::time::timeout(timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))??;
     stream.set_nodelay(true)?;
-    SockRef::from(&stream).set_keepalive(true)?;
     Ok(stream)
 }
 

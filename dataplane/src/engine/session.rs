@@ -322,8 +322,8 @@ impl Session {
             request,
             target,
         );
-        if sent.is_err() {
-            self.sink.deliver(seq, 0, NO_UPSTREAM_HOST);
+        if let Err(e) = sent {
+            self.sink.deliver(seq, 0, e.reply());
         }
     }
 
@@ -353,18 +353,15 @@ impl Session {
             } else {
                 Dest::Key(part.shard)
             };
-            let sent = pool
-                .send(dest, self.id, self.conn.resp3, read, &part.request, target)
-                .is_ok();
-            if !sent {
-                failed.push(i as u32);
+            if let Err(e) = pool.send(dest, self.id, self.conn.resp3, read, &part.request, target) {
+                failed.push((i as u32, e));
             }
             // The request bytes are in the upstream buffer now; only the key map is kept.
             part.request = Vec::new();
         }
         self.sink.make_split(seq, merge, nkeys, parts);
-        for i in failed {
-            self.sink.deliver(seq, i, NO_UPSTREAM_HOST);
+        for (i, e) in failed {
+            self.sink.deliver(seq, i, e.reply());
         }
     }
 

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 use super::{
-    HostStats, POOL_REPLACED, PoolSettings, Redirect, Retry, SharedHost, Target, UPSTREAM_FAILURE,
+    HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry, SharedHost, Target,
+    UPSTREAM_FAILURE, UPSTREAM_OVERFLOW,
 };
 use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
@@ -42,6 +43,9 @@ struct Pending {
     target: Option<Target>,
     /// Set when the request is handed to the kernel: op_timeout runs from there.
     deadline: Option<Instant>,
+    /// [`Conn::reads`] when the request was handed to the kernel: if it is unchanged when the
+    /// request times out, the host has sent nothing since, and the connection is hung.
+    reads_at_write: u64,
     /// Redirect state, carried over when the request is sent again after `MOVED`/`ASK`.
     retry: Retry,
     /// Absolute offset of the request's bytes in `Inner::log` (connections with a redirect
@@ -60,6 +64,19 @@ const LOG_COMPACT: usize = 64 * 1024;
 pub enum SendError {
     /// The host is known to be down (in reconnect backoff) or the connection was removed.
     NoHost,
+    /// The connection already holds `max_pending_requests` requests not yet written (it is
+    /// connecting, or the host stopped reading).
+    Overflow,
+}
+
+impl SendError {
+    /// The error reply the client gets: `-no upstream host` (Envoy) or `-upstream overflow: …`.
+    pub fn reply(self) -> &'static [u8] {
+        match self {
+            SendError::NoHost => NO_UPSTREAM_HOST,
+            SendError::Overflow => UPSTREAM_OVERFLOW,
+        }
+    }
 }
 
 struct Inner {
@@ -114,6 +131,11 @@ pub struct Conn {
     stats: HostStats,
     /// Bumped on every new TCP connection so stale tasks of an old one stop.
     generation: Cell<u64>,
+    /// Reads that returned data, over the connection's whole life (hung-host detection).
+    reads: Cell<u64>,
+    /// The current TCP connection, while there is one: the timeout task shuts it to close a
+    /// hung connection.
+    stream: RefCell<Option<Rc<TcpStream>>>,
     /// Replaced by a config change: close once the last pending reply is in.
     retiring: Cell<bool>,
     /// Redis Cluster connections: where redirects and failures are reported.
@@ -157,6 +179,8 @@ impl Conn {
             wake_supervisor: Notify::default(),
             stats,
             generation: Cell::new(0),
+            reads: Cell::new(0),
+            stream: RefCell::new(None),
             retiring: Cell::new(false),
             redirect,
             readonly,
@@ -173,8 +197,9 @@ impl Conn {
 
     /// Queues one encoded request whose reply goes to `target`.
     ///
-    /// Errors: [`SendError::NoHost`] when the host is in reconnect backoff or removed; the caller
-    /// answers the request itself.
+    /// Errors: [`SendError::NoHost`] when the host is in reconnect backoff or removed;
+    /// [`SendError::Overflow`] when `max_pending_requests` requests already wait to be written.
+    /// The caller answers the request itself ([`SendError::reply`]).
     pub fn send(&self, request: &[u8], target: Target) -> Result<(), SendError> {
         self.send_retry(request, target, Retry::FIRST, false)
     }
@@ -193,6 +218,13 @@ impl Conn {
             State::Backoff | State::Closed => return Err(SendError::NoHost),
             State::Connecting | State::Ready => {}
         }
+        // Requests not yet handed to the kernel: bounded, so a host that is connecting or stopped
+        // reading makes requests fail at once instead of piling up without limit.
+        if inner.pending.len() - inner.written >= self.settings.max_pending_requests {
+            drop(inner);
+            self.stats.rq_pending_overflow.inc();
+            return Err(SendError::Overflow);
+        }
         let first = inner.out.is_empty();
         if first {
             inner.first_queued = Some(Instant::now());
@@ -203,6 +235,7 @@ impl Conn {
             inner.pending.push_back(Pending {
                 target: None,
                 deadline: None,
+                reads_at_write: 0,
                 retry,
                 log_at: log_end,
             });
@@ -214,6 +247,7 @@ impl Conn {
         inner.pending.push_back(Pending {
             target: Some(target),
             deadline: None,
+            reads_at_write: 0,
             retry,
             log_at: log_end,
         });
@@ -351,6 +385,18 @@ impl Conn {
         true
     }
 
+    /// Closes the current TCP connection because the host sent nothing for op_timeout while a
+    /// request waited: the reader wakes with end of stream, and the supervisor fails every
+    /// pending request (written or queued) and reconnects with backoff. New requests fail fast
+    /// from now on instead of queueing behind the dead connection.
+    fn close_hung(&self) {
+        warn!(upstream = %self.addr, "upstream sent nothing for op_timeout; closing the connection");
+        self.set_state(State::Backoff);
+        if let Some(stream) = self.stream.borrow().as_ref() {
+            net::shutdown(stream);
+        }
+    }
+
     /// Tells the cluster's topology that this host failed (Redis Cluster pools only).
     fn note_failure(&self) {
         if let Some(handler) = self.redirect.as_ref().and_then(Weak::upgrade) {
@@ -369,24 +415,44 @@ fn is_redirect(reply: &[u8]) -> bool {
 }
 
 /// Connects, authenticates, runs the connection until it fails, then backs off and retries, until
-/// the connection is shut down. Backoff: exponential from 50 ms to 5 s with full jitter.
+/// the connection is shut down.
+///
+/// Backoff: exponential from 50 ms to 5 s with full jitter, per connection, so the connections of
+/// every worker to a host that restarts come back spread out rather than in one burst. It starts
+/// over only once a connection has proved itself (a reply read, or up for the backoff cap): a
+/// host that accepts and then hangs or closes at once keeps backing off. On top of that every
+/// attempt takes a token from the host's process-wide connection rate limit
+/// (`connection_rate_limit_per_sec`); while waiting for it the connection counts as in backoff
+/// (requests fail fast with `no upstream host`).
 async fn supervise(conn: Rc<Conn>) {
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+    let mut backoff = Backoff::new(BACKOFF_BASE, BACKOFF_CAP);
     loop {
         if conn.is_closed() {
             conn.fail_all();
             return;
         }
+        let wait = conn.host.connects.reserve();
+        if !wait.is_zero() {
+            conn.stats.cx_connect_rate_limited.inc();
+            conn.set_state(State::Backoff);
+            conn.fail_all();
+            debug!(upstream = %conn.addr, ?wait, "upstream connect rate limited");
+            let _ = net::timeout(wait, conn.wake_supervisor.notified()).await;
+            if conn.is_closed() {
+                continue;
+            }
+        }
         conn.set_state(State::Connecting);
         match connect(&conn).await {
             Ok(stream) => {
-                backoff.reset();
                 conn.stats.cx_total.inc();
                 conn.stats.cx_active.inc();
+                let (up_since, reads_before) = (Instant::now(), conn.reads.get());
                 let generation = conn.generation.get() + 1;
                 conn.generation.set(generation);
                 conn.set_state(State::Ready);
                 let stream = Rc::new(stream);
+                *conn.stream.borrow_mut() = Some(stream.clone());
                 net::spawn(write_loop(conn.clone(), stream.clone(), generation));
                 conn.write_ready.notify();
                 read_loop(&conn, &stream).await;
@@ -394,7 +460,11 @@ async fn supervise(conn: Rc<Conn>) {
                 conn.generation.set(generation + 1);
                 conn.write_ready.notify();
                 net::shutdown(&stream);
+                conn.stream.borrow_mut().take();
                 conn.stats.cx_active.dec();
+                if conn.reads.get() != reads_before || up_since.elapsed() >= BACKOFF_CAP {
+                    backoff.reset();
+                }
                 debug!(upstream = %conn.addr, "upstream connection closed");
             }
             Err(e) => {
@@ -416,12 +486,17 @@ async fn supervise(conn: Rc<Conn>) {
     }
 }
 
+/// First reconnect delay ceiling (full jitter: the delay is uniform below it).
+const BACKOFF_BASE: Duration = Duration::from_millis(50);
+/// Largest reconnect delay ceiling.
+const BACKOFF_CAP: Duration = Duration::from_secs(5);
+
 /// Opens the TCP connection and runs the handshake, in this order: `HELLO 3 [AUTH user pass]`
 /// for RESP3 connections or `AUTH [user] pass` for RESP2 ones when credentials are configured,
 /// then `READONLY` for Redis Cluster replicas. Any error reply fails the connection.
 async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
     let s = &conn.settings;
-    let stream = net::connect(conn.addr, s.connect_timeout).await?;
+    let stream = net::connect_keepalive(conn.addr, s.connect_timeout, &s.tcp_keepalive).await?;
     // RESP3 connections authenticate inside HELLO; RESP2 ones with AUTH.
     let mut req = Vec::new();
     let mut replies = 0;
@@ -520,7 +595,7 @@ async fn read_loop(conn: &Conn, stream: &TcpStream) {
         buf = b;
         match res {
             Ok(0) => return,
-            Ok(_) => {}
+            Ok(_) => conn.reads.set(conn.reads.get() + 1),
             Err(e) => {
                 debug!(upstream = %conn.addr, error = %e, "upstream read failed");
                 return;
@@ -590,11 +665,13 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
             let deadline = Instant::now() + s.op_timeout;
             let written = inner.written;
             let now = Instant::now();
+            let reads = conn.reads.get();
             for p in inner.pending.iter_mut().skip(written) {
                 // A redirected request keeps the deadline of its first write: op_timeout bounds
                 // the whole request, hops included.
                 let started = *p.retry.started.get_or_insert(now);
                 p.deadline = Some(deadline.min(started + s.op_timeout));
+                p.reads_at_write = reads;
             }
             inner.written = inner.pending.len();
             inner.first_queued = None;
@@ -617,8 +694,14 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
     }
 }
 
-/// Answers requests whose op_timeout expired with `upstream failure`, keeping the connection:
-/// their late replies are discarded when they arrive (FIFO matching stays aligned).
+/// Answers requests whose op_timeout expired with `upstream failure`. A connection that still
+/// answers keeps going: late replies are discarded when they arrive (FIFO matching stays
+/// aligned). A connection on which nothing at all was read since the expired request was written
+/// is hung (a stopped host, or one that stopped reading, behind which queued requests would wait
+/// forever): it is closed, so every request on it, written or queued, fails at once, and it
+/// reconnects with backoff. So no request waits more than about 2 × op_timeout: up to one
+/// op_timeout queued behind a stuck write, then one for that write to expire. Envoy closes an
+/// upstream connection on any op timeout; this keeps a slow but live one.
 async fn expire_timeouts(conn: Rc<Conn>) {
     loop {
         if conn.is_closed() && conn.inner.borrow().pending.is_empty() {
@@ -645,23 +728,26 @@ async fn expire_timeouts(conn: Rc<Conn>) {
             let mut inner = conn.inner.borrow_mut();
             let idx = inner.timed_out;
             let now = Instant::now();
-            let target = match inner.pending.get(idx) {
+            let expired = match inner.pending.get(idx) {
                 Some(p) if idx < inner.written && p.deadline.is_some_and(|d| d <= now) => {
-                    Some(p.target.clone())
+                    Some((p.target.clone(), p.reads_at_write == conn.reads.get()))
                 }
                 _ => None,
             };
-            if target.is_some() {
+            if expired.is_some() {
                 inner.timed_out += 1;
             }
-            target
+            expired
         };
-        if let Some(target) = expired {
+        if let Some((target, hung)) = expired {
             conn.stats.rq_timeout.inc();
             conn.note_failure();
             if let Some(target) = target {
                 conn.stats.rq_error.inc();
                 target.deliver(UPSTREAM_FAILURE);
+            }
+            if hung {
+                conn.close_hung();
             }
             conn.close_if_retired();
         }

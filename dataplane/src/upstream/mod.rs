@@ -20,7 +20,7 @@ pub use slots::SlotPool;
 
 use crate::cluster::LoadBalancer;
 use crate::cluster::topology::Registry;
-use crate::config::{ClusterConfig, ClusterType, ListenerConfig, ReadPolicy};
+use crate::config::{ClusterConfig, ClusterType, ListenerConfig, ReadPolicy, TcpKeepalive};
 use crate::stats::{Counter, Gauge, Store};
 
 /// Reply given for requests lost with a failed upstream connection or past op_timeout (Envoy).
@@ -32,6 +32,11 @@ pub const POOL_REPLACED: &[u8] =
     b"-TRYAGAIN cluster connection pool replaced by a config reload; retry the command\r\n";
 /// Reply given when no host can take the request (Envoy).
 pub const NO_UPSTREAM_HOST: &[u8] = b"-no upstream host\r\n";
+/// Reply given when the connection to the request's host already holds `max_pending_requests`
+/// requests not yet written (the host is connecting or not reading): the request is refused at
+/// once instead of queueing without bound. Envoy counts this as `upstream_rq_pending_overflow`.
+pub const UPSTREAM_OVERFLOW: &[u8] =
+    b"-upstream overflow: too many requests queued for this host (max_pending_requests)\r\n";
 
 /// Receives the reply to one request (or one part of a split request).
 pub trait Deliver {
@@ -131,6 +136,12 @@ pub struct PoolSettings {
     pub read_policy: ReadPolicy,
     /// Redis Cluster only: per-worker cap on connections to hosts known only from redirects.
     pub max_upstream_unknown_connections: usize,
+    /// Per connection, the most requests queued and not yet written: the cluster's
+    /// `max_pending_requests` (per host and worker) shared out over `connections_per_host`,
+    /// rounded up, so that no counter is shared between a host's connections.
+    pub max_pending_requests: usize,
+    /// The cluster's `tcp_keepalive`, applied to every upstream connection.
+    pub tcp_keepalive: TcpKeepalive,
 }
 
 impl PoolSettings {
@@ -146,6 +157,11 @@ impl PoolSettings {
             resp3: false,
             read_policy: listener.read_policy,
             max_upstream_unknown_connections: listener.max_upstream_unknown_connections,
+            max_pending_requests: cluster
+                .max_pending_requests
+                .div_ceil(cluster.connections_per_host.max(1))
+                .max(1),
+            tcp_keepalive: cluster.tcp_keepalive,
         }
     }
 }
@@ -162,6 +178,10 @@ pub struct HostStats {
     /// Writes to the host: `rq_total / flush_total` is how many requests a write carries, the
     /// batching that makes Redis cheaper behind the proxy (DESIGN.md "Upstream multiplexing").
     pub flush_total: Arc<Counter>,
+    /// Connect attempts that had to wait for the host's connection rate limit.
+    pub cx_connect_rate_limited: Arc<Counter>,
+    /// Requests refused because `max_pending_requests` were already queued (Envoy's name).
+    pub rq_pending_overflow: Arc<Counter>,
 }
 
 impl HostStats {
@@ -178,6 +198,8 @@ impl HostStats {
             rq_error: h("rq_error"),
             rq_timeout: c("upstream_rq_timeout"),
             flush_total: h("flush_total"),
+            cx_connect_rate_limited: c("upstream_cx_connect_rate_limited"),
+            rq_pending_overflow: c("upstream_rq_pending_overflow"),
         }
     }
 }
