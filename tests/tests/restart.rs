@@ -504,3 +504,67 @@ fn drain_closes_idle_connections_at_once() {
     let mut direct = backends[0].raw();
     assert!(!exists_on(&mut direct, b"half"), "the partial SET was executed");
 }
+
+/// A slow reader keeps its replies: the client pipelines 4 × (`INCR`, `GET` of a 4 MiB value)
+/// and reads nothing for a while, so replies wait in respite's socket buffers; the drain starts,
+/// the client sends more requests (which respite no longer reads), then reads. It must get every
+/// reply of the requests respite executed, then EOF — not a reset: closing a socket with unread
+/// bytes makes the kernel send RST and throw away replies not yet delivered.
+#[test]
+fn drain_delivers_queued_replies_to_a_slow_reader() {
+    let backends = servers(1);
+    let addrs = addrs(&backends);
+    let big = vec![b'x'; 4 << 20];
+    assert_eq!(backends[0].raw().cmd(&[b"SET", b"big", &big]), OK);
+    let mut a = Respite::over(&addrs, 1);
+    let c = a.raw();
+    let mut s = c.stream().try_clone().expect("clone");
+    let mut batch = Vec::new();
+    for _ in 0..4 {
+        RawClient::encode_into(&mut batch, &[b"INCR", b"slow"]);
+        RawClient::encode_into(&mut batch, &[b"GET", b"big"]);
+    }
+    s.write_all(&batch).expect("write");
+    std::thread::sleep(Duration::from_millis(300));
+    a.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    // Sent after the drain began: never read, never executed, so never answered.
+    let mut late = Vec::new();
+    for _ in 0..3 {
+        RawClient::encode_into(&mut late, &[b"INCR", b"slow"]);
+    }
+    s.write_all(&late).expect("write late");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 1 << 16];
+    let end = loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break Ok(()),
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) => break Err(e.to_string()),
+        }
+    };
+    let (replies, rest) = split_replies(&got);
+    eprintln!(
+        "slow reader: {} bytes, {} replies, end {end:?}",
+        got.len(),
+        replies.len()
+    );
+    assert_eq!(end, Ok(()), "want EOF after the last reply");
+    assert!(rest.is_empty(), "a reply was cut: {} bytes left", rest.len());
+    assert_eq!(replies.len(), 8);
+    for (i, r) in replies.iter().enumerate() {
+        if i % 2 == 0 {
+            assert_eq!(show(r), show(&int(i as i64 / 2 + 1)));
+        } else {
+            assert!(r == &bulk(&big), "reply {i} is not the big value");
+        }
+    }
+    drop(c);
+    drop(s);
+    let status = a.wait_exit(Duration::from_secs(10)).expect("A exits");
+    assert!(status.success(), "exit {status:?}; log:\n{}", a.log());
+    let mut direct = backends[0].raw();
+    assert_eq!(direct.cmd(&[b"GET", b"slow"]), bulk(b"4"), "late requests executed");
+}
