@@ -51,6 +51,9 @@ pub struct WorkerShared {
     /// Open downstream sessions by id, with their reply queue, whose `reader` notification a
     /// drain uses to stop their readers. Touched once per connection, not per request.
     sessions: RefCell<HashMap<u64, Weak<Sink>>>,
+    /// Accept loops running: a drain waits for them to end, so a connection their last accept
+    /// took is served, not dropped with a cancelled accept.
+    accepting: Cell<usize>,
 }
 
 impl WorkerShared {
@@ -197,6 +200,7 @@ pub fn spawn(
                         next_session: Cell::new(0),
                         closed_since_trim: Cell::new(0),
                         sessions: RefCell::new(HashMap::new()),
+                        accepting: Cell::new(0),
                     }),
                     store,
                     registry,
@@ -377,8 +381,18 @@ impl Worker {
             queued,
             "draining"
         );
-        while self.shared.open_sessions() > 0 && Instant::now() < deadline {
+        loop {
             net::sleep(Duration::from_millis(5)).await;
+            let busy = self.shared.open_sessions() > 0 || self.shared.accepting.get() > 0;
+            if !busy || Instant::now() >= deadline {
+                break;
+            }
+        }
+        if self.shared.accepting.get() > 0 {
+            warn!(
+                worker = self.shared.id,
+                "drain timeout: an accept loop did not stop"
+            );
         }
         if self.shared.open_sessions() > 0 {
             warn!(
@@ -417,6 +431,14 @@ async fn accept_loop(
     handle: Rc<ListenerHandle>,
     shared: Rc<WorkerShared>,
 ) {
+    struct Accepting(Rc<WorkerShared>);
+    impl Drop for Accepting {
+        fn drop(&mut self) {
+            self.0.accepting.set(self.0.accepting.get() - 1);
+        }
+    }
+    shared.accepting.set(shared.accepting.get() + 1);
+    let _accepting = Accepting(shared.clone());
     loop {
         match net::accept(&listener).await {
             Ok((stream, _peer)) => net::spawn(session::run(stream, handle.clone(), shared.clone())),
