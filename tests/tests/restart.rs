@@ -233,7 +233,7 @@ fn run_client(addr: String, id: usize, depth: usize, stop: Arc<AtomicBool>) -> C
         }
         if !stopping {
             while outstanding.len() < depth {
-                let req = if turn % 2 == 0 {
+                let req = if turn.is_multiple_of(2) {
                     Req::Incr
                 } else {
                     r.sets += 1;
