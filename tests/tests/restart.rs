@@ -487,9 +487,9 @@ fn drain_by_admin_moves_admin_port() {
     drop(b);
 }
 
-/// Idle connections are closed at once by a drain: the client reads EOF (not a reset), even one
-/// that has sent half a request (which is dropped unexecuted), and the process exits as soon as
-/// its clients have closed, long before `drain_timeout` (5 s).
+/// Idle connections are closed at once by a drain (`respite drain --config`): the client reads
+/// EOF (not a reset), even one that has sent half a request (which is dropped unexecuted), and
+/// the process exits as soon as its clients have closed, long before `drain_timeout` (5 s).
 #[test]
 fn drain_closes_idle_connections_at_once() {
     let backends = servers(1);
@@ -503,7 +503,9 @@ fn drain_closes_idle_connections_at_once() {
     idle[9].send_raw(b"*3\r\n$3\r\nSET\r\n$4\r\nhalf\r\n$1\r\n");
     std::thread::sleep(Duration::from_millis(100));
     let t = Instant::now();
-    a.signal("TERM");
+    let config = a.config_path();
+    let out = respite_drain(&["--config", config.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "respite drain --config: {out:?}");
     let eofs: Vec<(Duration, Result<usize, String>)> = idle
         .iter()
         .map(|c| {
