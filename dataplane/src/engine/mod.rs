@@ -226,7 +226,10 @@ impl Engine {
     /// and stops every worker.
     pub fn drain(self) {
         self.admin.stop();
-        if crate::net::tcp_migrate_req() == Some(false) {
+        // With migration on, the kernel hands queued connections to the new process as the
+        // listeners close: better than accepting them here only to close them.
+        let migrate = crate::net::tcp_migrate_req() == Some(true);
+        if !migrate {
             warn!(
                 "net.ipv4.tcp_migrate_req = 0: connections still in the accept queue when a \
                  listener closes are reset instead of moving to the new process's listener; set \
@@ -235,7 +238,10 @@ impl Engine {
         }
         let timeout = self.config.runtime.drain_timeout;
         for (tx, _) in &self.workers {
-            let _ = tx.send_blocking(worker::Control::Drain(timeout));
+            let _ = tx.send_blocking(worker::Control::Drain {
+                timeout,
+                accept_queued: !migrate,
+            });
         }
         for (_, join) in self.workers {
             let _ = join.join();

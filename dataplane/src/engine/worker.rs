@@ -30,9 +30,13 @@ const TRIM_CHECK_EVERY: Duration = Duration::from_millis(250);
 pub enum Control {
     /// Apply a new config snapshot; the result goes back on the sender.
     Apply(Arc<Config>, mpsc::Sender<Result<(), String>>),
-    /// Stop accepting, answer what was read, close connections gracefully (up to the timeout),
-    /// then stop.
-    Drain(Duration),
+    /// Stop accepting, answer what was read, close connections gracefully (up to `timeout`),
+    /// then stop. `accept_queued`: serve the connections already queued on the listeners rather
+    /// than let the kernel reset them (when it cannot migrate them: `tcp_migrate_req = 0`).
+    Drain {
+        timeout: Duration,
+        accept_queued: bool,
+    },
 }
 
 /// Worker-wide state the sessions see.
@@ -221,8 +225,11 @@ pub fn spawn(
                         Control::Apply(cfg, reply) => {
                             let _ = reply.send(worker.apply(&cfg));
                         }
-                        Control::Drain(timeout) => {
-                            worker.drain(timeout).await;
+                        Control::Drain {
+                            timeout,
+                            accept_queued,
+                        } => {
+                            worker.drain(timeout, accept_queued).await;
                             return;
                         }
                     }
@@ -346,20 +353,21 @@ impl Worker {
     /// Hot-restart drain (docs/hot-restart.md). Every connection closed here has answered
     /// every request it executed, and executed none it did not answer, so its client may resend
     /// whatever got no reply on a new connection (to the process that replaces this one):
-    /// 1. accept what is already queued on each listener (those connections are drained like
-    ///    the others instead of being reset) and stop listening;
+    /// 1. with `accept_queued`, accept what is already queued on each listener (those
+    ///    connections are drained like the others instead of being reset; without it the kernel
+    ///    migrates them to the new process), and stop listening;
     /// 2. wake every reader: it stops reading, so a partial request at the end of its buffer is
     ///    dropped unexecuted; the writer sends every reply, then FIN, then reads and discards
     ///    until the client closes (a close with unread bytes would send RST, which can destroy
     ///    replies the client has not read yet);
     /// 3. wait until every session is closed or `timeout` passes.
-    async fn drain(&mut self, timeout: Duration) {
+    async fn drain(&mut self, timeout: Duration, accept_queued: bool) {
         let deadline = Instant::now() + timeout;
         self.shared.draining.set(true);
         self.shared.drain_deadline.set(Some(deadline));
         let mut queued = 0usize;
         for (name, l) in &self.listeners {
-            loop {
+            while accept_queued {
                 match net::accept_queued(&l.socket) {
                     Ok(Some(stream)) => {
                         queued += 1;
