@@ -367,18 +367,8 @@ impl Worker {
         self.shared.drain_deadline.set(Some(deadline));
         let mut queued = 0usize;
         for (name, l) in &self.listeners {
-            while accept_queued {
-                match net::accept_queued(&l.socket) {
-                    Ok(Some(stream)) => {
-                        queued += 1;
-                        net::spawn(session::run(stream, l.handle.clone(), self.shared.clone()));
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        warn!(listener = %name, error = %e, "drain: accepting queued connections failed");
-                        break;
-                    }
-                }
+            if accept_queued {
+                queued += self.serve_queued(name, l);
             }
             net::stop_listening(&l.socket);
         }
@@ -411,6 +401,27 @@ impl Worker {
             );
         }
         self.listeners.clear();
+    }
+}
+
+impl Worker {
+    /// Accepts, without waiting, every connection queued on `l` and serves it (through the drain
+    /// already under way); returns how many.
+    fn serve_queued(&self, name: &str, l: &ActiveListener) -> usize {
+        let mut n = 0;
+        loop {
+            match net::accept_queued(&l.socket) {
+                Ok(Some(stream)) => {
+                    n += 1;
+                    net::spawn(session::run(stream, l.handle.clone(), self.shared.clone()));
+                }
+                Ok(None) => return n,
+                Err(e) => {
+                    warn!(listener = %name, error = %e, "drain: accepting queued connections failed");
+                    return n;
+                }
+            }
+        }
     }
 }
 
