@@ -197,8 +197,9 @@ async fn read_unless_stopped(
 }
 
 /// After the last reply of a drained connection: FIN, then read and discard until the client
-/// closes or `deadline` passes. Closing with unread bytes would make the kernel send RST, and an
-/// RST can destroy replies still waiting in the client's receive buffer.
+/// closes or `deadline` passes. Closing with unread bytes makes Linux send RST at once, dropping
+/// the replies still in this socket's send queue (a slow reader then sees a cut reply and
+/// `connection reset`).
 async fn linger(stream: &TcpStream, deadline: Instant) {
     net::shutdown_write(stream);
     let mut buf: Vec<u8> = Vec::with_capacity(4096);

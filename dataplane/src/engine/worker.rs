@@ -358,8 +358,8 @@ impl Worker {
     ///    migrates them to the new process), and stop listening;
     /// 2. wake every reader: it stops reading, so a partial request at the end of its buffer is
     ///    dropped unexecuted; the writer sends every reply, then FIN, then reads and discards
-    ///    until the client closes (a close with unread bytes would send RST, which can destroy
-    ///    replies the client has not read yet);
+    ///    until the client closes (a close with unread bytes would send RST and drop the replies
+    ///    still in the send queue);
     /// 3. wait until every session is closed or `timeout` passes.
     async fn drain(&mut self, timeout: Duration, accept_queued: bool) {
         let deadline = Instant::now() + timeout;
