@@ -1,7 +1,10 @@
 //! `respite`: the data-plane binary.
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
@@ -28,11 +31,44 @@ enum Command {
         /// The TOML config file.
         file: PathBuf,
     },
+    /// Tell a running respite to drain and exit (hot restart, docs/hot-restart.md): it stops
+    /// accepting, answers the requests it has read, closes its connections and exits 0. Exit 0
+    /// once the request is accepted; 1 with the reason when nothing answers.
+    #[command(group(clap::ArgGroup::new("target").required(true)))]
+    Drain {
+        /// POST /drain_listeners to the admin address of this config file.
+        #[arg(long, value_name = "FILE", group = "target")]
+        config: Option<PathBuf>,
+        /// POST /drain_listeners to this admin address (host:port).
+        #[arg(long, value_name = "ADDR", group = "target")]
+        admin: Option<SocketAddr>,
+        /// Send SIGTERM to this process.
+        #[arg(long, value_name = "PID", group = "target")]
+        pid: Option<i32>,
+        /// Also wait until the process has exited.
+        #[arg(long)]
+        wait: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Some(Command::Drain {
+            config,
+            admin,
+            pid,
+            wait,
+        }) => match drain(config, admin, pid, wait) {
+            Ok(msg) => {
+                println!("{msg}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("respite drain: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Some(Command::CheckConfig { file }) => match respite::config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());
@@ -66,6 +102,91 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `respite drain`: asks the process (by pid, or through its admin endpoint) to drain; with
+/// `wait`, returns once it is gone. Errors name what did not answer.
+fn drain(
+    config: Option<PathBuf>,
+    admin: Option<SocketAddr>,
+    pid: Option<i32>,
+    wait: bool,
+) -> Result<String, String> {
+    let (pid, what) = match (config, admin, pid) {
+        (_, _, Some(pid)) => {
+            // SAFETY: kill(2) has no memory effects.
+            if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(format!("SIGTERM to pid {pid}: {e}"));
+            }
+            (pid, format!("sent SIGTERM to pid {pid}"))
+        }
+        (Some(file), _, None) => {
+            let config = respite::config::load(&file).map_err(|e| e.to_string())?;
+            post_drain(config.admin.address)?
+        }
+        (None, Some(addr), None) => post_drain(addr)?,
+        (None, None, None) => return Err("one of --config, --admin, --pid is required".into()),
+    };
+    if !wait {
+        return Ok(what);
+    }
+    while alive(pid) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(format!("{what}; pid {pid} exited"))
+}
+
+/// True while `pid` exists and has not exited (a zombie waiting for its parent has exited).
+fn alive(pid: i32) -> bool {
+    // Signal 0 only checks existence: ESRCH once the process is gone.
+    // SAFETY: kill(2) has no memory effects.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the parenthesised command name, which may itself hold ") ".
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    state != Some('Z')
+}
+
+/// `POST /drain_listeners` to the admin endpoint at `addr` (loopback if `addr` is unspecified):
+/// the pid it reported and a message.
+fn post_drain(mut addr: SocketAddr) -> Result<(i32, String), String> {
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .map_err(|e| format!("nothing answers on admin address {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let request = format!(
+        "POST {} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n",
+        respite::admin::DRAIN_PATH
+    );
+    let mut response = String::new();
+    s.write_all(request.as_bytes())
+        .and_then(|()| s.read_to_string(&mut response))
+        .map_err(|e| format!("admin address {addr}: {e}"))?;
+    let status = response.split_whitespace().nth(1).unwrap_or("");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .trim();
+    if status != "200" {
+        return Err(format!(
+            "admin address {addr} answered {status}: {body} (is it respite?)"
+        ));
+    }
+    let pid = body
+        .rsplit_once("pid=")
+        .and_then(|(_, p)| p.trim().parse().ok())
+        .ok_or_else(|| format!("admin address {addr}: unexpected answer {body:?}"))?;
+    Ok((pid, format!("pid {pid} at {addr} is draining")))
 }
 
 /// `RUST_LOG` wins over the config's `runtime.log_level`; the default is `info`.

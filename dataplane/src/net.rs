@@ -48,6 +48,38 @@ pub fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
+/// Accepts one connection already waiting in `listener`'s accept queue, without waiting:
+/// `Ok(None)` when the queue is empty. Used at drain, so connections the kernel queued for this
+/// process are served rather than reset when the listener closes.
+pub fn accept_queued(listener: &TcpListener) -> io::Result<Option<TcpStream>> {
+    match SockRef::from(listener).accept() {
+        Ok((socket, _peer)) => {
+            let stream = TcpStream::from_std(socket.into())?;
+            stream.set_nodelay(true)?;
+            Ok(Some(stream))
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Stops `listener` listening, as closing it would (the kernel takes it out of its
+/// `SO_REUSEPORT` group, and with `net.ipv4.tcp_migrate_req = 1` moves its queued connections to
+/// another listener of the group; otherwise it resets them), but keeps the descriptor, so an
+/// accept waiting on it wakes with an error instead of being cancelled mid-flight (a cancelled
+/// accept may have taken a connection nobody would serve).
+pub fn stop_listening(listener: &TcpListener) {
+    let _ = SockRef::from(listener).shutdown(std::net::Shutdown::Read);
+}
+
+/// `net.ipv4.tcp_migrate_req` of this network namespace (Linux ≥ 5.14): `Some(true)` when a
+/// closing `SO_REUSEPORT` listener's queued connections move to another listener of its group;
+/// `None` when the kernel does not have the setting.
+pub fn tcp_migrate_req() -> Option<bool> {
+    let v = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_migrate_req").ok()?;
+    Some(v.trim() != "0")
+}
+
 /// Accepts one downstream connection and sets `TCP_NODELAY` on it.
 pub async fn accept(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr)> {
     let (stream, peer) = listener.accept().await?;
@@ -104,6 +136,12 @@ pub async fn write_all(stream: &TcpStream, buf: Vec<u8>) -> BufResult<(), Vec<u8
 /// Shuts both directions of a stream so a task blocked reading it wakes with end of stream.
 pub fn shutdown(stream: &TcpStream) {
     let _ = SockRef::from(stream).shutdown(std::net::Shutdown::Both);
+}
+
+/// Shuts the sending direction only: the peer reads end of stream after the last byte written,
+/// while this side can still read (and discard) what the peer sends.
+pub fn shutdown_write(stream: &TcpStream) {
+    let _ = SockRef::from(stream).shutdown(std::net::Shutdown::Write);
 }
 
 /// Runs `fut` in the background on the current worker.

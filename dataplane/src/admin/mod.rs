@@ -1,21 +1,26 @@
 //! Admin HTTP endpoint on its own thread, off the data path (Envoy admin style).
 //!
-//! Endpoints (all `GET`; other methods on a known path get `405`, unknown paths `404`):
+//! Endpoints (`GET` unless noted; a wrong method on a known path gets `405`, unknown paths `404`):
 //!
 //! | path | response |
 //! |---|---|
+//! | `POST /drain_listeners` | `200` `OK draining pid=<pid>\n`, then the process drains and exits as on SIGTERM (Envoy's endpoint name; Envoy only drains listeners, here the whole process goes, as hot restart needs). |
 //! | `/stats` | `text/plain; charset=UTF-8`, [`Store::render_text`] (Envoy admin `/stats`). `?filter=<s>` keeps stat names containing the substring `s` (percent-decoded; Envoy takes a regex, we take a substring). |
 //! | `/stats/prometheus` | `text/plain; version=0.0.4; charset=utf-8`, [`Store::render_prometheus`] (Prometheus text format 0.0.4); `?filter=` as above, on the Envoy stat name. |
 //! | `/ready` | `200` `LIVE\n` (Envoy's `/ready` body) |
 //! | `/help` | the endpoint list |
 //!
 //! The server is blocking `tiny_http` on one background thread; it never touches a worker.
+//! [`spawn_or_retry`] starts it even while another process (the one being replaced in a hot
+//! restart) still holds the address: it keeps retrying the bind in the background.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::stats::Store;
 
@@ -29,7 +34,15 @@ pub const HELP_TEXT: &str = "admin commands are:\n  \
 /help: print out list of admin commands\n  \
 /ready: print server state, return 200 if LIVE\n  \
 /stats: print server stats; param: filter=<substring>\n  \
-/stats/prometheus: print server stats in prometheus format; param: filter=<substring>\n";
+/stats/prometheus: print server stats in prometheus format; param: filter=<substring>\n  \
+/drain_listeners (POST): stop accepting, finish in-flight requests, close connections, exit\n";
+
+/// Path of the drain endpoint (Envoy admin's name; `POST` only).
+pub const DRAIN_PATH: &str = "/drain_listeners";
+
+/// How often [`spawn_or_retry`] retries a bind refused with `EADDRINUSE`: the process being
+/// replaced releases the admin port as soon as it starts draining, so the gap stays this short.
+const BIND_RETRY_EVERY: Duration = Duration::from_millis(100);
 
 /// A running admin server; stops its thread (and closes the listener) when dropped.
 pub struct AdminServer {
@@ -86,12 +99,115 @@ pub fn spawn(addr: SocketAddr, stats: Arc<Store>) -> io::Result<AdminServer> {
     })
 }
 
+/// The admin endpoint of a running engine: bound now, or still retrying in the background
+/// (while a process being replaced holds the address). Stops serving on [`AdminHandle::stop`]
+/// or drop.
+pub struct AdminHandle {
+    address: SocketAddr,
+    state: Arc<Mutex<AdminState>>,
+}
+
+#[derive(Default)]
+struct AdminState {
+    server: Option<AdminServer>,
+    stopped: bool,
+}
+
+impl AdminHandle {
+    /// The configured address (the bound one once bound: the real port when given port 0).
+    pub fn address(&self) -> SocketAddr {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .server
+            .as_ref()
+            .map(|s| s.local_addr)
+            .unwrap_or(self.address)
+    }
+
+    /// True once the address is bound and served.
+    pub fn is_bound(&self) -> bool {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.server.is_some()
+    }
+
+    /// Closes the admin listener (so a new process can take the address) and stops retrying.
+    pub fn stop(&self) {
+        let server = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.stopped = true;
+            state.server.take()
+        };
+        drop(server);
+    }
+}
+
+impl Drop for AdminHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Like [`spawn`], but an address in use (`EADDRINUSE`: the process this one replaces still
+/// serves it) is not an error: a background thread retries every 100 ms until the bind succeeds
+/// or the handle is stopped.
+///
+/// # Errors
+/// Any other bind error (address not local, permission denied, …).
+pub fn spawn_or_retry(addr: SocketAddr, stats: Arc<Store>) -> io::Result<AdminHandle> {
+    let state = Arc::new(Mutex::new(AdminState::default()));
+    match spawn(addr, stats.clone()) {
+        Ok(server) => {
+            state.lock().unwrap_or_else(PoisonError::into_inner).server = Some(server);
+        }
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            tracing::warn!(
+                %addr,
+                "admin address in use (the process being replaced?); retrying in the background"
+            );
+            let state = Arc::clone(&state);
+            std::thread::Builder::new()
+                .name("respite-admin-bind".to_owned())
+                .spawn(move || retry_bind(addr, &stats, &state))?;
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(AdminHandle {
+        address: addr,
+        state,
+    })
+}
+
+fn retry_bind(addr: SocketAddr, stats: &Arc<Store>, state: &Mutex<AdminState>) {
+    loop {
+        std::thread::sleep(BIND_RETRY_EVERY);
+        if state.lock().unwrap_or_else(PoisonError::into_inner).stopped {
+            return;
+        }
+        match spawn(addr, stats.clone()) {
+            Ok(server) => {
+                let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+                if !s.stopped {
+                    tracing::info!(admin = %server.local_addr, "admin listening");
+                    s.server = Some(server);
+                }
+                return;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
+            Err(e) => {
+                tracing::error!(%addr, error = %e, "admin: bind failed; no admin endpoint");
+                return;
+            }
+        }
+    }
+}
+
 fn serve(server: &tiny_http::Server, stop: &AtomicBool, stats: &Store) {
     loop {
         match server.recv() {
             Ok(req) => {
                 let is_get = matches!(req.method(), tiny_http::Method::Get);
                 let reply = route(is_get, req.url(), stats);
+                let drain = !is_get && reply.status == 200 && is_drain(req.url());
                 let mut resp =
                     tiny_http::Response::from_string(reply.body).with_status_code(reply.status);
                 if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", reply.content_type) {
@@ -99,6 +215,9 @@ fn serve(server: &tiny_http::Server, stop: &AtomicBool, stats: &Store) {
                 }
                 if let Err(e) = req.respond(resp) {
                     tracing::debug!(error = %e, "admin: writing response failed");
+                }
+                if drain {
+                    request_drain();
                 }
             }
             Err(e) => {
@@ -130,11 +249,33 @@ fn text(status: u16, body: impl Into<String>) -> Reply {
     }
 }
 
+fn is_drain(url: &str) -> bool {
+    url.split_once('?').map_or(url, |(p, _)| p) == DRAIN_PATH
+}
+
+/// Sends SIGTERM to this process, so a drain asked over HTTP takes exactly the SIGTERM path
+/// (`engine::run`'s signal loop). A process embedding the engine without that loop gets
+/// SIGTERM's default action.
+fn request_drain() {
+    tracing::info!("drain requested on the admin endpoint");
+    // SAFETY: kill(2) on our own pid has no memory effects.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+}
+
 /// Answers one admin request: `is_get` tells whether the method is `GET`, `url` is the request
 /// target (`/path?query`). Pure function of the store's current values (see the module docs for
-/// the endpoints).
+/// the endpoints); for `POST /drain_listeners` the caller starts the drain after replying.
 pub fn route(is_get: bool, url: &str, stats: &Store) -> Reply {
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    if path == DRAIN_PATH {
+        return if is_get {
+            text(405, "method not allowed: use POST\n")
+        } else {
+            text(200, format!("OK draining pid={}\n", std::process::id()))
+        };
+    }
     let known = matches!(
         path,
         "/stats" | "/stats/prometheus" | "/ready" | "/help" | "/"

@@ -150,6 +150,11 @@ fn route_and_query_decoding() {
     assert_eq!(route(true, "/", &s).status, 200);
     assert_eq!(route(true, "/stats/", &s).status, 404);
     assert_eq!(route(false, "/ready", &s).status, 405);
+    assert_eq!(route(true, "/drain_listeners", &s).status, 405);
+    assert_eq!(
+        route(false, "/drain_listeners", &s).body,
+        format!("OK draining pid={}\n", std::process::id())
+    );
     assert_eq!(
         query_param("a=1&filter=x%20y+z", "filter").as_deref(),
         Some("x y z")

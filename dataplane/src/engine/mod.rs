@@ -40,7 +40,7 @@ pub struct Engine {
     hosts: Arc<HostRegistry>,
     /// One discovery thread per `redis_cluster` cluster, by name, with the config it runs under.
     discoveries: HashMap<String, Running>,
-    _admin: crate::admin::AdminServer,
+    admin: crate::admin::AdminHandle,
 }
 
 /// A running discovery thread with the config it runs under and the cell it publishes into.
@@ -124,7 +124,9 @@ impl Engine {
     /// Errors: a listener or admin address cannot be bound, or io_uring is unavailable.
     pub fn start(config: Config, config_path: Option<PathBuf>) -> Result<Engine, String> {
         let store = Store::new();
-        let admin = crate::admin::spawn(config.admin.address, store.clone())
+        // An address in use is retried in the background: in a hot restart the old process
+        // holds it until it starts draining (docs/hot-restart.md).
+        let admin = crate::admin::spawn_or_retry(config.admin.address, store.clone())
             .map_err(|e| format!("admin: bind {}: {e}", config.admin.address))?;
         let registry = Arc::new(Registry::default());
         let hosts = Arc::new(HostRegistry::default());
@@ -148,7 +150,7 @@ impl Engine {
         }
         info!(
             workers = workers.len(),
-            admin = %admin.local_addr,
+            admin = %admin.address(),
             "respite started"
         );
         Ok(Engine {
@@ -159,7 +161,7 @@ impl Engine {
             registry,
             hosts,
             discoveries,
-            _admin: admin,
+            admin,
         })
     }
 
@@ -217,16 +219,47 @@ impl Engine {
         Ok(())
     }
 
-    /// Stops accepting, lets in-flight requests finish for up to `runtime.drain_timeout`, and
-    /// stops every worker.
+    /// Hot-restart drain (docs/hot-restart.md): releases the admin address (so the process
+    /// replacing this one can bind it), stops accepting (queued connections are accepted and
+    /// served first), lets every session answer the requests it has read, closes each
+    /// connection gracefully once its client has closed or `runtime.drain_timeout` has passed,
+    /// and stops every worker.
     pub fn drain(self) {
+        self.admin.stop();
+        // With migration on, the kernel hands queued connections to the new process as the
+        // listeners close: better than accepting them here only to close them.
+        let migrate = crate::net::tcp_migrate_req() == Some(true);
+        if !migrate {
+            warn!(
+                "net.ipv4.tcp_migrate_req = 0: connections still in the accept queue when a \
+                 listener closes are reset instead of moving to the new process's listener; set \
+                 it to 1 for lossless restarts (docs/hot-restart.md)"
+            );
+        }
         let timeout = self.config.runtime.drain_timeout;
         for (tx, _) in &self.workers {
-            let _ = tx.send_blocking(worker::Control::Drain(timeout));
+            let _ = tx.send_blocking(worker::Control::Drain {
+                timeout,
+                accept_queued: !migrate,
+            });
         }
         for (_, join) in self.workers {
             let _ = join.join();
         }
+        let total = |suffix: &str| -> u64 {
+            self.store
+                .counters()
+                .iter()
+                .filter(|(name, _)| name.ends_with(suffix))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        info!(
+            downstream_rq_total = total(".downstream_rq_total"),
+            downstream_cx_total = total(".downstream_cx_total"),
+            downstream_cx_drain_close = total(".downstream_cx_drain_close"),
+            "drained"
+        );
     }
 }
 

@@ -1,8 +1,12 @@
 //! One downstream (client) connection: read requests, answer or route them, write replies in
 //! request order.
 
+use std::future::Future;
 use std::ops::Range;
+use std::pin::pin;
 use std::rc::Rc;
+use std::task::Poll;
+use std::time::Instant;
 
 use tracing::debug;
 
@@ -36,22 +40,39 @@ struct Session {
     key_idx: Vec<usize>,
 }
 
-/// Serves one client connection until it closes.
-pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<WorkerShared>) {
-    serve(stream, handle, &worker).await;
-    worker.session_closed();
+/// Keeps a session registered with its worker until both its reader and its writer are done
+/// with the connection: a drain waits for that.
+struct Open {
+    worker: Rc<WorkerShared>,
+    id: u64,
 }
 
-async fn serve(stream: TcpStream, handle: Rc<ListenerHandle>, worker: &WorkerShared) {
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.worker.session_closed(self.id);
+    }
+}
+
+/// Serves one client connection until it closes.
+pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<WorkerShared>) {
     let stream = Rc::new(stream);
     let first = handle.current();
     let stats = first.stats.clone();
     stats.cx_total.inc();
     stats.cx_active.inc();
     let sink = Rc::new(Sink::new(stats.clone(), worker.active.clone()));
-    net::spawn(write_loop(stream.clone(), sink.clone(), stats.clone()));
-
     let id = worker.next_session_id();
+    worker.session_opened(id, &sink);
+    let open = Rc::new(Open {
+        worker: worker.clone(),
+        id,
+    });
+    net::spawn(write_loop(
+        stream.clone(),
+        sink.clone(),
+        stats.clone(),
+        open.clone(),
+    ));
     let mut session = Session {
         id,
         sink: sink.clone(),
@@ -74,7 +95,7 @@ async fn serve(stream: TcpStream, handle: Rc<ListenerHandle>, worker: &WorkerSha
     let mut start = 0usize;
 
     'conn: loop {
-        while !sink.has_capacity() && !sink.is_closed() {
+        while !sink.has_capacity() && !sink.is_closed() && !worker.is_draining() {
             sink.pause_reader();
             sink.reader.notified().await;
         }
@@ -94,7 +115,12 @@ async fn serve(stream: TcpStream, handle: Rc<ListenerHandle>, worker: &WorkerSha
         if buf.capacity() - buf.len() < READ_INITIAL / 2 {
             buf.reserve(buf.len().max(READ_CHUNK));
         }
-        let BufResult(res, b) = net::read_append(&stream, buf).await;
+        // A drain stops the read: bytes the kernel still holds are never executed (the client
+        // resends them elsewhere), and only a partial request can be left in `buf`.
+        let Some(BufResult(res, b)) = read_unless_stopped(&stream, buf, &sink, &worker).await
+        else {
+            break;
+        };
         buf = b;
         let n = match res {
             Ok(0) => break,
@@ -139,6 +165,57 @@ async fn serve(stream: TcpStream, handle: Rc<ListenerHandle>, worker: &WorkerSha
         stats.cx_drain_close.inc();
     }
     sink.reader_done();
+}
+
+/// Reads like [`net::read_append`], unless the worker starts draining or the client connection
+/// is closed first (`None`: the read is abandoned and whatever it may have read is never
+/// executed). Both wake the reader through `sink.reader`; other wake-ups of it are ignored, so a
+/// read is only ever abandoned when the session ends.
+async fn read_unless_stopped(
+    stream: &TcpStream,
+    buf: Vec<u8>,
+    sink: &Sink,
+    worker: &WorkerShared,
+) -> Option<BufResult<usize, Vec<u8>>> {
+    let mut read = pin!(net::read_append(stream, buf));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = read.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
+        }
+        loop {
+            match pin!(sink.reader.notified()).poll(cx) {
+                Poll::Ready(()) if worker.is_draining() || sink.is_closed() => {
+                    return Poll::Ready(None);
+                }
+                // A stale wake-up (back-pressure lifted earlier): re-arm the wait.
+                Poll::Ready(()) => continue,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    })
+    .await
+}
+
+/// After the last reply of a drained connection: FIN, then read and discard until the client
+/// closes or `deadline` passes. Closing with unread bytes makes Linux send RST at once, dropping
+/// the replies still in this socket's send queue (a slow reader then sees a cut reply and
+/// `connection reset`).
+async fn linger(stream: &TcpStream, deadline: Instant) {
+    net::shutdown_write(stream);
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        match net::timeout(left, net::read_append(stream, buf)).await {
+            Some(BufResult(Ok(n), b)) if n > 0 => {
+                buf = b;
+                buf.clear();
+            }
+            _ => return,
+        }
+    }
 }
 
 impl Session {
@@ -463,8 +540,14 @@ impl Session {
 
 /// Writes completed replies to the client; closes the connection when the reader is done and
 /// every reply is written, or when a write fails.
-async fn write_loop(stream: Rc<TcpStream>, sink: Rc<Sink>, stats: Rc<super::stats::ListenerStats>) {
+async fn write_loop(
+    stream: Rc<TcpStream>,
+    sink: Rc<Sink>,
+    stats: Rc<super::stats::ListenerStats>,
+    open: Rc<Open>,
+) {
     let mut spare: Vec<u8> = Vec::new();
+    let mut failed = false;
     loop {
         match sink.take_output(spare) {
             Ok((buf, n)) => {
@@ -474,6 +557,7 @@ async fn write_loop(stream: Rc<TcpStream>, sink: Rc<Sink>, stats: Rc<super::stat
                     debug!(error = %e, "downstream write failed");
                     sink.written(n);
                     sink.close();
+                    failed = true;
                     break;
                 }
                 stats.tx_bytes.add(len as u64);
@@ -494,8 +578,11 @@ async fn write_loop(stream: Rc<TcpStream>, sink: Rc<Sink>, stats: Rc<super::stat
         }
     }
     sink.close();
+    match open.worker.drain_deadline() {
+        Some(deadline) if !failed => linger(&stream, deadline).await,
+        _ => net::shutdown(&stream),
+    }
     stats.cx_active.dec();
-    net::shutdown(&stream);
 }
 
 // Keep Rc<Sink> coercible to Rc<dyn Deliver>.

@@ -5,13 +5,14 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
 use super::session;
+use super::sink::Sink;
 use super::stats::ListenerStats;
 use crate::cluster::topology::Registry;
 use crate::config::{Config, ListenerConfig};
@@ -29,8 +30,13 @@ const TRIM_CHECK_EVERY: Duration = Duration::from_millis(250);
 pub enum Control {
     /// Apply a new config snapshot; the result goes back on the sender.
     Apply(Arc<Config>, mpsc::Sender<Result<(), String>>),
-    /// Stop accepting, let in-flight requests finish (up to the timeout), then stop.
-    Drain(Duration),
+    /// Stop accepting, answer what was read, close connections gracefully (up to `timeout`),
+    /// then stop. `accept_queued`: serve the connections already queued on the listeners rather
+    /// than let the kernel reset them (when it cannot migrate them: `tcp_migrate_req = 0`).
+    Drain {
+        timeout: Duration,
+        accept_queued: bool,
+    },
 }
 
 /// Worker-wide state the sessions see.
@@ -41,9 +47,17 @@ pub struct WorkerShared {
     /// Requests accepted and not yet fully written back (drain waits for zero).
     pub active: Rc<Cell<i64>>,
     draining: Cell<bool>,
+    /// When the drain ends: sessions still open then are closed abruptly.
+    drain_deadline: Cell<Option<Instant>>,
     next_session: Cell<u64>,
     /// Downstream sessions closed since freed memory was last handed back to the kernel.
     closed_since_trim: Cell<usize>,
+    /// Open downstream sessions by id, with their reply queue, whose `reader` notification a
+    /// drain uses to stop their readers. Touched once per connection, not per request.
+    sessions: RefCell<HashMap<u64, Weak<Sink>>>,
+    /// Accept loops running: a drain waits for them to end, so a connection their last accept
+    /// took is served, not dropped with a cancelled accept.
+    accepting: Cell<usize>,
 }
 
 impl WorkerShared {
@@ -59,14 +73,42 @@ impl WorkerShared {
         session * self.workers as u64 + self.id as u64 + 1
     }
 
-    /// A downstream session closed (its memory is handed back by [`trim_memory`]).
-    pub fn session_closed(&self) {
+    /// Session `id` opened; a drain wakes its reader through `sink.reader`.
+    pub fn session_opened(&self, id: u64, sink: &Rc<Sink>) {
+        self.sessions.borrow_mut().insert(id, Rc::downgrade(sink));
+    }
+
+    /// Session `id`'s connection closed (its memory is handed back by [`trim_memory`]).
+    pub fn session_closed(&self, id: u64) {
+        self.sessions.borrow_mut().remove(&id);
         self.closed_since_trim.set(self.closed_since_trim.get() + 1);
     }
 
     /// True once SIGTERM asked this worker to drain.
     pub fn is_draining(&self) -> bool {
         self.draining.get()
+    }
+
+    /// When the drain ends (`None` while not draining).
+    pub fn drain_deadline(&self) -> Option<Instant> {
+        self.drain_deadline.get()
+    }
+
+    fn open_sessions(&self) -> usize {
+        self.sessions.borrow().len()
+    }
+
+    /// Wakes every session's reader so it sees the drain, even while it waits for bytes.
+    fn wake_readers(&self) {
+        let sinks: Vec<Rc<Sink>> = self
+            .sessions
+            .borrow()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for sink in sinks {
+            sink.reader.notify();
+        }
     }
 }
 
@@ -113,6 +155,8 @@ impl ListenerHandle {
 struct ActiveListener {
     address: SocketAddr,
     handle: Rc<ListenerHandle>,
+    /// Shared with the accept task, so a drain can empty its queue and stop it listening.
+    socket: Rc<TcpListener>,
     _accept: TaskHandle,
 }
 
@@ -156,8 +200,11 @@ pub fn spawn(
                         workers: config.runtime.workers.max(1),
                         active: Rc::new(Cell::new(0)),
                         draining: Cell::new(false),
+                        drain_deadline: Cell::new(None),
                         next_session: Cell::new(0),
                         closed_since_trim: Cell::new(0),
+                        sessions: RefCell::new(HashMap::new()),
+                        accepting: Cell::new(0),
                     }),
                     store,
                     registry,
@@ -178,8 +225,11 @@ pub fn spawn(
                         Control::Apply(cfg, reply) => {
                             let _ = reply.send(worker.apply(&cfg));
                         }
-                        Control::Drain(timeout) => {
-                            worker.drain(timeout).await;
+                        Control::Drain {
+                            timeout,
+                            accept_queued,
+                        } => {
+                            worker.drain(timeout, accept_queued).await;
                             return;
                         }
                     }
@@ -272,8 +322,9 @@ impl Worker {
                     let handle = Rc::new(ListenerHandle {
                         current: RefCell::new(rt),
                     });
+                    let socket = Rc::new(socket);
                     let accept = net::spawn_cancellable(accept_loop(
-                        socket,
+                        socket.clone(),
                         handle.clone(),
                         self.shared.clone(),
                     ));
@@ -285,6 +336,7 @@ impl Worker {
                         ActiveListener {
                             address,
                             handle,
+                            socket,
                             _accept: accept,
                         },
                     );
@@ -298,20 +350,77 @@ impl Worker {
         Ok(())
     }
 
-    /// Stops accepting and waits until every accepted request is answered or `timeout` passes.
-    async fn drain(&mut self, timeout: Duration) {
-        self.shared.draining.set(true);
-        self.listeners.clear();
+    /// Hot-restart drain (docs/hot-restart.md). Every connection closed here has answered
+    /// every request it executed, and executed none it did not answer, so its client may resend
+    /// whatever got no reply on a new connection (to the process that replaces this one):
+    /// 1. with `accept_queued`, accept what is already queued on each listener (those
+    ///    connections are drained like the others instead of being reset; without it the kernel
+    ///    migrates them to the new process), and stop listening;
+    /// 2. wake every reader: it stops reading, so a partial request at the end of its buffer is
+    ///    dropped unexecuted; the writer sends every reply, then FIN, then reads and discards
+    ///    until the client closes (a close with unread bytes would send RST and drop the replies
+    ///    still in the send queue);
+    /// 3. wait until every session is closed or `timeout` passes.
+    async fn drain(&mut self, timeout: Duration, accept_queued: bool) {
         let deadline = Instant::now() + timeout;
-        while self.shared.active.get() > 0 && Instant::now() < deadline {
-            net::sleep(Duration::from_millis(5)).await;
+        self.shared.draining.set(true);
+        self.shared.drain_deadline.set(Some(deadline));
+        let mut queued = 0usize;
+        for (name, l) in &self.listeners {
+            if accept_queued {
+                queued += self.serve_queued(name, l);
+            }
+            net::stop_listening(&l.socket);
         }
-        if self.shared.active.get() > 0 {
+        self.shared.wake_readers();
+        info!(
+            worker = self.shared.id,
+            sessions = self.shared.open_sessions(),
+            queued,
+            "draining"
+        );
+        loop {
+            net::sleep(Duration::from_millis(5)).await;
+            let busy = self.shared.open_sessions() > 0 || self.shared.accepting.get() > 0;
+            if !busy || Instant::now() >= deadline {
+                break;
+            }
+        }
+        if self.shared.accepting.get() > 0 {
             warn!(
                 worker = self.shared.id,
-                active = self.shared.active.get(),
-                "drain timeout with requests in flight"
+                "drain timeout: an accept loop did not stop"
             );
+        }
+        if self.shared.open_sessions() > 0 {
+            warn!(
+                worker = self.shared.id,
+                sessions = self.shared.open_sessions(),
+                active = self.shared.active.get(),
+                "drain timeout: closing connections still open"
+            );
+        }
+        self.listeners.clear();
+    }
+}
+
+impl Worker {
+    /// Accepts, without waiting, every connection queued on `l` and serves it (through the drain
+    /// already under way); returns how many.
+    fn serve_queued(&self, name: &str, l: &ActiveListener) -> usize {
+        let mut n = 0;
+        loop {
+            match net::accept_queued(&l.socket) {
+                Ok(Some(stream)) => {
+                    n += 1;
+                    net::spawn(session::run(stream, l.handle.clone(), self.shared.clone()));
+                }
+                Ok(None) => return n,
+                Err(e) => {
+                    warn!(listener = %name, error = %e, "drain: accepting queued connections failed");
+                    return n;
+                }
+            }
         }
     }
 }
@@ -336,10 +445,24 @@ async fn trim_memory(shared: Rc<WorkerShared>) {
     }
 }
 
-async fn accept_loop(listener: TcpListener, handle: Rc<ListenerHandle>, shared: Rc<WorkerShared>) {
+async fn accept_loop(
+    listener: Rc<TcpListener>,
+    handle: Rc<ListenerHandle>,
+    shared: Rc<WorkerShared>,
+) {
+    struct Accepting(Rc<WorkerShared>);
+    impl Drop for Accepting {
+        fn drop(&mut self) {
+            self.0.accepting.set(self.0.accepting.get() - 1);
+        }
+    }
+    shared.accepting.set(shared.accepting.get() + 1);
+    let _accepting = Accepting(shared.clone());
     loop {
         match net::accept(&listener).await {
             Ok((stream, _peer)) => net::spawn(session::run(stream, handle.clone(), shared.clone())),
+            // A drain stopped the listener; connections accepted before that are served above.
+            Err(_) if shared.is_draining() => return,
             Err(e) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning.
                 warn!(error = %e, "accept failed");
