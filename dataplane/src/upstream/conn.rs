@@ -16,6 +16,7 @@ use tracing::{debug, warn};
 use super::{
     HostStats, POOL_REPLACED, PoolSettings, Redirect, Retry, SharedHost, Target, UPSTREAM_FAILURE,
 };
+use crate::cluster::health::Streak;
 use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
@@ -120,6 +121,8 @@ pub struct Conn {
     redirect: Option<Weak<dyn Redirect>>,
     /// Send `READONLY` after connecting (a Redis Cluster replica serving reads).
     readonly: bool,
+    /// Consecutive failures on this connection, for outlier detection (`cluster::health`).
+    streak: Streak,
 }
 
 impl Conn {
@@ -160,6 +163,7 @@ impl Conn {
             retiring: Cell::new(false),
             redirect,
             readonly,
+            streak: Streak::default(),
         });
         net::spawn(supervise(conn.clone()));
         net::spawn(expire_timeouts(conn.clone()));
@@ -169,6 +173,12 @@ impl Conn {
     /// The upstream host's address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// False while the host fails its health checks or is ejected (one relaxed load).
+    #[inline]
+    pub fn healthy(&self) -> bool {
+        self.host.health.is_healthy()
     }
 
     /// Queues one encoded request whose reply goes to `target`.
@@ -300,6 +310,7 @@ impl Conn {
     /// Matches one reply to the oldest pending request. `false` if nothing was pending (a
     /// desynchronised connection, which the caller closes).
     fn on_reply(&self, reply: &[u8]) -> bool {
+        self.streak.success();
         let (p, request) = {
             let mut inner = self.inner.borrow_mut();
             let Some(p) = inner.pending.pop_front() else {
@@ -390,6 +401,9 @@ async fn supervise(conn: Rc<Conn>) {
                 net::spawn(write_loop(conn.clone(), stream.clone(), generation));
                 conn.write_ready.notify();
                 read_loop(&conn, &stream).await;
+                if !conn.is_closed() && !conn.retiring.get() {
+                    conn.streak.failure(&conn.host.health);
+                }
                 // Stop the writer of this generation before failing its requests.
                 conn.generation.set(generation + 1);
                 conn.write_ready.notify();
@@ -400,6 +414,7 @@ async fn supervise(conn: Rc<Conn>) {
             Err(e) => {
                 conn.stats.cx_connect_fail.inc();
                 conn.note_failure();
+                conn.streak.failure(&conn.host.health);
                 debug!(upstream = %conn.addr, error = %e, "upstream connect failed");
             }
         }
@@ -659,6 +674,7 @@ async fn expire_timeouts(conn: Rc<Conn>) {
         if let Some(target) = expired {
             conn.stats.rq_timeout.inc();
             conn.note_failure();
+            conn.streak.failure(&conn.host.health);
             if let Some(target) = target {
                 conn.stats.rq_error.inc();
                 target.deliver(UPSTREAM_FAILURE);

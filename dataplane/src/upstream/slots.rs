@@ -497,8 +497,14 @@ impl SlotPool {
         };
         let nrep = sh.replicas.len();
         let count = candidates(policy, nrep);
+        // A node failing its health checks or ejected is skipped like one in backoff, but
+        // without waiting for a send to find out (a hung replica would hold reads until
+        // op_timeout); only backoff hints at a topology change.
+        let healthy = |conns: &[Rc<Conn>]| conns.first().is_none_or(|c| c.healthy());
+        let mut backoff = false;
         for k in 0..count {
             let sent = match candidate(policy, nrep, session, k) {
+                None if !healthy(&sh.primary_conns) => continue,
                 None => self.send_node(
                     Node::primary(sh.primary, &sh.primary_conns),
                     session,
@@ -509,6 +515,9 @@ impl SlotPool {
                     else {
                         continue;
                     };
+                    if !healthy(conns) {
+                        continue;
+                    }
                     let node = Node {
                         conns,
                         addr: *addr,
@@ -520,10 +529,14 @@ impl SlotPool {
             if sent.is_ok() {
                 return Ok(());
             }
+            backoff = true;
         }
-        // Every candidate is in reconnect backoff: its node may be gone (failover), which only
-        // a topology refresh can tell.
-        self.cell.note_failure();
+        // Some candidate is in reconnect backoff: its node may be gone (failover), which only
+        // a topology refresh can tell. (Unhealthy nodes reach discovery through the health
+        // thread's degraded-host trigger instead.)
+        if backoff {
+            self.cell.note_failure();
+        }
         Err(SendError::NoHost)
     }
 
