@@ -491,7 +491,9 @@ fn max_ejection_percent_caps_ejections() {
 /// and the degraded host triggered a topology refresh.
 #[test]
 fn cluster_prefer_replica_skips_hung_replica() {
-    let mut cluster = RedisCluster::start();
+    // The cluster's own failure detection (cluster-node-timeout) must not be what saves the
+    // reads: make it slower than the health check by far.
+    let mut cluster = RedisCluster::start_with(&["--cluster-node-timeout", "10000"]);
     let (port, admin) = (free_port(), free_port());
     let mut cfg = cluster_config(port, admin, &cluster.seeds(), "prefer_replica", "");
     cfg.push_str(&health_check(None));
