@@ -211,7 +211,7 @@ struct HashedPool {
     shared: Vec<Arc<SharedHost>>,
     host_stats: Vec<HostStats>,
     /// `on_unhealthy = "rehash"`: the ring over the healthy hosts only.
-    rehash: Option<Rehash>,
+    rehash: Option<Box<Rehash>>,
 }
 
 /// A `rehash` cluster's placement around unhealthy hosts, per worker: rebuilt only when the
@@ -302,13 +302,13 @@ impl ClusterPool {
                     .collect();
                 let conns = connect_all(cluster, &settings, &shared, &host_stats);
                 let rehash = match (cluster.on_unhealthy, shared.first()) {
-                    (OnUnhealthy::Rehash, Some(first)) => Some(Rehash {
+                    (OnUnhealthy::Rehash, Some(first)) => Some(Box::new(Rehash {
                         version: first.health.version().clone(),
                         seen: Cell::new(u64::MAX),
                         healthy: RefCell::new(Healthy::All),
                         policy: cluster.lb_policy,
                         hosts: cluster.hosts.clone(),
-                    }),
+                    })),
                     _ => None,
                 };
                 PoolKind::Hashed(HashedPool {
