@@ -560,3 +560,85 @@ fn cluster_prefer_replica_skips_hung_replica() {
         "the replica comes back"
     );
 }
+
+/// Reload: an unchanged cluster keeps its hosts' health (a drained host stays drained across a
+/// reload of something else); removing the checks makes the host healthy again; adding them
+/// back finds it drained again.
+#[test]
+fn reload_keeps_or_clears_health() {
+    let s = setup();
+    let (port, admin) = (free_port(), free_port());
+    let with = |op_timeout: &str, checks: bool| {
+        let mut cfg = simple_config(port, admin, &s.addrs, 2, "").replace(
+            "op_timeout = \"1s\"",
+            &format!("op_timeout = \"{op_timeout}\""),
+        );
+        if checks {
+            cfg.push_str(&health_check(Some("drain-key")));
+        }
+        cfg
+    };
+    let respite = Respite::start(&with("1s", true), port, admin);
+    let addr = respite.addr();
+    let vk = s.victim_key.as_bytes();
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", vk, b"v"]), OK);
+    assert_eq!(
+        s.backends[s.victim]
+            .raw()
+            .cmd(&[b"SET", b"drain-key", b"1"]),
+        OK
+    );
+    let t0 = Instant::now();
+    until_fast(
+        &addr,
+        &[b"GET", vk],
+        t0,
+        Duration::from_secs(5),
+        "drain",
+        |r| r == NO_HOST,
+    );
+
+    let reloaded = |n: usize| {
+        wait_until(Duration::from_secs(5), || {
+            respite.log().matches("config reloaded").count() >= n
+        })
+    };
+    // Another op_timeout: new pools, same cluster. The host is still drained at once.
+    respite.reload(&with("2s", true));
+    assert!(reloaded(1), "reload 1: {}", respite.log());
+    for _ in 0..10 {
+        assert_eq!(
+            fast_reply(&addr, &[b"GET", vk]).map(|r| show(&r)),
+            Some(show(NO_HOST)),
+            "drained across an unrelated reload"
+        );
+    }
+    // No checks any more: healthy again.
+    respite.reload(&with("2s", false));
+    assert!(reloaded(2), "reload 2: {}", respite.log());
+    let t1 = Instant::now();
+    let back = until_fast(
+        &addr,
+        &[b"GET", vk],
+        t1,
+        Duration::from_secs(5),
+        "no checks",
+        |r| r == bulk(b"v"),
+    );
+    // Checks again: drained again once they fail `unhealthy_threshold` times.
+    respite.reload(&with("2s", true));
+    assert!(reloaded(3), "reload 3: {}", respite.log());
+    let t2 = Instant::now();
+    let again = until_fast(
+        &addr,
+        &[b"GET", vk],
+        t2,
+        Duration::from_secs(5),
+        "checks back",
+        |r| r == NO_HOST,
+    );
+    println!(
+        "reload: healthy {back:?} after the checks were removed, drained {again:?} after they came back"
+    );
+}
