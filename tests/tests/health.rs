@@ -642,3 +642,39 @@ fn reload_keeps_or_clears_health() {
         "reload: healthy {back:?} after the checks were removed, drained {again:?} after they came back"
     );
 }
+
+/// `no_traffic_interval`: while the cluster sends no requests, a healthy host is checked every
+/// `no_traffic_interval` (60s here) instead of every `interval` (200ms); traffic brings the
+/// short interval back.
+#[test]
+fn no_traffic_interval_applies_while_idle() {
+    let s = setup();
+    let check = health_check(None).replace(
+        "no_traffic_interval = \"200ms\"",
+        "no_traffic_interval = \"60s\"",
+    );
+    let (cfg, port, admin) = config(&s.addrs, &check);
+    let respite = Respite::start(&cfg, port, admin);
+    let attempts = || respite.stat("cluster.cache.health_check.attempt");
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_start = attempts();
+    std::thread::sleep(Duration::from_millis(1500));
+    let idle = attempts() - idle_start;
+    let traffic = Traffic::start(&respite.addr(), s.other_keys.clone());
+    let busy_start = attempts();
+    std::thread::sleep(Duration::from_millis(1500));
+    let busy = attempts() - busy_start;
+    let (n, errors) = traffic.finish();
+    println!(
+        "no_traffic_interval: {idle} checks of 3 hosts in 1.5s idle, {busy} with traffic ({n} requests)"
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(
+        idle <= 3,
+        "idle hosts are checked every no_traffic_interval: {idle}"
+    );
+    assert!(
+        busy >= 3 * 4,
+        "busy hosts are checked every interval: {busy}"
+    );
+}

@@ -541,15 +541,20 @@ async fn check_loop(ctx: Rc<Ctx>, j: usize, host: Arc<SharedHost>) {
                 ctx.degraded();
             }
         }
-        let traffic = ctx.traffic(Instant::now());
-        let idle = traffic == last_traffic;
-        last_traffic = traffic;
-        // An unhealthy host gets no traffic by our own choice: keep checking it at `interval`.
-        let base = if idle && tally.healthy() {
-            no_traffic_interval
-        } else {
-            interval
-        };
-        net::sleep(base + jitter(interval_jitter)).await;
+        // While the cluster sends nothing, a healthy host is checked every
+        // `no_traffic_interval`; the wait looks at the traffic every `interval`, so requests
+        // that start again bring the short interval back within one interval. An unhealthy
+        // host gets no traffic by our own choice: it is checked every `interval` regardless.
+        let mut waited = Duration::ZERO;
+        loop {
+            let step = interval + jitter(interval_jitter);
+            net::sleep(step).await;
+            waited += step;
+            let traffic = ctx.traffic(Instant::now());
+            if traffic != last_traffic || !tally.healthy() || waited >= no_traffic_interval {
+                last_traffic = traffic;
+                break;
+            }
+        }
     }
 }
