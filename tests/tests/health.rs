@@ -67,16 +67,20 @@ fn timed(client: &mut RawClient, addr: &str, args: &[&[u8]]) -> (Vec<u8>, Durati
     }
 }
 
-/// Sends `args` on a new connection and waits at most [`FAST`] for the reply (`None`: no reply
-/// that fast; the connection is dropped, and with it the late reply).
+/// How long one poll of [`until_fast`] waits for its reply: the resolution of the measured
+/// detection times (a poll that reaches the hung host waits this long).
+const POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// Sends `args` on a new connection and waits at most [`POLL_WAIT`] for the reply (`None`: no
+/// reply that fast; the connection is dropped, and with it the late reply).
 fn fast_reply(addr: &str, args: &[&[u8]]) -> Option<Vec<u8>> {
     let mut c = RawClient::try_connect(addr).ok()?;
-    c.stream().set_read_timeout(Some(FAST)).ok()?;
+    c.stream().set_read_timeout(Some(POLL_WAIT)).ok()?;
     c.try_cmd(args).ok()
 }
 
 /// Polls `args` (each time on a new connection, so a request stuck on a hung host does not
-/// delay the next poll) until `want(reply)` holds for a reply that came within [`FAST`];
+/// delay the next poll) until `want(reply)` holds for a reply that came within [`POLL_WAIT`];
 /// returns how long after `since` that was. Panics after `limit`.
 fn until_fast(
     addr: &str,
