@@ -104,7 +104,7 @@ impl ClientLog {
 /// One load client: write-once SETs and GETs of keys it wrote before, in pipelines of 4,
 /// checking every reply as it comes.
 fn client(id: usize, addr: String, stop: Arc<AtomicBool>, seed: u64) -> ClientLog {
-    let mut rng = fastrand::Rng::with_seed(seed ^ (id as u64 + 1) * 0x9e37_79b9);
+    let mut rng = fastrand::Rng::with_seed(seed ^ ((id as u64 + 1) * 0x9e37_79b9));
     let mut log = ClientLog::default();
     let mut written: Vec<String> = Vec::new();
     let mut c = RawClient::connect(&addr);

@@ -16,8 +16,9 @@
 //!   period is at most [`FIRST_MAP_RETRY`], so a proxy started before its cluster gets a map
 //!   soon after the cluster is up.
 //! - **Triggered refresh.** Every poll tick ([`TICK`]) the thread takes the redirect and
-//!   failure counts workers reported to the cell; reaching `redirect_refresh_threshold` or
-//!   `failure_refresh_threshold` (0 = off) refreshes at once, at most once per
+//!   failure counts workers reported to the cell, and the degraded-host count of the health
+//!   thread; reaching `redirect_refresh_threshold`, `failure_refresh_threshold` or
+//!   `host_degraded_refresh_threshold` (0 = off) refreshes at once, at most once per
 //!   `redirect_refresh_interval`; counts inside that gap are dropped, as Envoy does.
 //! - **Publishing.** The first usable map is published at once. A map equal to the current one
 //!   changes nothing; one that differs only in replicas is published directly.
@@ -36,6 +37,8 @@
 //! them): counters `refresh_periodic`, `refresh_triggered` (refreshes started by each cause),
 //! `refresh_failed` (a node did not answer or its reply was unusable; one per node asked),
 //! `refresh_unconfirmed` (a primaries change that a second node did not confirm),
+//! `refresh_host_degraded` (triggered refreshes caused by hosts the health thread found
+//! unhealthy or ejected, `host_degraded_refresh_threshold`),
 //! `topology_changed` (maps published after the first); gauge `slots_covered` (slots the
 //! current map assigns, 0..=16384).
 
@@ -55,7 +58,7 @@ use super::topology::{SlotMap, TopologyCell, UNASSIGNED};
 use crate::config::ClusterConfig;
 use crate::stats::{Counter, Gauge, Store};
 use client::Client;
-use refresh::{Outcome, Refresher, TriggerGate};
+use refresh::{Outcome, Refresher, Trigger, TriggerGate};
 
 /// How often the thread looks at the trigger counts and the stop signal.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -149,6 +152,8 @@ struct Stats {
     failed: Arc<Counter>,
     unconfirmed: Arc<Counter>,
     changed: Arc<Counter>,
+    /// Triggered refreshes caused by hosts turning unhealthy or ejected.
+    host_degraded: Arc<Counter>,
     slots_covered: Arc<Gauge>,
 }
 
@@ -162,6 +167,7 @@ impl Stats {
             failed: counter("refresh_failed"),
             unconfirmed: counter("refresh_unconfirmed"),
             changed: counter("topology_changed"),
+            host_degraded: counter("refresh_host_degraded"),
             slots_covered: store
                 .gauge(&format!("cluster.{cluster}.redis_cluster.slots_covered"), 0),
         }
@@ -232,7 +238,12 @@ impl Worker {
             }
             let now = Instant::now();
             let (redirects, failures) = self.cell.take_triggers();
-            let cause = if self.gate.observe(now, redirects, failures) {
+            let degraded = self.cell.take_degraded();
+            let trigger = self.gate.observe_all(now, redirects, failures, degraded);
+            if trigger == Some(Trigger::HostDegraded) {
+                self.stats.host_degraded.inc();
+            }
+            let cause = if trigger.is_some() {
                 Some(Cause::Triggered)
             } else if next_periodic.is_some_and(|at| now >= at) {
                 Some(Cause::Periodic)

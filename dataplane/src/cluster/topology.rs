@@ -72,6 +72,9 @@ pub struct TopologyCell {
     redirects: AtomicU32,
     /// Upstream failures (connect failure, closed connection, timeout) since then.
     failures: AtomicU32,
+    /// Nodes that turned unhealthy (active checks) or were ejected (outlier detection) since
+    /// then, reported by the health thread.
+    degraded: AtomicU32,
 }
 
 impl TopologyCell {
@@ -105,6 +108,16 @@ impl TopologyCell {
     /// A worker saw an upstream failure on this cluster.
     pub fn note_failure(&self) {
         self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The health thread found a node of this cluster unhealthy or ejected it.
+    pub fn note_degraded(&self) {
+        self.degraded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes (and resets) the count of [`TopologyCell::note_degraded`] calls.
+    pub fn take_degraded(&self) -> u32 {
+        self.degraded.swap(0, Ordering::Relaxed)
     }
 
     /// Takes (and resets) the redirect and failure counts: `(redirects, failures)`.

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::cluster::discovery::Discovery;
+use crate::cluster::health::Checker;
 use crate::cluster::topology::{Registry, TopologyCell};
 use crate::config::{self, ClusterConfig, ClusterType, Config};
 use crate::stats::Store;
@@ -40,6 +41,8 @@ pub struct Engine {
     hosts: Arc<HostRegistry>,
     /// One discovery thread per `redis_cluster` cluster, by name, with the config it runs under.
     discoveries: HashMap<String, Running>,
+    /// The health thread (active checks, outlier ejections) of the whole process.
+    checker: Checker,
     admin: crate::admin::AdminHandle,
 }
 
@@ -132,6 +135,8 @@ impl Engine {
         let hosts = Arc::new(HostRegistry::default());
         let mut discoveries = HashMap::new();
         start_discoveries(&config, &mut discoveries, &registry, &store);
+        let checker = Checker::spawn(hosts.clone(), store.clone());
+        checker.apply(&config, &registry);
         let config = Arc::new(config);
         let ncpu = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -161,6 +166,7 @@ impl Engine {
             registry,
             hosts,
             discoveries,
+            checker,
             admin,
         })
     }
@@ -215,6 +221,11 @@ impl Engine {
             return Err(e);
         }
         stop_removed_discoveries(&new, &mut self.discoveries, &self.registry);
+        // Changed clusters' checks restart and removed ones stop; host state stays for hosts
+        // the new config still has.
+        self.checker.apply(&new, &self.registry);
+        let names: Vec<&str> = new.clusters.iter().map(|c| c.name.as_str()).collect();
+        self.hosts.retain(&names);
         self.config = new;
         Ok(())
     }

@@ -17,6 +17,7 @@ use super::{
     HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry, SharedHost, Target,
     UPSTREAM_FAILURE, UPSTREAM_OVERFLOW,
 };
+use crate::cluster::health::Streak;
 use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
@@ -142,6 +143,8 @@ pub struct Conn {
     redirect: Option<Weak<dyn Redirect>>,
     /// Send `READONLY` after connecting (a Redis Cluster replica serving reads).
     readonly: bool,
+    /// Consecutive failures on this connection, for outlier detection (`cluster::health`).
+    streak: Streak,
 }
 
 impl Conn {
@@ -184,6 +187,7 @@ impl Conn {
             retiring: Cell::new(false),
             redirect,
             readonly,
+            streak: Streak::default(),
         });
         net::spawn(supervise(conn.clone()));
         net::spawn(expire_timeouts(conn.clone()));
@@ -193,6 +197,12 @@ impl Conn {
     /// The upstream host's address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// False while the host fails its health checks or is ejected (one relaxed load).
+    #[inline]
+    pub fn healthy(&self) -> bool {
+        self.host.health.is_healthy()
     }
 
     /// Queues one encoded request whose reply goes to `target`.
@@ -334,6 +344,7 @@ impl Conn {
     /// Matches one reply to the oldest pending request. `false` if nothing was pending (a
     /// desynchronised connection, which the caller closes).
     fn on_reply(&self, reply: &[u8]) -> bool {
+        self.streak.success();
         let (p, request) = {
             let mut inner = self.inner.borrow_mut();
             let Some(p) = inner.pending.pop_front() else {
@@ -456,6 +467,9 @@ async fn supervise(conn: Rc<Conn>) {
                 net::spawn(write_loop(conn.clone(), stream.clone(), generation));
                 conn.write_ready.notify();
                 read_loop(&conn, &stream).await;
+                if !conn.is_closed() && !conn.retiring.get() {
+                    conn.streak.failure(&conn.host.health);
+                }
                 // Stop the writer of this generation before failing its requests.
                 conn.generation.set(generation + 1);
                 conn.write_ready.notify();
@@ -470,6 +484,7 @@ async fn supervise(conn: Rc<Conn>) {
             Err(e) => {
                 conn.stats.cx_connect_fail.inc();
                 conn.note_failure();
+                conn.streak.failure(&conn.host.health);
                 debug!(upstream = %conn.addr, error = %e, "upstream connect failed");
             }
         }
@@ -742,6 +757,7 @@ async fn expire_timeouts(conn: Rc<Conn>) {
         if let Some((target, hung)) = expired {
             conn.stats.rq_timeout.inc();
             conn.note_failure();
+            conn.streak.failure(&conn.host.health);
             if let Some(target) = target {
                 conn.stats.rq_error.inc();
                 target.deliver(UPSTREAM_FAILURE);

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use super::limit::ConnectLimiter;
-use crate::cluster::health::HostHealth;
+use crate::cluster::health::{ClusterVersion, HostHealth};
 use crate::config::ClusterConfig;
 
 /// One upstream host of one cluster, as the whole process sees it.
@@ -32,12 +32,21 @@ pub struct SharedHost {
 #[derive(Default)]
 pub struct HostRegistry {
     hosts: Mutex<HashMap<(String, SocketAddr), Arc<SharedHost>>>,
+    /// The health version of each cluster, shared by its hosts' [`HostHealth`].
+    versions: Mutex<HashMap<String, Arc<ClusterVersion>>>,
 }
 
 impl HostRegistry {
     /// The shared state of `addr` in `cluster`, created on first use; an existing host takes the
     /// cluster's current settings (rate limit). Takes a lock: call it off the request path.
     pub fn host(&self, cluster: &ClusterConfig, addr: SocketAddr) -> Arc<SharedHost> {
+        let version = self
+            .versions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(cluster.name.clone())
+            .or_default()
+            .clone();
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
         let h = hosts
             .entry((cluster.name.clone(), addr))
@@ -45,7 +54,7 @@ impl HostRegistry {
                 Arc::new(SharedHost {
                     cluster: cluster.name.clone(),
                     addr,
-                    health: HostHealth::default(),
+                    health: HostHealth::new(version),
                     connects: ConnectLimiter::new(cluster.connection_rate_limit_per_sec),
                 })
             })
@@ -69,5 +78,7 @@ impl HostRegistry {
     pub fn retain(&self, keep: &[&str]) {
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
         hosts.retain(|(c, _), h| keep.contains(&c.as_str()) || Arc::strong_count(h) > 1);
+        let mut versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+        versions.retain(|c, _| keep.contains(&c.as_str()) || hosts.keys().any(|(h, _)| h == c));
     }
 }

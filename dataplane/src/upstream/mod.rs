@@ -8,7 +8,7 @@ pub mod host;
 mod limit;
 mod slots;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -19,8 +19,11 @@ pub use host::{HostRegistry, SharedHost};
 pub use slots::SlotPool;
 
 use crate::cluster::LoadBalancer;
+use crate::cluster::health::ClusterVersion;
 use crate::cluster::topology::Registry;
-use crate::config::{ClusterConfig, ClusterType, ListenerConfig, ReadPolicy, TcpKeepalive};
+use crate::config::{
+    ClusterConfig, ClusterType, HostConfig, ListenerConfig, OnUnhealthy, ReadPolicy, TcpKeepalive,
+};
 use crate::stats::{Counter, Gauge, Store};
 
 /// Reply given for requests lost with a failed upstream connection or past op_timeout (Envoy).
@@ -229,6 +232,67 @@ struct HashedPool {
     /// `shared[i]`: the process-wide state of host `i` (health, connection rate limit).
     shared: Vec<Arc<SharedHost>>,
     host_stats: Vec<HostStats>,
+    /// `on_unhealthy = "rehash"`: the ring over the healthy hosts only.
+    rehash: Option<Box<Rehash>>,
+}
+
+/// A `rehash` cluster's placement around unhealthy hosts, per worker: rebuilt only when the
+/// cluster's health version moves (one relaxed load per request), like `SlotPool`'s map.
+/// With no healthy host at all every key fails fast: there is no Envoy "panic mode" that would
+/// send to unhealthy hosts anyway.
+struct Rehash {
+    version: Arc<ClusterVersion>,
+    /// The version `healthy` was built from; `u64::MAX` before the first build.
+    seen: Cell<u64>,
+    healthy: RefCell<Healthy>,
+    policy: crate::config::LbPolicy,
+    hosts: Vec<HostConfig>,
+}
+
+/// Which hosts a `rehash` cluster places keys on.
+enum Healthy {
+    /// Every host: the full ring applies.
+    All,
+    /// Some hosts: a ring over them, and each of its indices' host index in the cluster.
+    Some(LoadBalancer, Vec<usize>),
+    /// No host is healthy.
+    None,
+}
+
+impl Rehash {
+    /// The host of `key`, or `usize::MAX` (no host: the send fails with `no upstream host`).
+    #[inline]
+    fn pick(&self, key: &[u8], full: &LoadBalancer, shared: &[Arc<SharedHost>]) -> usize {
+        let v = self.version.get();
+        if v != self.seen.get() {
+            self.rebuild(shared);
+            self.seen.set(v);
+        }
+        match &*self.healthy.borrow() {
+            Healthy::All => full.pick(key),
+            Healthy::Some(lb, map) => map.get(lb.pick(key)).copied().unwrap_or(usize::MAX),
+            Healthy::None => usize::MAX,
+        }
+    }
+
+    /// Rebuilds the ring over the hosts healthy now (off the steady path: health changes only).
+    fn rebuild(&self, shared: &[Arc<SharedHost>]) {
+        let map: Vec<usize> = (0..shared.len())
+            .filter(|&i| shared.get(i).is_some_and(|h| h.health.is_healthy()))
+            .collect();
+        let healthy = if map.len() == shared.len() {
+            Healthy::All
+        } else if map.is_empty() {
+            Healthy::None
+        } else {
+            let hosts: Vec<HostConfig> = map
+                .iter()
+                .filter_map(|&i| self.hosts.get(i).cloned())
+                .collect();
+            Healthy::Some(LoadBalancer::new(self.policy, &hosts), map)
+        };
+        *self.healthy.borrow_mut() = healthy;
+    }
 }
 
 impl ClusterPool {
@@ -259,12 +323,23 @@ impl ClusterPool {
                     .map(|h| hosts.host(cluster, h.address))
                     .collect();
                 let conns = connect_all(cluster, &settings, &shared, &host_stats);
+                let rehash = match (cluster.on_unhealthy, shared.first()) {
+                    (OnUnhealthy::Rehash, Some(first)) => Some(Box::new(Rehash {
+                        version: first.health.version().clone(),
+                        seen: Cell::new(u64::MAX),
+                        healthy: RefCell::new(Healthy::All),
+                        policy: cluster.lb_policy,
+                        hosts: cluster.hosts.clone(),
+                    })),
+                    _ => None,
+                };
                 PoolKind::Hashed(HashedPool {
                     lb: LoadBalancer::new(cluster.lb_policy, &cluster.hosts),
                     hosts: conns,
                     hosts_resp3: RefCell::new(None),
                     shared,
                     host_stats,
+                    rehash,
                 })
             }
             ClusterType::RedisCluster => {
@@ -293,11 +368,16 @@ impl ClusterPool {
     }
 
     /// Where `key` goes: a host index, or for Redis Cluster the key's slot (hash tags always
-    /// on). The caller applies the listener's hash-tag rule first.
+    /// on). The caller applies the listener's hash-tag rule first. A `rehash` cluster places
+    /// keys on its healthy hosts only; with none healthy it returns `usize::MAX`, which
+    /// [`ClusterPool::send`] answers with [`SendError::NoHost`].
     #[inline]
     pub fn shard_of(&self, key: &[u8]) -> usize {
         match &self.kind {
-            PoolKind::Hashed(h) => h.lb.pick(key),
+            PoolKind::Hashed(h) => match &h.rehash {
+                None => h.lb.pick(key),
+                Some(r) => r.pick(key, &h.lb, &h.shared),
+            },
             PoolKind::Slots(_) => crate::cluster::key_slot(key) as usize,
         }
     }
@@ -308,7 +388,9 @@ impl ClusterPool {
     /// connection; `read`: a read command, which a Redis Cluster pool may send to a replica per
     /// `read_policy` (falling back to the other candidates in the same request).
     ///
-    /// Errors: [`SendError::NoHost`] when no candidate host can take it; the caller answers.
+    /// Errors: [`SendError::NoHost`] when no candidate host can take it, including a host that
+    /// failed its health checks or is ejected (`on_unhealthy = "fail_fast"`: its keys fail at
+    /// once, never queued); the caller answers.
     #[inline]
     pub fn send(
         &self,
@@ -324,6 +406,9 @@ impl ClusterPool {
                 let shard = match dest {
                     Dest::Key(s) | Dest::Node(s) => s,
                 };
+                if !h.shared.get(shard).is_some_and(|s| s.health.is_healthy()) {
+                    return Err(SendError::NoHost);
+                }
                 let conn = if resp3 {
                     let mut r3 = h.hosts_resp3.borrow_mut();
                     let hosts = r3.get_or_insert_with(|| {

@@ -34,8 +34,8 @@ use tracing::debug;
 
 use super::HostRegistry;
 use super::{
-    Conn, Deliver, Dest, HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry,
-    SendError, Target, UPSTREAM_FAILURE, session_conn,
+    Conn, Deliver, Dest, HostStats, POOL_REPLACED, PoolSettings, Redirect, Retry, SendError,
+    Target, UPSTREAM_FAILURE, session_conn,
 };
 use crate::cluster::CLUSTER_SLOTS;
 use crate::cluster::topology::{SlotMap, TopologyCell, UNASSIGNED};
@@ -497,8 +497,15 @@ impl SlotPool {
         };
         let nrep = sh.replicas.len();
         let count = candidates(policy, nrep);
+        // A node failing its health checks or ejected is skipped like one in backoff, but
+        // without waiting for a send to find out (a hung replica would hold reads until
+        // op_timeout); only backoff hints at a topology change.
+        let healthy = |conns: &[Rc<Conn>]| conns.first().is_none_or(|c| c.healthy());
+        let mut backoff = false;
+        let mut overflow = false;
         for k in 0..count {
             let sent = match candidate(policy, nrep, session, k) {
+                None if !healthy(&sh.primary_conns) => continue,
                 None => self.send_node(
                     Node::primary(sh.primary, &sh.primary_conns),
                     session,
@@ -509,6 +516,9 @@ impl SlotPool {
                     else {
                         continue;
                     };
+                    if !healthy(conns) {
+                        continue;
+                    }
                     let node = Node {
                         conns,
                         addr: *addr,
@@ -517,14 +527,24 @@ impl SlotPool {
                     self.send_node(node, session, Out::new(request, target.clone(), retry))
                 }
             };
-            if sent.is_ok() {
-                return Ok(());
+            match sent {
+                Ok(()) => return Ok(()),
+                // A full queue is not a sign of a topology change.
+                Err(SendError::Overflow) => overflow = true,
+                Err(SendError::NoHost) => backoff = true,
             }
         }
-        // Every candidate is in reconnect backoff: its node may be gone (failover), which only
-        // a topology refresh can tell.
-        self.cell.note_failure();
-        Err(SendError::NoHost)
+        // Some candidate is in reconnect backoff: its node may be gone (failover), which only
+        // a topology refresh can tell. (Unhealthy nodes reach discovery through the health
+        // thread's degraded-host trigger instead.)
+        if backoff {
+            self.cell.note_failure();
+        }
+        Err(if overflow {
+            SendError::Overflow
+        } else {
+            SendError::NoHost
+        })
     }
 
     /// Number of primaries in the current map (fan-out targets).
@@ -636,12 +656,12 @@ impl SlotPool {
                     let dest = Dest::Key(key.1 as usize);
                     let sent =
                         self.send_with(dest, session, resp3, read, &request, target.clone(), true);
-                    if sent.is_err() {
+                    if let Err(e) = sent {
                         // After a reload the old pool's connections are gone: say so, retryably.
                         let reply = if self.retired.get() {
                             POOL_REPLACED
                         } else {
-                            NO_UPSTREAM_HOST
+                            e.reply()
                         };
                         target.deliver(reply);
                     }
@@ -792,8 +812,8 @@ impl SlotPool {
                     None => Err(SendError::NoHost),
                 }
             };
-            if sent.is_err() {
-                target.deliver(NO_UPSTREAM_HOST);
+            if let Err(e) = sent {
+                target.deliver(e.reply());
             }
         });
         true

@@ -194,18 +194,22 @@ fn extend_unique(v: &mut Vec<SocketAddr>, more: &[SocketAddr]) {
     }
 }
 
-/// Turns the redirect and failure counts that workers report into triggered refreshes, with
-/// Envoy's rules (`ClusterRefreshManagerImpl::onEvent`): a refresh when redirects reach
-/// `redirect_refresh_threshold` or failures reach `failure_refresh_threshold` (0 = that kind
-/// never triggers), at most one per `redirect_refresh_interval`; events inside that gap are
-/// dropped, not saved up; both counts restart after a triggered refresh.
+/// Turns the redirect and failure counts that workers report, and the degraded-host count of
+/// the health thread, into triggered refreshes, with Envoy's rules
+/// (`ClusterRefreshManagerImpl::onEvent`): a refresh when redirects reach
+/// `redirect_refresh_threshold`, failures reach `failure_refresh_threshold` or degraded hosts
+/// reach `host_degraded_refresh_threshold` (0 = that kind never triggers), at most one per
+/// `redirect_refresh_interval`; events inside that gap are dropped, not saved up; all counts
+/// restart after a triggered refresh.
 #[derive(Debug)]
 pub(super) struct TriggerGate {
     redirect_threshold: u32,
     failure_threshold: u32,
+    degraded_threshold: u32,
     interval: Duration,
     redirects: u64,
     failures: u64,
+    degraded: u64,
     /// When the last triggered refresh was started.
     last: Option<Instant>,
     /// The last triggered refresh changed nothing: the next may come after [`RETRIGGER_GAP`].
@@ -223,9 +227,11 @@ impl TriggerGate {
         TriggerGate {
             redirect_threshold: cfg.redirect_refresh_threshold,
             failure_threshold: cfg.failure_refresh_threshold,
+            degraded_threshold: cfg.host_degraded_refresh_threshold,
             interval: cfg.redirect_refresh_interval,
             redirects: 0,
             failures: 0,
+            degraded: 0,
             last: None,
             short: false,
         }
@@ -238,7 +244,20 @@ impl TriggerGate {
 
     /// Feeds one poll tick's counts (from `TopologyCell::take_triggers`) at time `now`; true if
     /// a triggered refresh is due now (the gate then counts it as started).
+    #[cfg(test)]
     pub fn observe(&mut self, now: Instant, redirects: u32, failures: u32) -> bool {
+        self.observe_all(now, redirects, failures, 0).is_some()
+    }
+
+    /// [`TriggerGate::observe`] with the degraded-host count (`TopologyCell::take_degraded`)
+    /// too; `Some(cause)` when a triggered refresh is due now.
+    pub fn observe_all(
+        &mut self,
+        now: Instant,
+        redirects: u32,
+        failures: u32,
+        degraded: u32,
+    ) -> Option<Trigger> {
         let gap = if self.short {
             self.interval.min(RETRIGGER_GAP)
         } else {
@@ -247,19 +266,35 @@ impl TriggerGate {
         if let Some(last) = self.last
             && now.saturating_duration_since(last) < gap
         {
-            return false;
+            return None;
         }
         self.redirects = self.redirects.saturating_add(u64::from(redirects));
         self.failures = self.failures.saturating_add(u64::from(failures));
-        let due = reached(self.redirects, self.redirect_threshold)
-            || reached(self.failures, self.failure_threshold);
-        if due {
-            self.last = Some(now);
-            self.redirects = 0;
-            self.failures = 0;
-        }
-        due
+        self.degraded = self.degraded.saturating_add(u64::from(degraded));
+        let cause = if reached(self.degraded, self.degraded_threshold) {
+            Trigger::HostDegraded
+        } else if reached(self.redirects, self.redirect_threshold)
+            || reached(self.failures, self.failure_threshold)
+        {
+            Trigger::Errors
+        } else {
+            return None;
+        };
+        self.last = Some(now);
+        self.redirects = 0;
+        self.failures = 0;
+        self.degraded = 0;
+        Some(cause)
     }
+}
+
+/// Why a triggered refresh is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Trigger {
+    /// Redirects or upstream failures reached their threshold.
+    Errors,
+    /// Hosts turning unhealthy or ejected reached `host_degraded_refresh_threshold`.
+    HostDegraded,
 }
 
 fn reached(count: u64, threshold: u32) -> bool {

@@ -688,3 +688,30 @@ fn a_refresh_that_changed_nothing_shortens_the_gap() {
     assert!(!g.observe(t0 + Duration::from_secs(2), 0, 1));
     assert!(g.observe(t0 + super::refresh::RETRIGGER_GAP + interval, 0, 1));
 }
+
+#[test]
+fn degraded_hosts_trigger_a_refresh_at_their_threshold() {
+    let mut g = TriggerGate::new(&RedisClusterConfig {
+        redirect_refresh_threshold: 5,
+        failure_refresh_threshold: 0,
+        host_degraded_refresh_threshold: 2,
+        redirect_refresh_interval: Duration::from_secs(5),
+        ..RedisClusterConfig::default()
+    });
+    let t = Instant::now();
+    assert_eq!(
+        g.observe_all(t, 0, 100, 1),
+        None,
+        "failures off, one degraded host"
+    );
+    assert_eq!(
+        g.observe_all(t, 0, 0, 1),
+        Some(super::refresh::Trigger::HostDegraded)
+    );
+    assert_eq!(g.observe_all(t, 0, 0, 5), None, "inside the gap: dropped");
+    let later = t + Duration::from_secs(5);
+    assert_eq!(
+        g.observe_all(later, 5, 0, 0),
+        Some(super::refresh::Trigger::Errors)
+    );
+}
