@@ -557,8 +557,11 @@ async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
     Ok(stream)
 }
 
-/// Reads exactly `n` replies (used only by the handshake, before pipelining starts).
-async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
+/// Reads exactly `n` replies from a connection that is not pipelining (a handshake, a health
+/// check): the raw bytes of each.
+///
+/// Errors: end of stream before `n` replies, a read error, or a malformed reply.
+pub(crate) async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
     let mut buf = Vec::with_capacity(512);
     let mut start = 0;
     let mut out = Vec::with_capacity(n);

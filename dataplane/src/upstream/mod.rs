@@ -14,6 +14,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub(crate) use conn::read_replies;
 pub use conn::{Conn, SendError};
 pub use host::{HostRegistry, SharedHost};
 pub use slots::SlotPool;

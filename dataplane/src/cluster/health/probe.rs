@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::check::{Outcome, judge};
 use crate::net::{self, BufResult, TcpStream};
-use crate::resp::{ReplyScanner, encode};
+use crate::resp::encode;
+use crate::upstream::read_replies;
 
 /// What a check sends and how it authenticates.
 #[derive(Debug, Clone)]
@@ -88,34 +89,5 @@ impl Probe {
             .last()
             .map_or(Outcome::NetworkFail, |r| judge(r, self.exists));
         (outcome, Some(stream))
-    }
-}
-
-/// Reads exactly `n` replies.
-async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
-    let mut buf = Vec::with_capacity(256);
-    let mut start = 0;
-    let mut out = Vec::with_capacity(n);
-    let mut scanner = ReplyScanner::default();
-    loop {
-        while out.len() < n {
-            let Some(len) = scanner
-                .scan(&buf[start..])
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?
-            else {
-                break;
-            };
-            out.push(buf[start..start + len].to_vec());
-            start += len;
-        }
-        if out.len() == n {
-            return Ok(out);
-        }
-        buf.reserve(256);
-        let BufResult(res, b) = net::read_append(stream, buf).await;
-        buf = b;
-        if res? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
     }
 }
