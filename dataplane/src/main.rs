@@ -114,6 +114,19 @@ fn drain(
 ) -> Result<String, String> {
     let (pid, what) = match (config, admin, pid) {
         (_, _, Some(pid)) => {
+            // A mistyped pid must not SIGTERM some other program (or init).
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .map_err(|e| format!("pid {pid}: {e}"))?;
+            let is_respite = exe
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("respite"));
+            if !is_respite || pid <= 1 {
+                return Err(format!(
+                    "pid {pid} is {}, not a respite process; nothing sent",
+                    exe.display()
+                ));
+            }
             // SAFETY: kill(2) has no memory effects.
             if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
                 let e = std::io::Error::last_os_error();

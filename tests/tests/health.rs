@@ -682,3 +682,146 @@ fn no_traffic_interval_applies_while_idle() {
         "busy hosts are checked every interval: {busy}"
     );
 }
+
+/// The clients of a host that hangs stop sending (each waits for its reply until op_timeout),
+/// so the cluster shows no new traffic; the host must still be checked every `interval` once a
+/// check failed, not every `no_traffic_interval`. Regression: detection took op_timeout (5 s)
+/// here, or never happened when the hang was shorter.
+#[test]
+fn hung_host_is_found_while_its_clients_are_stuck() {
+    let s = setup();
+    let (port, admin) = (free_port(), free_port());
+    let mut cfg = simple_config(port, admin, &s.addrs, 2, "")
+        .replace("op_timeout = \"1s\"", "op_timeout = \"5s\"");
+    cfg.push_str(&health_check(None).replace(
+        "no_traffic_interval = \"200ms\"",
+        "no_traffic_interval = \"60s\"",
+    ));
+    let respite = Respite::start(&cfg, port, admin);
+    let vk = s.victim_key.clone();
+    let mut c = respite.raw();
+    // Traffic only to the victim, then one client stuck on it.
+    for _ in 0..100 {
+        assert_eq!(c.cmd(&[b"GET", vk.as_bytes()]), NIL);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(respite.stat("cluster.cache.membership_healthy"), 3);
+    let hung = Stopped::new(s.backends[s.victim].pid());
+    let t0 = Instant::now();
+    let addr = respite.addr();
+    let stuck = std::thread::spawn(move || {
+        let mut c = RawClient::connect(&addr);
+        c.cmd(&[b"GET", vk.as_bytes()])
+    });
+    let found = wait_until(Duration::from_secs(4), || {
+        respite.stat("cluster.cache.membership_healthy") == 2
+    });
+    let took = t0.elapsed();
+    println!("hung host with stuck clients: unhealthy after {took:?}");
+    assert!(
+        found,
+        "not detected within 4s (op_timeout 5s); log:\n{}",
+        respite.log()
+    );
+    // Bound: unhealthy_threshold × (interval + jitter + timeout) = 640 ms, plus slack.
+    assert!(
+        took < Duration::from_millis(1500),
+        "detected after {took:?}"
+    );
+    drop(hung);
+    let _ = stuck.join();
+}
+
+/// Redis's `timeout` closes idle client connections: a close with nothing in flight is not a
+/// failure of the host. Regression: each idle close counted towards `consecutive_5xx` and a
+/// healthy, idle Redis got ejected.
+#[test]
+fn idle_close_by_redis_timeout_is_not_an_outlier_failure() {
+    let backends = vec![
+        RedisServer::start_with(&["--timeout", "1"]),
+        RedisServer::start(),
+    ];
+    let addrs = addrs(&backends);
+    let placement = Placement::new(&addrs);
+    let key = key_on(&placement, 0, "idle");
+    let (cfg, port, admin) = config(
+        &addrs,
+        "[clusters.outlier_detection]\nconsecutive_5xx = 1\nbase_ejection_time = \"30s\"\n\
+         max_ejection_percent = 100\n",
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", key.as_bytes(), b"v"]), OK);
+    let connections = |s: &RedisServer| -> u64 {
+        let info = String::from_utf8_lossy(&s.raw().cmd(&[b"INFO", b"stats"])).to_string();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("total_connections_received")
+    };
+    let before = connections(&backends[0]);
+    std::thread::sleep(Duration::from_millis(3500));
+    // Redis did close the idle connections (they came back), so the case was exercised.
+    let reconnects = connections(&backends[0]) - before - 1;
+    assert!(
+        reconnects >= 2,
+        "Redis closed only {reconnects} idle connections"
+    );
+    assert_eq!(
+        respite.stat("cluster.cache.outlier_detection.ejections_enforced_total"),
+        0,
+        "log:\n{}",
+        respite.log()
+    );
+    for _ in 0..20 {
+        assert_eq!(c.cmd(&[b"SET", key.as_bytes(), b"w"]), OK);
+    }
+    println!("idle closes by Redis: {reconnects} reconnects, 0 ejections");
+}
+
+/// A reload that only adds (or removes) health checks keeps the upstream connections: no
+/// reconnect, no failed request. Regression: every connection was replaced, and with a
+/// connection rate limit below the connection count keys failed for seconds.
+#[test]
+fn reload_of_health_settings_keeps_connections() {
+    let s = setup();
+    let (port, admin) = (free_port(), free_port());
+    let base = simple_config(port, admin, &s.addrs, 2, "").replace(
+        "connect_timeout = \"250ms\"",
+        "connect_timeout = \"250ms\"\nconnection_rate_limit_per_sec = 1",
+    );
+    let respite = Respite::start(&base, port, admin);
+    // 2 workers × 3 hosts; at 1 connection per second per host the second worker's connections
+    // come up a second later.
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            respite.stat("cluster.cache.upstream_cx_active") == 6
+        }),
+        "connections did not come up"
+    );
+    let keys: Vec<String> = (0..3).map(|b| key_on(&s.placement, b, "keep")).collect();
+    let traffic = Traffic::start(&respite.addr(), keys);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = respite.stat("cluster.cache.upstream_cx_total");
+    let mut with_checks = base.clone();
+    with_checks.push_str(&health_check(None));
+    with_checks.push_str("[clusters.outlier_detection]\nconsecutive_5xx = 3\n");
+    respite.reload(&with_checks);
+    std::thread::sleep(Duration::from_millis(700));
+    respite.reload(&base);
+    std::thread::sleep(Duration::from_millis(700));
+    let (n, errors) = traffic.finish();
+    let after = respite.stat("cluster.cache.upstream_cx_total");
+    assert!(
+        respite.log().matches("config reloaded").count() == 2,
+        "both reloads applied; log:\n{}",
+        respite.log()
+    );
+    assert_eq!(after, before, "upstream connections were replaced");
+    assert!(
+        errors.is_empty(),
+        "{} of {n} failed: {errors:?}",
+        errors.len()
+    );
+    println!("reload of health settings: {n} requests, 0 errors, no reconnect");
+}

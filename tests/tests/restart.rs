@@ -484,6 +484,12 @@ fn drain_by_admin_moves_admin_port() {
     assert!(stderr.contains("nothing answers"), "stderr: {stderr}");
     let out = respite_drain(&["--pid", "999999999"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // A pid that is not a respite gets nothing: this test's own process stands in for a
+    // mistyped pid (it would be killed by a SIGTERM).
+    let out = respite_drain(&["--pid", &std::process::id().to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr.contains("not a respite process"), "stderr: {stderr}");
     drop(b);
 }
 

@@ -138,12 +138,13 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The cell of `cluster` if one is registered under an equal config.
+    /// The cell of `cluster` if one is registered under a config that differs at most in health
+    /// settings ([`ClusterConfig::same_pool`]: those do not change discovery).
     pub fn get(&self, cluster: &ClusterConfig) -> Option<Arc<TopologyCell>> {
         let cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
         cells
             .get(&cluster.name)
-            .filter(|(c, _)| c == cluster)
+            .filter(|(c, _)| c.same_pool(cluster))
             .map(|(_, cell)| cell.clone())
     }
 

@@ -178,6 +178,21 @@ pub struct ClusterConfig {
     pub tcp_keepalive: TcpKeepalive,
 }
 
+impl ClusterConfig {
+    /// True if a worker's pool built for `self` serves `other` unchanged, so a reload keeps its
+    /// connections: everything but the health settings must match. Active checks run in the
+    /// health thread, and outlier thresholds are read from the shared host state, so changing
+    /// them never needs new connections.
+    pub fn same_pool(&self, other: &ClusterConfig) -> bool {
+        let strip = |c: &ClusterConfig| ClusterConfig {
+            health_checks: Vec::new(),
+            outlier_detection: None,
+            ..c.clone()
+        };
+        strip(self) == strip(other)
+    }
+}
+
 /// Envoy `core.v3.HealthCheck` with the `envoy.health_checkers.redis` extension: every
 /// `interval` (plus up to `interval_jitter`), send `PING` (healthy on `+PONG`) or, when `key` is
 /// set, `EXISTS key` (healthy only on `:0`, so setting the key drains the host).

@@ -925,6 +925,30 @@ fn bad_health_outlier_and_connection_keys() {
             "whole number of seconds",
         ),
         (
+            "[clusters.tcp_keepalive]\nkeepalive_interval = \"32768s\"\n",
+            11,
+            "clusters[0].tcp_keepalive.keepalive_interval",
+            "at most 32767s",
+        ),
+        (
+            "[clusters.tcp_keepalive]\nkeepalive_probes = 128\n",
+            11,
+            "clusters[0].tcp_keepalive.keepalive_probes",
+            "between 1 and 127",
+        ),
+        (
+            "[[clusters.health_checks]]\ninterval = \"18446744073709551615s\"\n",
+            11,
+            "clusters[0].health_checks[0].interval",
+            "at most 365 days",
+        ),
+        (
+            "[clusters.outlier_detection]\nbase_ejection_time = \"400d\"\n",
+            11,
+            "clusters[0].outlier_detection.base_ejection_time",
+            "at most 365 days",
+        ),
+        (
             "max_pending_requests = 0\n",
             10,
             "clusters[0].max_pending_requests",

@@ -601,11 +601,19 @@ fn tcp_keepalive(src: &Source<'_>, path: &str, k: RawTcpKeepalive) -> Result<Tcp
         |key: &str, v: &Option<Spanned<RawDuration>>, default: Duration| -> Result<Duration> {
             let Some(v) = v else { return Ok(default) };
             let d = positive(src, &format!("{path}.{key}"), v)?;
-            if d.subsec_nanos() != 0 || d.as_secs() > i32::MAX as u64 {
+            if d.subsec_nanos() != 0 {
                 return Err(src.error(
                     Some(v.span()),
                     &format!("{path}.{key}"),
                     "must be a whole number of seconds (the kernel's unit), e.g. \"30s\"",
+                ));
+            }
+            // Linux's MAX_TCP_KEEPIDLE / MAX_TCP_KEEPINTVL: a larger value fails every connect.
+            if d.as_secs() > 32767 {
+                return Err(src.error(
+                    Some(v.span()),
+                    &format!("{path}.{key}"),
+                    "must be at most 32767s (the kernel's limit)",
                 ));
             }
             Ok(d)
@@ -617,12 +625,22 @@ fn tcp_keepalive(src: &Source<'_>, path: &str, k: RawTcpKeepalive) -> Result<Tcp
             &k.keepalive_interval,
             d.keepalive_interval,
         )?,
-        keepalive_probes: at_least_one(
-            src,
-            &format!("{path}.keepalive_probes"),
-            &k.keepalive_probes,
-            d.keepalive_probes,
-        )?,
+        keepalive_probes: match &k.keepalive_probes {
+            // Linux's MAX_TCP_KEEPCNT.
+            Some(n) if *n.get_ref() > 127 => {
+                return Err(src.error(
+                    Some(n.span()),
+                    &format!("{path}.keepalive_probes"),
+                    "must be between 1 and 127 (the kernel's limit)",
+                ));
+            }
+            _ => at_least_one(
+                src,
+                &format!("{path}.keepalive_probes"),
+                &k.keepalive_probes,
+                d.keepalive_probes,
+            )?,
+        },
     })
 }
 
@@ -714,15 +732,29 @@ fn non_empty(src: &Source<'_>, path: &str, s: Spanned<String>) -> Result<String>
     Ok(s.into_inner())
 }
 
+/// Longest duration any key accepts. Deadlines are `now + duration`: an absurd value would
+/// overflow `Instant` on the request path or in the health thread.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
 fn duration(src: &Source<'_>, path: &str, d: &Spanned<RawDuration>) -> Result<Duration> {
     match d.get_ref() {
-        RawDuration::Text(t) => humantime::parse_duration(t).map_err(|e| {
-            src.error(
-                Some(d.span()),
-                path,
-                &format!("invalid duration \"{t}\": {e}"),
-            )
-        }),
+        RawDuration::Text(t) => {
+            let v = humantime::parse_duration(t).map_err(|e| {
+                src.error(
+                    Some(d.span()),
+                    path,
+                    &format!("invalid duration \"{t}\": {e}"),
+                )
+            })?;
+            if v > MAX_DURATION {
+                return Err(src.error(
+                    Some(d.span()),
+                    path,
+                    &format!("invalid duration \"{t}\": at most 365 days"),
+                ));
+            }
+            Ok(v)
+        }
         RawDuration::Number(n) => Err(src.error(
             Some(d.span()),
             path,

@@ -70,7 +70,7 @@ fn start_discoveries(
         .iter()
         .filter(|c| c.cluster_type == ClusterType::RedisCluster)
     {
-        if running.get(&c.name).is_some_and(|r| r.config == *c) {
+        if running.get(&c.name).is_some_and(|r| r.config.same_pool(c)) {
             continue;
         }
         let cell = Arc::new(TopologyCell::default());

@@ -267,7 +267,7 @@ impl Worker {
                     let settings = PoolSettings::new(l, cluster);
                     let key = (cluster.name.clone(), settings.clone());
                     let pool = match pools.get(&key).or_else(|| self.pools.get(&key)) {
-                        Some(p) if p.cluster == *cluster => p.clone(),
+                        Some(p) if p.cluster.same_pool(cluster) => p.clone(),
                         _ => ClusterPool::start(
                             cluster,
                             settings,

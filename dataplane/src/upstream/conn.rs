@@ -467,7 +467,13 @@ async fn supervise(conn: Rc<Conn>) {
                 net::spawn(write_loop(conn.clone(), stream.clone(), generation));
                 conn.write_ready.notify();
                 read_loop(&conn, &stream).await;
-                if !conn.is_closed() && !conn.retiring.get() {
+                // A close with a request waiting is a failure; an idle one is not (Redis's
+                // `timeout` closes idle clients, and the host answered everything it was asked).
+                let waiting = {
+                    let inner = conn.inner.borrow();
+                    inner.pending.len() > inner.timed_out
+                };
+                if waiting && !conn.is_closed() && !conn.retiring.get() {
                     conn.streak.failure(&conn.host.health);
                 }
                 // Stop the writer of this generation before failing its requests.
@@ -485,7 +491,13 @@ async fn supervise(conn: Rc<Conn>) {
                 conn.stats.cx_connect_fail.inc();
                 conn.note_failure();
                 conn.streak.failure(&conn.host.health);
-                debug!(upstream = %conn.addr, error = %e, "upstream connect failed");
+                // The first failure of a run is worth an operator's eye (a refused handshake, a
+                // bad socket option); the retries after it are not.
+                if backoff.attempt == 0 {
+                    warn!(upstream = %conn.addr, error = %e, "upstream connect failed; retrying with backoff");
+                } else {
+                    debug!(upstream = %conn.addr, error = %e, "upstream connect failed");
+                }
             }
         }
         conn.set_state(State::Backoff);

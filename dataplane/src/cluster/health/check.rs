@@ -48,8 +48,15 @@ impl Tally {
     }
 
     /// The state this tally holds.
+    #[cfg(test)]
     pub fn healthy(&self) -> bool {
         self.healthy
+    }
+
+    /// True while the host is healthy with no failure since its last pass: only then may its
+    /// checks slow down to `no_traffic_interval`.
+    pub fn settled(&self) -> bool {
+        self.healthy && self.fails == 0
     }
 
     /// Records one attempt; `Some(new state)` when it flips the host: `unhealthy_threshold`

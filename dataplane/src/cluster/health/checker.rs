@@ -544,14 +544,16 @@ async fn check_loop(ctx: Rc<Ctx>, j: usize, host: Arc<SharedHost>) {
         // While the cluster sends nothing, a healthy host is checked every
         // `no_traffic_interval`; the wait looks at the traffic every `interval`, so requests
         // that start again bring the short interval back within one interval. An unhealthy
-        // host gets no traffic by our own choice: it is checked every `interval` regardless.
+        // host gets no traffic by our own choice, and a host that failed a check may be hung
+        // with its clients stuck behind it (no new traffic until their requests time out): both
+        // are checked every `interval` regardless.
         let mut waited = Duration::ZERO;
         loop {
             let step = interval + jitter(interval_jitter);
             net::sleep(step).await;
             waited += step;
             let traffic = ctx.traffic(Instant::now());
-            if traffic != last_traffic || !tally.healthy() || waited >= no_traffic_interval {
+            if traffic != last_traffic || !tally.settled() || waited >= no_traffic_interval {
                 last_traffic = traffic;
                 break;
             }
