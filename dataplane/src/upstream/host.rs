@@ -63,17 +63,6 @@ impl HostRegistry {
         h
     }
 
-    /// The hosts of `cluster` currently registered (static hosts, and Redis Cluster nodes the
-    /// workers or discovery have met), in no particular order.
-    pub fn of_cluster(&self, cluster: &str) -> Vec<Arc<SharedHost>> {
-        let hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        hosts
-            .iter()
-            .filter(|((c, _), _)| c == cluster)
-            .map(|(_, h)| h.clone())
-            .collect()
-    }
-
     /// Forgets hosts of clusters not in `keep` that no pool holds any more.
     pub fn retain(&self, keep: &[&str]) {
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
