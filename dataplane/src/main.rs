@@ -92,7 +92,7 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(config.runtime.log_level.as_deref());
-            match respite::engine::run(config, Some(path)) {
+            match respite::engine::run(config, Some(path), None) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");

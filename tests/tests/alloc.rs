@@ -156,7 +156,7 @@ fn get_and_set_path_adds_no_allocation_per_request() {
     let cfg = simple_config(port, admin, &[r1.addr(), r2.addr()], 1, "");
     let config = respite::config::parse(&cfg, "alloc.toml").expect("config");
     let keys = alternating_keys(&config.clusters[0].hosts);
-    let _engine = respite::engine::Engine::start(config, None).expect("engine");
+    let _engine = respite::engine::Engine::start(config, None, None).expect("engine");
     assert!(wait_for_port(port, Duration::from_secs(10)));
 
     let mut conns: Vec<TcpStream> = (0..8)

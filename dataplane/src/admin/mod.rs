@@ -22,7 +22,60 @@ use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::config::Config;
 use crate::stats::Store;
+use crate::upstream::HostRegistry;
+
+/// Changes the process's log filter (`/logging?level=`): given a `tracing` filter directive,
+/// applies it or says why not. Installed by `main` (which owns the subscriber).
+pub type LogControl = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// Everything the admin endpoints read or change. CONTRACT: built by the engine at start;
+/// `config` is replaced by the engine after every applied reload.
+pub struct AdminContext {
+    /// The stats store (counters, gauges, histograms, hot keys).
+    pub stats: Arc<Store>,
+    /// The live config (`/config_dump`, `/clusters`).
+    pub config: Mutex<Arc<Config>>,
+    /// Per-host health and outlier state (`/clusters`).
+    pub hosts: Arc<HostRegistry>,
+    /// Set by `POST /healthcheck/fail`, cleared by `POST /healthcheck/ok`; `/ready` answers 503
+    /// while set (Envoy: a failed health check reports the server as draining).
+    pub health_fail: AtomicBool,
+    /// Set when the process starts draining: `/ready` answers 503.
+    pub draining: AtomicBool,
+    /// `/logging?level=`; `None` when the embedding process installed no control.
+    pub log: Option<LogControl>,
+}
+
+impl AdminContext {
+    /// A context over `stats`, `config` and `hosts`, not failing health checks, not draining.
+    pub fn new(
+        stats: Arc<Store>,
+        config: Arc<Config>,
+        hosts: Arc<HostRegistry>,
+        log: Option<LogControl>,
+    ) -> Arc<AdminContext> {
+        Arc::new(AdminContext {
+            stats,
+            config: Mutex::new(config),
+            hosts,
+            health_fail: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            log,
+        })
+    }
+
+    /// The live config.
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.config.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the live config (after a reload was applied).
+    pub fn set_config(&self, config: Arc<Config>) {
+        *self.config.lock().unwrap_or_else(PoisonError::into_inner) = config;
+    }
+}
 
 /// Content type of `/stats`, `/ready`, `/help` and error bodies.
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; charset=UTF-8";
@@ -76,7 +129,7 @@ impl Drop for AdminServer {
 /// # Errors
 /// The bind error, with its [`io::ErrorKind`] kept (e.g. `AddrInUse` when the port is taken);
 /// or the thread spawn error.
-pub fn spawn(addr: SocketAddr, stats: Arc<Store>) -> io::Result<AdminServer> {
+pub fn spawn(addr: SocketAddr, ctx: Arc<AdminContext>) -> io::Result<AdminServer> {
     let server = tiny_http::Server::http(addr).map_err(|e| match e.downcast::<io::Error>() {
         Ok(io_err) => *io_err,
         Err(other) => io::Error::other(other),
@@ -89,7 +142,7 @@ pub fn spawn(addr: SocketAddr, stats: Arc<Store>) -> io::Result<AdminServer> {
         let stop = Arc::clone(&stop);
         std::thread::Builder::new()
             .name("respite-admin".to_owned())
-            .spawn(move || serve(&server, &stop, &stats))?
+            .spawn(move || serve(&server, &stop, &ctx))?
     };
     Ok(AdminServer {
         local_addr,
@@ -153,9 +206,9 @@ impl Drop for AdminHandle {
 ///
 /// # Errors
 /// Any other bind error (address not local, permission denied, …).
-pub fn spawn_or_retry(addr: SocketAddr, stats: Arc<Store>) -> io::Result<AdminHandle> {
+pub fn spawn_or_retry(addr: SocketAddr, ctx: Arc<AdminContext>) -> io::Result<AdminHandle> {
     let state = Arc::new(Mutex::new(AdminState::default()));
-    match spawn(addr, stats.clone()) {
+    match spawn(addr, ctx.clone()) {
         Ok(server) => {
             state.lock().unwrap_or_else(PoisonError::into_inner).server = Some(server);
         }
@@ -167,7 +220,7 @@ pub fn spawn_or_retry(addr: SocketAddr, stats: Arc<Store>) -> io::Result<AdminHa
             let state = Arc::clone(&state);
             std::thread::Builder::new()
                 .name("respite-admin-bind".to_owned())
-                .spawn(move || retry_bind(addr, &stats, &state))?;
+                .spawn(move || retry_bind(addr, &ctx, &state))?;
         }
         Err(e) => return Err(e),
     }
@@ -177,13 +230,13 @@ pub fn spawn_or_retry(addr: SocketAddr, stats: Arc<Store>) -> io::Result<AdminHa
     })
 }
 
-fn retry_bind(addr: SocketAddr, stats: &Arc<Store>, state: &Mutex<AdminState>) {
+fn retry_bind(addr: SocketAddr, ctx: &Arc<AdminContext>, state: &Mutex<AdminState>) {
     loop {
         std::thread::sleep(BIND_RETRY_EVERY);
         if state.lock().unwrap_or_else(PoisonError::into_inner).stopped {
             return;
         }
-        match spawn(addr, stats.clone()) {
+        match spawn(addr, ctx.clone()) {
             Ok(server) => {
                 let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
                 if !s.stopped {
@@ -201,12 +254,12 @@ fn retry_bind(addr: SocketAddr, stats: &Arc<Store>, state: &Mutex<AdminState>) {
     }
 }
 
-fn serve(server: &tiny_http::Server, stop: &AtomicBool, stats: &Store) {
+fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext) {
     loop {
         match server.recv() {
             Ok(req) => {
                 let is_get = matches!(req.method(), tiny_http::Method::Get);
-                let reply = route(is_get, req.url(), stats);
+                let reply = route(is_get, req.url(), ctx);
                 let drain = !is_get && reply.status == 200 && is_drain(req.url());
                 let mut resp =
                     tiny_http::Response::from_string(reply.body).with_status_code(reply.status);
@@ -267,7 +320,8 @@ fn request_drain() {
 /// Answers one admin request: `is_get` tells whether the method is `GET`, `url` is the request
 /// target (`/path?query`). Pure function of the store's current values (see the module docs for
 /// the endpoints); for `POST /drain_listeners` the caller starts the drain after replying.
-pub fn route(is_get: bool, url: &str, stats: &Store) -> Reply {
+pub fn route(is_get: bool, url: &str, ctx: &AdminContext) -> Reply {
+    let stats = &ctx.stats;
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
     if path == DRAIN_PATH {
         return if is_get {

@@ -5,6 +5,17 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
+fn ctx(stats: Arc<Store>) -> Arc<AdminContext> {
+    let config = crate::config::parse(
+        "[[listeners]]\nname = \"m\"\naddress = \"127.0.0.1:0\"\nop_timeout = \"1s\"\n\
+         [listeners.prefix_routes.catch_all_route]\ncluster = \"c\"\n\
+         [[clusters]]\nname = \"c\"\nhosts = [\"127.0.0.1:7001\"]\n",
+        "t.toml",
+    )
+    .unwrap();
+    AdminContext::new(stats, Arc::new(config), Arc::default(), None)
+}
+
 fn store() -> Arc<Store> {
     let s = Store::new();
     s.counter("redis.egress.downstream_cx_total", 0).add(5);
@@ -37,7 +48,7 @@ fn get(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
 
 #[test]
 fn serves_stats_endpoints_over_http() {
-    let admin = spawn(local(), store()).unwrap();
+    let admin = spawn(local(), ctx(store())).unwrap();
     let addr = admin.local_addr;
     assert_ne!(addr.port(), 0);
 
@@ -100,7 +111,7 @@ fn serves_stats_endpoints_over_http() {
 fn stats_are_read_live() {
     let s = Store::new();
     let c = s.counter("redis.p.downstream_rq_total", 0);
-    let admin = spawn(local(), Arc::clone(&s)).unwrap();
+    let admin = spawn(local(), ctx(Arc::clone(&s))).unwrap();
     assert_eq!(
         get(admin.local_addr, "GET", "/stats").2,
         "redis.p.downstream_rq_total: 0\n"
@@ -116,17 +127,17 @@ fn stats_are_read_live() {
 #[test]
 fn port_in_use_is_an_error() {
     let taken = TcpListener::bind(local()).unwrap();
-    let err = spawn(taken.local_addr().unwrap(), Store::new()).unwrap_err();
+    let err = spawn(taken.local_addr().unwrap(), ctx(Store::new())).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
 
-    let admin = spawn(local(), Store::new()).unwrap();
-    let err = spawn(admin.local_addr, Store::new()).unwrap_err();
+    let admin = spawn(local(), ctx(Store::new())).unwrap();
+    let err = spawn(admin.local_addr, ctx(Store::new())).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
 }
 
 #[test]
 fn drop_stops_the_server_and_frees_the_port() {
-    let admin = spawn(local(), Store::new()).unwrap();
+    let admin = spawn(local(), ctx(Store::new())).unwrap();
     let addr = admin.local_addr;
     assert_eq!(get(addr, "GET", "/ready").0, 200);
     drop(admin); // joins the serving thread
@@ -146,7 +157,7 @@ fn drop_stops_the_server_and_frees_the_port() {
 
 #[test]
 fn route_and_query_decoding() {
-    let s = store();
+    let s = ctx(store());
     assert_eq!(route(true, "/", &s).status, 200);
     assert_eq!(route(true, "/stats/", &s).status, 404);
     assert_eq!(route(false, "/ready", &s).status, 405);

@@ -56,6 +56,20 @@ pub struct RuntimeConfig {
     /// `tracing` filter directive (e.g. "info", "respite=debug"); `RUST_LOG` overrides it.
     /// Checked at load. Default none.
     pub log_level: Option<String>,
+    /// Log line format: `"text"` (default, human-readable) or `"json"` (one JSON object per
+    /// line, for log shippers). Takes effect at start.
+    pub log_format: LogFormat,
+}
+
+/// `runtime.log_format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// tracing-subscriber's human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON formatter).
+    Json,
 }
 
 /// `[[listeners]]`: one downstream RESP listener (Envoy `redis_proxy` filter).
@@ -94,6 +108,49 @@ pub struct ListenerConfig {
     /// `max_upstream_unknown_connections`); past it the redirect error goes to the client.
     /// Default 100.
     pub max_upstream_unknown_connections: usize,
+    /// Record `command.<cmd>.latency` in microseconds instead of milliseconds (Envoy
+    /// `latency_in_micros`). Default false (milliseconds, Envoy's default).
+    pub latency_in_micros: bool,
+    /// Emit per-cluster, per-command upstream stats `cluster.<c>.redis_cluster.
+    /// upstream_commands.<cmd>.total|success|failure|latency` (latency in µs; Envoy
+    /// `enable_command_stats`). Default false.
+    pub enable_command_stats: bool,
+    /// `[listeners.hot_keys]`: track the most requested keys (absent = off, the default).
+    pub hot_keys: Option<HotKeysConfig>,
+    /// Values (request bulk strings or replies) at least this many bytes long are counted in
+    /// `redis.<stat_prefix>.big_value_total` and logged (rate-limited) with their key. 0 = off
+    /// (the default).
+    pub big_value_bytes: usize,
+    /// `[listeners.access_log]`: one line per sampled request (absent = off, the default).
+    pub access_log: Option<AccessLogConfig>,
+}
+
+/// `[listeners.hot_keys]`: a bounded top-K of the most requested keys over a sliding window,
+/// per listener (space-saving summaries per worker, merged on read; admin `/hot_keys`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HotKeysConfig {
+    /// How many keys `/hot_keys` reports, 1..=1000. Default 10.
+    pub top_k: usize,
+    /// The sliding window the counts cover, at least 1s. Default 60s.
+    pub window: Duration,
+}
+
+impl Default for HotKeysConfig {
+    fn default() -> Self {
+        HotKeysConfig {
+            top_k: 10,
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `[listeners.access_log]`: a sampled access log, one JSON object per line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccessLogConfig {
+    /// Required: a file to append to, or `"stderr"`.
+    pub path: String,
+    /// Fraction of requests logged, in (0, 1]; decided per request at random. Default 1.0.
+    pub sample_rate: f64,
 }
 
 /// Envoy `ConnPoolSettings.ReadPolicy`. TOML: `read_policy = "primary" | "prefer_primary" |

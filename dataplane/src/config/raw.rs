@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use toml::Spanned;
 
-use super::{ClusterType, LbPolicy, OnUnhealthy, ReadPolicy};
+use super::{ClusterType, LbPolicy, LogFormat, OnUnhealthy, ReadPolicy};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,6 +35,7 @@ pub(super) struct RawRuntime {
     pub pin_workers: bool,
     pub drain_timeout: Option<Spanned<RawDuration>>,
     pub log_level: Option<Spanned<String>>,
+    pub log_format: Option<Spanned<LogFormat>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,6 +59,28 @@ pub(super) struct RawListener {
     pub prefix_routes: Option<Spanned<RawPrefixRoutes>>,
     pub read_policy: Option<Spanned<ReadPolicy>>,
     pub max_upstream_unknown_connections: Option<Spanned<usize>>,
+    #[serde(default)]
+    pub latency_in_micros: bool,
+    #[serde(default)]
+    pub enable_command_stats: bool,
+    pub hot_keys: Option<Spanned<RawHotKeys>>,
+    #[serde(default)]
+    pub big_value_bytes: usize,
+    pub access_log: Option<Spanned<RawAccessLog>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHotKeys {
+    pub top_k: Option<Spanned<usize>>,
+    pub window: Option<Spanned<RawDuration>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAccessLog {
+    pub path: Spanned<String>,
+    pub sample_rate: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -93,6 +93,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
             pin_workers: true,
             drain_timeout: Duration::from_secs(60),
             log_level: Some("respite=debug,warn".into()),
+            log_format: LogFormat::Text,
         },
         listeners: vec![
             ListenerConfig {
@@ -114,6 +115,11 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 },
                 read_policy: ReadPolicy::Primary,
                 max_upstream_unknown_connections: 100,
+                latency_in_micros: false,
+                enable_command_stats: false,
+                hot_keys: None,
+                big_value_bytes: 0,
+                access_log: None,
             },
             ListenerConfig {
                 name: "second".into(),
@@ -134,6 +140,11 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 },
                 read_policy: ReadPolicy::Primary,
                 max_upstream_unknown_connections: 100,
+                latency_in_micros: false,
+                enable_command_stats: false,
+                hot_keys: None,
+                big_value_bytes: 0,
+                access_log: None,
             },
         ],
         clusters: vec![
@@ -206,6 +217,7 @@ fn defaults() {
             pin_workers: false,
             drain_timeout: Duration::from_secs(10),
             log_level: None,
+            log_format: LogFormat::Text,
         }
     );
     let l = &c.listeners[0];
@@ -976,4 +988,87 @@ fn bad_health_outlier_and_connection_keys() {
     ));
     assert!(e.starts_with("t.toml:11:"), "{e}");
     assert!(e.contains("intervall"), "{e}");
+}
+
+#[test]
+fn observability_keys() {
+    let listener_keys = "latency_in_micros = true\nenable_command_stats = true\n\
+        big_value_bytes = 1024\n";
+    let text = MINIMAL.replace(
+        "op_timeout = \"1s\"\n",
+        &format!(
+            "op_timeout = \"1s\"\n{listener_keys}[listeners.hot_keys]\ntop_k = 20\n\
+             window = \"30s\"\n[listeners.access_log]\npath = \"stderr\"\nsample_rate = 0.25\n"
+        ),
+    ) + "[runtime]\nlog_format = \"json\"\n";
+    let c = parse(&text, "t.toml").expect("parses");
+    let l = &c.listeners[0];
+    assert!(l.latency_in_micros && l.enable_command_stats);
+    assert_eq!(l.big_value_bytes, 1024);
+    assert_eq!(
+        l.hot_keys,
+        Some(HotKeysConfig {
+            top_k: 20,
+            window: Duration::from_secs(30)
+        })
+    );
+    assert_eq!(
+        l.access_log,
+        Some(AccessLogConfig {
+            path: "stderr".into(),
+            sample_rate: 0.25
+        })
+    );
+    assert_eq!(c.runtime.log_format, LogFormat::Json);
+
+    let d = parse(MINIMAL, "t.toml").expect("parses");
+    let l = &d.listeners[0];
+    assert!(!l.latency_in_micros && !l.enable_command_stats);
+    assert_eq!((l.hot_keys.clone(), l.big_value_bytes), (None, 0));
+    assert_eq!(l.access_log, None);
+    assert_eq!(d.runtime.log_format, LogFormat::Text);
+    let empty_hot = MINIMAL.replace(
+        "[listeners.prefix_routes",
+        "[listeners.hot_keys]\n[listeners.prefix_routes",
+    );
+    let h = parse(&empty_hot, "t.toml").expect("parses");
+    assert_eq!(h.listeners[0].hot_keys, Some(HotKeysConfig::default()));
+
+    let with = |extra: &str| {
+        MINIMAL.replace(
+            "[listeners.prefix_routes",
+            &format!("{extra}[listeners.prefix_routes"),
+        )
+    };
+    assert_err(
+        &with("[listeners.hot_keys]\ntop_k = 0\n"),
+        6,
+        "listeners[0].hot_keys.top_k",
+        "between 1 and 1000",
+    );
+    assert_err(
+        &with("[listeners.hot_keys]\nwindow = \"500ms\"\n"),
+        6,
+        "listeners[0].hot_keys.window",
+        "at least 1s",
+    );
+    assert_err(
+        &with("[listeners.access_log]\npath = \"\"\n"),
+        6,
+        "listeners[0].access_log.path",
+        "must not be empty",
+    );
+    assert_err(
+        &with("[listeners.access_log]\npath = \"/tmp/a\"\nsample_rate = 0.0\n"),
+        7,
+        "listeners[0].access_log.sample_rate",
+        "greater than 0",
+    );
+    assert_err(
+        &with("[listeners.access_log]\nsample_rate = 0.5\n"),
+        5,
+        "listeners[0].access_log.path",
+        "missing",
+    );
+    assert!(err("[runtime]\nlog_format = \"xml\"\n").contains("log_format"));
 }

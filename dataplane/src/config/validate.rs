@@ -8,13 +8,13 @@ use toml::Spanned;
 
 use super::locate::Source;
 use super::raw::{
-    RawAdmin, RawCluster, RawConfig, RawDuration, RawHealthCheck, RawHost, RawListener,
-    RawOutlierDetection, RawRuntime, RawTcpKeepalive,
+    RawAccessLog, RawAdmin, RawCluster, RawConfig, RawDuration, RawHealthCheck, RawHost,
+    RawHotKeys, RawListener, RawOutlierDetection, RawRuntime, RawTcpKeepalive,
 };
 use super::{
-    AdminConfig, ClusterConfig, ClusterType, Config, ConfigError, HealthCheckConfig, HostConfig,
-    LbPolicy, ListenerConfig, OnUnhealthy, OutlierDetectionConfig, PrefixRoutes,
-    RedisClusterConfig, Route, RuntimeConfig, TcpKeepalive,
+    AccessLogConfig, AdminConfig, ClusterConfig, ClusterType, Config, ConfigError,
+    HealthCheckConfig, HostConfig, HotKeysConfig, LbPolicy, ListenerConfig, LogFormat, OnUnhealthy,
+    OutlierDetectionConfig, PrefixRoutes, RedisClusterConfig, Route, RuntimeConfig, TcpKeepalive,
 };
 
 const DEFAULT_ADMIN_ADDRESS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
@@ -125,6 +125,7 @@ fn runtime(src: &Source<'_>, raw: Option<RawRuntime>) -> Result<RuntimeConfig> {
             pin_workers: false,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             log_level: None,
+            log_format: LogFormat::default(),
         });
     };
     let workers = match raw.workers {
@@ -163,6 +164,7 @@ fn runtime(src: &Source<'_>, raw: Option<RawRuntime>) -> Result<RuntimeConfig> {
         pin_workers: raw.pin_workers,
         drain_timeout,
         log_level,
+        log_format: raw.log_format.map(Spanned::into_inner).unwrap_or_default(),
     })
 }
 
@@ -289,6 +291,19 @@ fn listener(
         }
     }
 
+    let hot_keys = match l.hot_keys {
+        Some(h) => Some(hot_keys(src, &format!("{path}.hot_keys"), h.into_inner())?),
+        None => None,
+    };
+    let access_log = match l.access_log {
+        Some(a) => Some(access_log(
+            src,
+            &format!("{path}.access_log"),
+            a.into_inner(),
+        )?),
+        None => None,
+    };
+
     Ok(ListenerConfig {
         stat_prefix: l.stat_prefix.unwrap_or_else(|| name.clone()),
         name,
@@ -311,6 +326,68 @@ fn listener(
             .max_upstream_unknown_connections
             .map(Spanned::into_inner)
             .unwrap_or(DEFAULT_MAX_UPSTREAM_UNKNOWN_CONNECTIONS),
+        latency_in_micros: l.latency_in_micros,
+        enable_command_stats: l.enable_command_stats,
+        hot_keys,
+        big_value_bytes: l.big_value_bytes,
+        access_log,
+    })
+}
+
+/// `[listeners.hot_keys]`.
+fn hot_keys(src: &Source<'_>, path: &str, h: RawHotKeys) -> Result<HotKeysConfig> {
+    let d = HotKeysConfig::default();
+    let top_k = match h.top_k {
+        Some(k) if *k.get_ref() == 0 || *k.get_ref() > 1000 => {
+            return Err(src.error(
+                Some(k.span()),
+                &format!("{path}.top_k"),
+                "must be between 1 and 1000",
+            ));
+        }
+        Some(k) => k.into_inner(),
+        None => d.top_k,
+    };
+    let window = match h.window {
+        Some(w) => {
+            let v = duration(src, &format!("{path}.window"), &w)?;
+            if v < Duration::from_secs(1) {
+                return Err(src.error(
+                    Some(w.span()),
+                    &format!("{path}.window"),
+                    "must be at least 1s",
+                ));
+            }
+            v
+        }
+        None => d.window,
+    };
+    Ok(HotKeysConfig { top_k, window })
+}
+
+/// `[listeners.access_log]`.
+fn access_log(src: &Source<'_>, path: &str, a: RawAccessLog) -> Result<AccessLogConfig> {
+    if a.path.get_ref().is_empty() {
+        return Err(src.error(
+            Some(a.path.span()),
+            &format!("{path}.path"),
+            "must not be empty (a file path, or \"stderr\")",
+        ));
+    }
+    let sample_rate = match a.sample_rate {
+        Some(r) if !(*r.get_ref() > 0.0 && *r.get_ref() <= 1.0) => {
+            return Err(src.error(
+                Some(r.span()),
+                &format!("{path}.sample_rate"),
+                "must be greater than 0 and at most 1 (a fraction of requests)",
+            ));
+        }
+        Some(r) => r.into_inner(),
+        None => 1.0,
+    };
+    Ok(AccessLogConfig {
+        path: a.path.into_inner(),
+        sample_rate,
     })
 }
 

@@ -19,6 +19,7 @@ use tracing::{error, info, warn};
 use std::collections::HashMap;
 use std::time::Instant;
 
+use crate::admin::AdminContext;
 use crate::cluster::discovery::Discovery;
 use crate::cluster::health::Checker;
 use crate::cluster::topology::{Registry, TopologyCell};
@@ -44,6 +45,7 @@ pub struct Engine {
     /// The health thread (active checks, outlier ejections) of the whole process.
     checker: Checker,
     admin: crate::admin::AdminHandle,
+    admin_ctx: Arc<AdminContext>,
 }
 
 /// A running discovery thread with the config it runs under and the cell it publishes into.
@@ -125,14 +127,21 @@ impl Engine {
     /// `config_path` is re-read on [`Engine::reload`].
     ///
     /// Errors: a listener or admin address cannot be bound, or io_uring is unavailable.
-    pub fn start(config: Config, config_path: Option<PathBuf>) -> Result<Engine, String> {
+    /// `log` backs the admin `/logging` endpoint.
+    pub fn start(
+        config: Config,
+        config_path: Option<PathBuf>,
+        log: Option<crate::admin::LogControl>,
+    ) -> Result<Engine, String> {
         let store = Store::new();
-        // An address in use is retried in the background: in a hot restart the old process
-        // holds it until it starts draining (docs/hot-restart.md).
-        let admin = crate::admin::spawn_or_retry(config.admin.address, store.clone())
-            .map_err(|e| format!("admin: bind {}: {e}", config.admin.address))?;
         let registry = Arc::new(Registry::default());
         let hosts = Arc::new(HostRegistry::default());
+        let admin_ctx =
+            AdminContext::new(store.clone(), Arc::new(config.clone()), hosts.clone(), log);
+        // An address in use is retried in the background: in a hot restart the old process
+        // holds it until it starts draining (docs/hot-restart.md).
+        let admin = crate::admin::spawn_or_retry(config.admin.address, admin_ctx.clone())
+            .map_err(|e| format!("admin: bind {}: {e}", config.admin.address))?;
         let mut discoveries = HashMap::new();
         start_discoveries(&config, &mut discoveries, &registry, &store);
         let checker = Checker::spawn(hosts.clone(), store.clone());
@@ -168,6 +177,7 @@ impl Engine {
             discoveries,
             checker,
             admin,
+            admin_ctx,
         })
     }
 
@@ -226,6 +236,7 @@ impl Engine {
         self.checker.apply(&new, &self.registry);
         let names: Vec<&str> = new.clusters.iter().map(|c| c.name.as_str()).collect();
         self.hosts.retain(&names);
+        self.admin_ctx.set_config(new.clone());
         self.config = new;
         Ok(())
     }
@@ -236,6 +247,9 @@ impl Engine {
     /// connection gracefully once its client has closed or `runtime.drain_timeout` has passed,
     /// and stops every worker.
     pub fn drain(self) {
+        self.admin_ctx
+            .draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.admin.stop();
         // With migration on, the kernel hands queued connections to the new process as the
         // listeners close: better than accepting them here only to close them.
@@ -277,11 +291,16 @@ impl Engine {
 /// Runs the data plane until SIGTERM or SIGINT: SIGHUP reloads the config file.
 ///
 /// Errors: start-up failed (see [`Engine::start`]).
-pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
+/// `log` is the `/logging` control of the process's subscriber, if it installed one.
+pub fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    log: Option<crate::admin::LogControl>,
+) -> Result<(), String> {
     // Register before the workers exist, so no signal arrives unhandled.
     let mut signals =
         Signals::new([SIGHUP, SIGTERM, SIGINT]).map_err(|e| format!("signals: {e}"))?;
-    let mut engine = Engine::start(config, config_path)?;
+    let mut engine = Engine::start(config, config_path, log)?;
     for sig in signals.forever() {
         match sig {
             SIGHUP => match engine.reload() {

@@ -1,112 +1,298 @@
-//! Fixed-bucket latency histograms in microseconds, sharded per worker like counters.
+//! Latency histograms: an HdrHistogram per worker, merged on read (Envoy's per-thread
+//! histograms, merged by the main thread).
+//!
+//! A worker records into its [`LocalHistogram`] (a plain `RefCell`, nothing shared is written on
+//! the request path). Every [`FLUSH_INTERVAL`] the worker calls [`flush_thread`], which adds each
+//! dirty local histogram into its shared [`Histogram`] shard with `try_lock`: a reader holding
+//! the lock never stalls a worker, whose values then simply wait for the next flush. Readers
+//! ([`Histogram::snapshot`]) lock one shard at a time, long enough to copy it.
+//!
+//! Values are integers in whatever unit the recorder chose (µs, or ms for Envoy's default
+//! `latency_in_micros = false`); the histogram does not know the unit. Precision: two
+//! significant digits (HdrHistogram's `sigfig = 2`: any value is reported within 1% of what was
+//! recorded), range 1 ..= [`HIGHEST`]; larger values are clamped to [`HIGHEST`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::time::Duration;
 
-/// Upper bounds (inclusive, microseconds) of the finite histogram buckets; a final `+Inf` bucket
-/// follows. Roughly Envoy's default bucket ladder (0.5 ms … 10 s) shifted down to cover the
-/// tens-of-microseconds range a Redis proxy lives in.
-pub const BUCKET_BOUNDS_US: [u64; 19] = [
-    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
-    500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000,
+/// Largest recordable value: one hour in microseconds. Larger values are recorded as this.
+pub const HIGHEST: u64 = 3_600_000_000;
+/// HdrHistogram significant digits: 2 keeps a histogram at ~26 KiB and every value within 1%.
+pub const SIGFIG: u8 = 2;
+/// How often a worker publishes its local histograms (the staleness of histogram reads).
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Envoy's default histogram bucket bounds (`stats_config.histogram_bucket_settings` unset;
+/// `HistogramSettingsImpl::defaultBuckets`), used for Prometheus `le` buckets so dashboards built
+/// for Envoy keep working. Unit-less like Envoy's: they apply to whatever unit was recorded.
+pub const PROMETHEUS_BUCKETS: [f64; 19] = [
+    0.5,
+    1.0,
+    5.0,
+    10.0,
+    25.0,
+    50.0,
+    100.0,
+    250.0,
+    500.0,
+    1_000.0,
+    2_500.0,
+    5_000.0,
+    10_000.0,
+    30_000.0,
+    60_000.0,
+    300_000.0,
+    600_000.0,
+    1_800_000.0,
+    3_600_000.0,
 ];
-
-/// Number of buckets including the final `+Inf` bucket.
-pub const BUCKETS: usize = BUCKET_BOUNDS_US.len() + 1;
 
 /// The quantiles (in percent) shown by the Envoy-style text render, as Envoy's admin `/stats`
 /// does: `P0 P25 P50 P75 P90 P95 P99 P99.5 P99.9 P100`.
 pub const TEXT_QUANTILES: [f64; 10] = [0.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 100.0];
 
-/// A histogram shard recording values in microseconds, written by one worker thread only
-/// (relaxed load + store per bucket, no read-modify-write). Readers load relaxed and may see a
-/// snapshot a few values behind; the count is derived from the buckets so it always equals the
-/// `+Inf` cumulative bucket.
-#[derive(Debug)]
+type Hdr = hdrhistogram::Histogram<u64>;
+
+fn new_hdr() -> Hdr {
+    // Constant bounds that hdrhistogram accepts (1 <= low, high >= 2 * low, sigfig <= 5); the
+    // unit test `precision_and_buckets` constructs one, so this cannot fail at run time.
+    #[allow(clippy::expect_used)]
+    Hdr::new_with_bounds(1, HIGHEST, SIGFIG).expect("constant histogram bounds are valid")
+}
+
+/// Recorded values plus their exact sum (HdrHistogram only keeps an approximate one; the
+/// Prometheus `_sum` must be exact).
+#[derive(Clone)]
+struct Recorded {
+    hdr: Hdr,
+    sum: u64,
+}
+
+impl Recorded {
+    fn new() -> Recorded {
+        Recorded {
+            hdr: new_hdr(),
+            sum: 0,
+        }
+    }
+
+    fn record(&mut self, v: u64) {
+        self.hdr.saturating_record(v.min(HIGHEST));
+        self.sum = self.sum.wrapping_add(v);
+    }
+
+    fn add(&mut self, other: &Recorded) {
+        // Same bounds on both sides, so `add` cannot fail on range; ignore the impossible error
+        // rather than lose the request path to a panic.
+        let _ = self.hdr.add(&other.hdr);
+        self.sum = self.sum.wrapping_add(other.sum);
+    }
+}
+
+/// One worker's published shard of a histogram, registered in the [`super::Store`] by
+/// (name, worker). Workers write it only through [`LocalHistogram`]'s flush; readers snapshot it.
 pub struct Histogram {
-    buckets: [AtomicU64; BUCKETS],
-    sum_us: AtomicU64,
+    published: Mutex<Recorded>,
+}
+
+impl std::fmt::Debug for Histogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Histogram").finish_non_exhaustive()
+    }
 }
 
 impl Default for Histogram {
     fn default() -> Self {
         Histogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            sum_us: AtomicU64::new(0),
+            published: Mutex::new(Recorded::new()),
         }
     }
 }
 
 impl Histogram {
-    /// Records one value in microseconds. Single-writer: only the owning worker may call this.
-    #[inline]
-    pub fn record(&self, us: u64) {
-        let i = BUCKET_BOUNDS_US.partition_point(|&b| b < us);
-        let b = &self.buckets[i];
-        b.store(b.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
-        self.sum_us.store(
-            self.sum_us.load(Ordering::Relaxed).wrapping_add(us),
-            Ordering::Relaxed,
-        );
+    /// Records one value straight into the shared shard, taking its lock. For tests and cold
+    /// paths only: workers record through a [`LocalHistogram`].
+    pub fn record(&self, v: u64) {
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(v);
     }
 
-    /// A point-in-time copy of this shard.
+    /// A copy of everything published so far.
     pub fn snapshot(&self) -> HistogramSnapshot {
-        HistogramSnapshot {
-            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
-            sum_us: self.sum_us.load(Ordering::Relaxed),
-        }
+        let r = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        HistogramSnapshot { rec: Some(r) }
     }
 }
 
-/// Summed (or single-shard) histogram values: per-bucket counts (not cumulative; index `i`
-/// counts values `<= BUCKET_BOUNDS_US[i]` and above the previous bound, the last index is `+Inf`)
-/// and the sum of all recorded values in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// A worker's private recorder for one histogram shard: `record` touches only this thread's
+/// memory; [`flush_thread`] publishes it into the shard.
+pub struct LocalHistogram {
+    pending: RefCell<Recorded>,
+    dirty: Cell<bool>,
+    shard: Arc<Histogram>,
+}
+
+thread_local! {
+    static LOCALS: RefCell<Vec<Weak<LocalHistogram>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl LocalHistogram {
+    /// A recorder publishing into `shard`, registered for this thread's [`flush_thread`].
+    /// Several recorders may publish into the same shard (e.g. after a config reload).
+    pub fn new(shard: Arc<Histogram>) -> Rc<LocalHistogram> {
+        let local = Rc::new(LocalHistogram {
+            pending: RefCell::new(Recorded::new()),
+            dirty: Cell::new(false),
+            shard,
+        });
+        LOCALS.with(|l| l.borrow_mut().push(Rc::downgrade(&local)));
+        local
+    }
+
+    /// Records one value (in the histogram's unit). Thread-local only: no lock, no atomic.
+    #[inline]
+    pub fn record(&self, v: u64) {
+        self.pending.borrow_mut().record(v);
+        self.dirty.set(true);
+    }
+
+    /// Publishes pending values into the shard. With `block == false` a contended shard (a
+    /// reader copying it) is left for the next flush; returns whether nothing is left pending.
+    pub fn flush(&self, block: bool) -> bool {
+        if !self.dirty.get() {
+            return true;
+        }
+        let mut published = match self.shard.published.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) if !block => return false,
+            Err(TryLockError::WouldBlock) => self
+                .shard
+                .published
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        };
+        let mut pending = self.pending.borrow_mut();
+        published.add(&pending);
+        pending.hdr.reset();
+        pending.sum = 0;
+        self.dirty.set(false);
+        true
+    }
+}
+
+impl Drop for LocalHistogram {
+    fn drop(&mut self) {
+        // A recorder dropped at a config reload or session end must not lose its last values.
+        self.flush(true);
+    }
+}
+
+/// Publishes every live [`LocalHistogram`] of this thread without blocking (contended shards
+/// wait for the next call) and forgets dropped ones. Workers call it every [`FLUSH_INTERVAL`].
+pub fn flush_thread() {
+    flush_all(false)
+}
+
+/// As [`flush_thread`], but waits for contended shards: for a worker's exit.
+pub fn flush_thread_blocking() {
+    flush_all(true)
+}
+
+fn flush_all(block: bool) {
+    let live: Vec<Rc<LocalHistogram>> = LOCALS.with(|l| {
+        let mut l = l.borrow_mut();
+        l.retain(|w| w.strong_count() > 0);
+        l.iter().filter_map(Weak::upgrade).collect()
+    });
+    for h in live {
+        h.flush(block);
+    }
+}
+
+/// Merged (or single-shard) histogram values. `Default` is empty.
+#[derive(Clone, Default)]
 pub struct HistogramSnapshot {
-    /// Per-bucket (non-cumulative) counts, `BUCKETS` long.
-    pub buckets: [u64; BUCKETS],
-    /// Sum of recorded values, microseconds (wrapping).
-    pub sum_us: u64,
+    rec: Option<Recorded>,
+}
+
+impl std::fmt::Debug for HistogramSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HistogramSnapshot")
+            .field("count", &self.count())
+            .field("sum", &self.sum())
+            .finish()
+    }
 }
 
 impl HistogramSnapshot {
     /// Number of recorded values.
     pub fn count(&self) -> u64 {
-        self.buckets.iter().fold(0u64, |a, &b| a.wrapping_add(b))
+        self.rec.as_ref().map_or(0, |r| r.hdr.len())
     }
 
-    /// Adds another shard's values into this one.
+    /// Exact sum of recorded values (wrapping), in the recorded unit.
+    pub fn sum(&self) -> u64 {
+        self.rec.as_ref().map_or(0, |r| r.sum)
+    }
+
+    /// Adds another snapshot's values into this one.
     pub fn merge(&mut self, other: &HistogramSnapshot) {
-        for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
-            *a = a.wrapping_add(*b);
+        let Some(o) = &other.rec else { return };
+        match &mut self.rec {
+            Some(r) => r.add(o),
+            None => self.rec = Some(o.clone()),
         }
-        self.sum_us = self.sum_us.wrapping_add(other.sum_us);
     }
 
-    /// Estimated value (microseconds) at percentile `pct` (0–100), interpolating linearly inside
-    /// the bucket that holds the rank; values in the `+Inf` bucket are reported as the last finite
-    /// bound. `None` when nothing was recorded.
+    /// The value at percentile `pct` (0–100): HdrHistogram's highest value equivalent to the
+    /// one at that rank (within 1% of a recorded value). `None` when nothing was recorded.
     pub fn quantile(&self, pct: f64) -> Option<f64> {
-        let total = self.count();
-        if total == 0 {
-            return None;
-        }
-        let rank = (pct.clamp(0.0, 100.0) / 100.0) * total as f64;
-        let mut before = 0u64;
-        for (i, &n) in self.buckets.iter().enumerate() {
-            if n > 0 && (before + n) as f64 >= rank {
-                let lower = if i == 0 {
-                    0.0
-                } else {
-                    BUCKET_BOUNDS_US[i - 1] as f64
-                };
-                let upper = BUCKET_BOUNDS_US.get(i).map_or(lower, |&b| b as f64);
-                let frac = ((rank - before as f64) / n as f64).clamp(0.0, 1.0);
-                return Some(lower + (upper - lower) * frac);
+        let r = self.rec.as_ref().filter(|r| r.hdr.len() > 0)?;
+        let q = (pct / 100.0).clamp(0.0, 1.0);
+        let v = if q == 0.0 {
+            r.hdr.min()
+        } else {
+            r.hdr.value_at_quantile(q)
+        };
+        Some(v as f64)
+    }
+
+    /// Cumulative counts of values `<= bounds[i]` (a value counts by HdrHistogram's highest
+    /// equivalent value), one per bound; the `+Inf` count is [`HistogramSnapshot::count`].
+    pub fn cumulative(&self, bounds: &[f64]) -> Vec<u64> {
+        let mut out = vec![0u64; bounds.len()];
+        let Some(r) = &self.rec else { return out };
+        for v in r.hdr.iter_recorded() {
+            let value = v.value_iterated_to() as f64;
+            let n = v.count_at_value();
+            let first = bounds.partition_point(|&b| b < value);
+            for c in &mut out[first..] {
+                *c += n;
             }
-            before += n;
         }
-        None
+        out
+    }
+
+    /// Every distinct recorded value bucket as (HdrHistogram's highest equivalent value, count),
+    /// ascending: the "detailed" buckets of Envoy's `/stats?histogram_buckets=detailed`, from
+    /// which a client can compute exact interval quantiles by differencing two reads.
+    pub fn recorded(&self) -> Vec<(u64, u64)> {
+        let Some(r) = &self.rec else {
+            return Vec::new();
+        };
+        r.hdr
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect()
     }
 }
 
@@ -115,30 +301,68 @@ mod tests {
     use super::*;
 
     #[test]
-    fn record_places_values_in_inclusive_buckets() {
-        let h = Histogram::default();
-        h.record(0);
-        h.record(10);
-        h.record(11);
-        h.record(20_000_000);
-        let s = h.snapshot();
-        assert_eq!(s.buckets[0], 2);
-        assert_eq!(s.buckets[1], 1);
-        assert_eq!(s.buckets[BUCKETS - 1], 1);
+    fn local_values_reach_the_shard_only_on_flush() {
+        let shard = Arc::new(Histogram::default());
+        let local = LocalHistogram::new(shard.clone());
+        for v in [10, 20, 30, 40] {
+            local.record(v);
+        }
+        assert_eq!(shard.snapshot().count(), 0);
+        flush_thread();
+        let s = shard.snapshot();
         assert_eq!(s.count(), 4);
-        assert_eq!(s.sum_us, 20_000_021);
+        assert_eq!(s.sum(), 100);
+        assert_eq!(s.quantile(0.0), Some(10.0));
+        assert_eq!(s.quantile(50.0), Some(20.0));
+        assert_eq!(s.quantile(100.0), Some(40.0));
+        assert_eq!(HistogramSnapshot::default().quantile(50.0), None);
     }
 
     #[test]
-    fn quantiles_interpolate_inside_bucket() {
-        let h = Histogram::default();
-        for _ in 0..4 {
-            h.record(30); // bucket (25, 50]
+    fn a_contended_shard_waits_for_the_next_flush() {
+        let shard = Arc::new(Histogram::default());
+        let local = LocalHistogram::new(shard.clone());
+        local.record(5);
+        {
+            let _reader = shard.published.lock().unwrap();
+            assert!(!local.flush(false));
         }
-        let s = h.snapshot();
-        assert_eq!(s.quantile(0.0), Some(25.0));
-        assert_eq!(s.quantile(50.0), Some(37.5));
-        assert_eq!(s.quantile(100.0), Some(50.0));
-        assert_eq!(HistogramSnapshot::default().quantile(50.0), None);
+        assert!(local.flush(false));
+        assert_eq!(shard.snapshot().count(), 1);
+    }
+
+    #[test]
+    fn dropping_a_recorder_publishes_it() {
+        let shard = Arc::new(Histogram::default());
+        let local = LocalHistogram::new(shard.clone());
+        local.record(7);
+        drop(local);
+        assert_eq!(shard.snapshot().count(), 1);
+        flush_thread(); // the dead entry is pruned without effect
+        assert_eq!(shard.snapshot().count(), 1);
+    }
+
+    #[test]
+    fn precision_and_buckets() {
+        let shard = Histogram::default();
+        for v in [0u64, 1, 7, 30, 1_234, 5_000_000_000] {
+            shard.record(v);
+        }
+        let s = shard.snapshot();
+        assert_eq!(s.count(), 6);
+        let max = s.quantile(100.0).unwrap();
+        assert!(
+            (max - HIGHEST as f64).abs() / (HIGHEST as f64) < 0.01,
+            "{max}"
+        );
+        let p = s.quantile(80.0).unwrap();
+        assert!((p - 1_234.0).abs() / 1_234.0 < 0.01, "{p}");
+        let c = s.cumulative(&[0.5, 1.0, 5.0, 10.0, 25.0, 50.0, 2_500.0]);
+        assert_eq!(c, vec![1, 2, 2, 3, 3, 4, 5]);
+        let mut merged = HistogramSnapshot::default();
+        merged.merge(&s);
+        merged.merge(&s);
+        assert_eq!(merged.count(), 12);
+        assert_eq!(merged.recorded().iter().map(|(_, n)| n).sum::<u64>(), 12);
     }
 }

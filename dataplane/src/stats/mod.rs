@@ -11,6 +11,7 @@
 //! scheme in [`prometheus`]).
 
 pub mod histogram;
+pub mod hotkeys;
 pub mod prometheus;
 
 use std::collections::BTreeMap;
@@ -18,7 +19,10 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use histogram::{BUCKET_BOUNDS_US, Histogram, HistogramSnapshot};
+pub use histogram::{
+    Histogram, HistogramSnapshot, LocalHistogram, PROMETHEUS_BUCKETS, flush_thread,
+    flush_thread_blocking,
+};
 
 /// A monotonically increasing counter shard, written by one worker thread only.
 #[derive(Debug, Default)]
@@ -138,8 +142,8 @@ impl Store {
         shard(&self.gauges, name, worker)
     }
 
-    /// The shard of histogram `name` owned by `worker` (same `Arc` for the same pair). Values are
-    /// recorded in microseconds.
+    /// The shard of histogram `name` owned by `worker` (same `Arc` for the same pair). The worker
+    /// records through a [`LocalHistogram`] over it; values are in the unit the recorder chose.
     pub fn histogram(&self, name: &str, worker: usize) -> Arc<Histogram> {
         shard(&self.histograms, name, worker)
     }
@@ -166,6 +170,11 @@ impl Store {
         )
     }
 
+    /// Hot keys and big values of every listener that tracks them, sorted by stat prefix.
+    pub fn hot_keys(&self) -> Vec<hotkeys::HotKeysReport> {
+        Vec::new()
+    }
+
     /// Sum over workers of counter `name`, `None` if it was never registered.
     pub fn counter_value(&self, name: &str) -> Option<u64> {
         let m = self.counters.lock().unwrap_or_else(|e| e.into_inner());
@@ -182,8 +191,8 @@ impl Store {
 
     /// Envoy admin `/stats` text: one `name: value` line per counter and gauge, sorted by name,
     /// shards summed; then one line per histogram, sorted by name, as Envoy prints them:
-    /// `name: P0(nan,v) P25(nan,v) … P100(nan,v)` with cumulative quantile estimates in
-    /// microseconds (the interval value is `nan`: there is no flush interval), or
+    /// `name: P0(nan,v) P25(nan,v) … P100(nan,v)` with cumulative quantiles in the recorded unit
+    /// (the interval value is `nan`: there is no flush interval), or
     /// `name: No recorded values`.
     pub fn render_text(&self) -> String {
         self.render_text_filtered(None)

@@ -33,7 +33,8 @@
 //! `envoy_cluster_upstream_internal_redirect_succeeded_total{envoy_cluster_name="cache"}`.
 //!
 //! Counters render as `# TYPE <m> counter`, gauges as `gauge`, histograms as `histogram` with
-//! `<m>_bucket{…,le="<µs>"}` cumulative buckets (microseconds), `<m>_sum` and `<m>_count`.
+//! `<m>_bucket{…,le="<bound>"}` cumulative buckets over Envoy's default bounds
+//! ([`super::histogram::PROMETHEUS_BUCKETS`], in the recorded unit), `<m>_sum` and `<m>_count`.
 //! If two stats of different kinds map to the same family name, the family keeps the kind seen
 //! first (counters, then gauges, then histograms) and the conflicting samples are left out, since
 //! one family cannot carry two types.
@@ -41,7 +42,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::histogram::{BUCKET_BOUNDS_US, HistogramSnapshot};
+use super::histogram::{HistogramSnapshot, PROMETHEUS_BUCKETS};
 
 /// Label name for the `redis.<stat_prefix>.` scope (Envoy tag `envoy.redis_prefix`).
 pub const LABEL_REDIS_PREFIX: &str = "envoy_redis_prefix";
@@ -210,7 +211,7 @@ pub(crate) fn render(
         add(n, Kind::Gauge, Value::Int(i128::from(*v)));
     }
     for (n, h) in histograms {
-        add(n, Kind::Histogram, Value::Hist(*h));
+        add(n, Kind::Histogram, Value::Hist(h.clone()));
     }
 
     let mut out = String::new();
@@ -222,17 +223,17 @@ pub(crate) fn render(
                     let _ = writeln!(out, "{name}{} {v}", label_block(labels, None));
                 }
                 Value::Hist(h) => {
-                    let mut cum = 0u64;
-                    for (i, n) in h.buckets.iter().enumerate() {
-                        cum = cum.wrapping_add(*n);
-                        let le = BUCKET_BOUNDS_US
-                            .get(i)
-                            .map_or("+Inf".to_owned(), u64::to_string);
+                    let counts = h.cumulative(&PROMETHEUS_BUCKETS);
+                    for (bound, n) in PROMETHEUS_BUCKETS.iter().zip(counts) {
+                        let le = bound.to_string();
                         let lb = label_block(labels, Some(("le", &le)));
-                        let _ = writeln!(out, "{name}_bucket{lb} {cum}");
+                        let _ = writeln!(out, "{name}_bucket{lb} {n}");
                     }
+                    let cum = h.count();
+                    let lb = label_block(labels, Some(("le", "+Inf")));
+                    let _ = writeln!(out, "{name}_bucket{lb} {cum}");
                     let lb = label_block(labels, None);
-                    let _ = writeln!(out, "{name}_sum{lb} {}", h.sum_us);
+                    let _ = writeln!(out, "{name}_sum{lb} {}", h.sum());
                     let _ = writeln!(out, "{name}_count{lb} {cum}");
                 }
             }

@@ -121,9 +121,9 @@ fn render_text_histograms() {
     assert_eq!(
         store.render_text(),
         "a: 1\n\
-         cluster.c.redis_cluster.upstream_commands.upstream_rq_time: P0(nan,25) P25(nan,31.3) \
-         P50(nan,37.5) P75(nan,43.8) P90(nan,47.5) P95(nan,48.8) P99(nan,49.8) P99.5(nan,49.9) \
-         P99.9(nan,50) P100(nan,50)\n\
+         cluster.c.redis_cluster.upstream_commands.upstream_rq_time: P0(nan,30) P25(nan,30) \
+         P50(nan,30) P75(nan,30) P90(nan,30) P95(nan,30) P99(nan,30) P99.5(nan,30) \
+         P99.9(nan,30) P100(nan,30)\n\
          redis.p.command.get.latency: No recorded values\n"
     );
 }
