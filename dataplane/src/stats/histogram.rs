@@ -282,16 +282,22 @@ impl HistogramSnapshot {
         out
     }
 
-    /// Every distinct recorded value bucket as (HdrHistogram's highest equivalent value, count),
-    /// ascending: the "detailed" buckets of Envoy's `/stats?histogram_buckets=detailed`, from
-    /// which a client can compute exact interval quantiles by differencing two reads.
-    pub fn recorded(&self) -> Vec<(u64, u64)> {
+    /// Every non-empty HdrHistogram bucket as `(lower_bound, width, count)`, ascending: the
+    /// values in `lower_bound ..= lower_bound + width - 1` are indistinguishable at this
+    /// precision. These are the "detailed" buckets of Envoy's
+    /// `/stats?format=json&histogram_buckets=detailed`; a client computes interval quantiles by
+    /// differencing two reads.
+    pub fn recorded(&self) -> Vec<(u64, u64, u64)> {
         let Some(r) = &self.rec else {
             return Vec::new();
         };
         r.hdr
             .iter_recorded()
-            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .map(|v| {
+                let high = v.value_iterated_to();
+                let low = r.hdr.lowest_equivalent(high);
+                (low, high - low + 1, v.count_at_value())
+            })
             .collect()
     }
 }
@@ -363,6 +369,9 @@ mod tests {
         merged.merge(&s);
         merged.merge(&s);
         assert_eq!(merged.count(), 12);
-        assert_eq!(merged.recorded().iter().map(|(_, n)| n).sum::<u64>(), 12);
+        assert_eq!(merged.recorded().iter().map(|(_, _, n)| n).sum::<u64>(), 12);
+        let r = s.recorded();
+        assert_eq!(r[0], (0, 1, 1));
+        assert!(r.iter().any(|&(low, w, n)| low <= 1_234 && 1_234 < low + w && n == 1));
     }
 }
