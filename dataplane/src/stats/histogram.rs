@@ -256,7 +256,7 @@ impl HistogramSnapshot {
     /// The value at percentile `pct` (0–100): HdrHistogram's highest value equivalent to the
     /// one at that rank (within 1% of a recorded value). `None` when nothing was recorded.
     pub fn quantile(&self, pct: f64) -> Option<f64> {
-        let r = self.rec.as_ref().filter(|r| r.hdr.len() > 0)?;
+        let r = self.rec.as_ref().filter(|r| !r.hdr.is_empty())?;
         let q = (pct / 100.0).clamp(0.0, 1.0);
         let v = if q == 0.0 {
             r.hdr.min()
