@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
+use respite::admin::LogControl;
+use respite::config::LogFormat;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _, fmt, reload};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -91,8 +95,11 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            init_logging(config.runtime.log_level.as_deref());
-            match respite::engine::run(config, Some(path), None) {
+            let log = init_logging(
+                config.runtime.log_level.as_deref(),
+                config.runtime.log_format,
+            );
+            match respite::engine::run(config, Some(path), Some(log)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");
@@ -202,13 +209,32 @@ fn post_drain(mut addr: SocketAddr) -> Result<(i32, String), String> {
     Ok((pid, format!("pid {pid} at {addr} is draining")))
 }
 
-/// `RUST_LOG` wins over the config's `runtime.log_level`; the default is `info`.
-fn init_logging(level: Option<&str>) {
+/// Installs the process's log subscriber and returns its `/logging` control.
+///
+/// The filter: `RUST_LOG` wins over the config's `runtime.log_level`; the default is `info`. It
+/// sits in a `reload` layer, so the admin `/logging?level=` can replace it while the process
+/// runs. The format: `runtime.log_format` (`text`: human-readable lines; `json`: one JSON object
+/// per line, tracing-subscriber's JSON formatter, for log shippers).
+fn init_logging(level: Option<&str>, format: LogFormat) -> LogControl {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level.unwrap_or("info")))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .init();
+    let (filter, handle) = reload::Layer::new(filter);
+    let fmt = match format {
+        LogFormat::Text => fmt::layer().with_target(false).boxed(),
+        LogFormat::Json => fmt::layer().json().with_target(false).boxed(),
+    };
+    tracing_subscriber::registry().with(filter).with(fmt).init();
+    let reader = handle.clone();
+    LogControl::new(
+        move |directive| {
+            let filter = EnvFilter::try_new(directive).map_err(|e| e.to_string())?;
+            handle.reload(filter).map_err(|e| e.to_string())
+        },
+        move || {
+            reader
+                .with_current(|f| f.to_string())
+                .unwrap_or_else(|e| format!("<unknown: {e}>"))
+        },
+    )
 }

@@ -1,34 +1,48 @@
-//! Admin HTTP endpoint on its own thread, off the data path (Envoy admin style).
+//! Admin HTTP endpoint on its own thread, off the data path (Envoy admin semantics).
 //!
-//! Endpoints (`GET` unless noted; a wrong method on a known path gets `405`, unknown paths `404`):
+//! A known path asked with the wrong method gets `405`, an unknown path `404`, a bad parameter
+//! `400` with the reason. Every `GET` is read-only; everything that changes state is `POST`
+//! (as Envoy requires since 1.17: a browser tab cannot change it by loading a URL).
 //!
-//! | path | response |
-//! |---|---|
-//! | `POST /drain_listeners` | `200` `OK draining pid=<pid>\n`, then the process drains and exits as on SIGTERM (Envoy's endpoint name; Envoy only drains listeners, here the whole process goes, as hot restart needs). |
-//! | `/stats` | `text/plain; charset=UTF-8`, [`Store::render_text`] (Envoy admin `/stats`). `?filter=<s>` keeps stat names containing the substring `s` (percent-decoded; Envoy takes a regex, we take a substring). |
-//! | `/stats/prometheus` | `text/plain; version=0.0.4; charset=utf-8`, [`Store::render_prometheus`] (Prometheus text format 0.0.4); `?filter=` as above, on the Envoy stat name. |
-//! | `/ready` | `200` `LIVE\n` (Envoy's `/ready` body) |
-//! | `/help` | the endpoint list |
+//! | method | path | parameters | response |
+//! |---|---|---|---|
+//! | GET | `/`, `/help` | | this list, one endpoint per line |
+//! | GET | `/stats` | `filter=<regex>`, `format=text\|json\|prometheus`, `histogram_buckets=detailed` (json), `pretty` (json) | Envoy `/stats`: `name: value` lines, sorted, then histogram quantile lines; JSON in Envoy's shape ([`stats`]); `usedonly` is accepted and ignored (every stat is shown) |
+//! | GET | `/stats/prometheus` | `filter=<regex>` | Prometheus text format 0.0.4 ([`crate::stats::prometheus`]) |
+//! | GET | `/clusters` | `format=text\|json` | every upstream host: `<cluster>::<ip:port>::<stat>::<value>`, health flags, weight ([`clusters`]) |
+//! | GET | `/config_dump` | | the live config as pretty JSON, passwords as `"[redacted]"` |
+//! | GET | `/ready` | | `200 LIVE`; `503 DRAINING` after `/healthcheck/fail` or while draining |
+//! | POST | `/healthcheck/fail` | | `200 OK`; `/ready` answers 503 from now on (load-balancer draining) |
+//! | POST | `/healthcheck/ok` | | `200 OK`; undoes `/healthcheck/fail` |
+//! | GET, POST | `/logging` | `level=<tracing directive>` (POST only) | the current log filter; POST with `level` replaces it (`400` and the old filter kept when the directive is invalid) |
+//! | GET | `/hot_keys` | `format=text\|json` | per listener, the most requested keys and the latest big values ([`hot_keys`]) |
+//! | POST | `/drain_listeners` | | `200 OK draining pid=<pid>`, then the process drains and exits as on SIGTERM (Envoy's endpoint name; Envoy only drains listeners, here the whole process goes, as hot restart needs) |
 //!
-//! The server is blocking `tiny_http` on one background thread; it never touches a worker.
-//! [`spawn_or_retry`] starts it even while another process (the one being replaced in a hot
-//! restart) still holds the address: it keeps retrying the bind in the background.
+//! `filter` is a regex ([`regex`] crate syntax) searched anywhere in the Envoy (dotted) stat
+//! name, as Envoy's `std::regex_search`; an invalid one is a `400` with the regex error.
+//!
+//! The server is blocking `tiny_http` on one background thread, one request at a time; it never
+//! touches a worker. [`spawn_or_retry`] starts it even while another process (the one being
+//! replaced in a hot restart) still holds the address: it keeps retrying the bind.
 
-use std::io;
-use std::net::SocketAddr;
-use std::sync::Arc;
+pub mod clusters;
+mod config_dump;
+pub mod hot_keys;
+mod logging;
+mod query;
+mod server;
+pub mod stats;
+
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+
+pub use logging::LogControl;
+pub use server::{AdminHandle, AdminServer, spawn, spawn_or_retry};
 
 use crate::config::Config;
 use crate::stats::Store;
 use crate::upstream::HostRegistry;
-
-/// Changes the process's log filter (`/logging?level=`): given a `tracing` filter directive,
-/// applies it or says why not. Installed by `main` (which owns the subscriber).
-pub type LogControl = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+use query::Query;
 
 /// Everything the admin endpoints read or change. CONTRACT: built by the engine at start;
 /// `config` is replaced by the engine after every applied reload.
@@ -77,210 +91,122 @@ impl AdminContext {
     }
 }
 
-/// Content type of `/stats`, `/ready`, `/help` and error bodies.
+/// Content type of text bodies (`/stats`, `/clusters`, `/ready`, `/help`, errors).
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; charset=UTF-8";
 /// Content type of `/stats/prometheus` (Prometheus text exposition format 0.0.4).
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Body of `/help`: one endpoint per line, Envoy admin style.
-pub const HELP_TEXT: &str = "admin commands are:\n  \
-/help: print out list of admin commands\n  \
-/ready: print server state, return 200 if LIVE\n  \
-/stats: print server stats; param: filter=<substring>\n  \
-/stats/prometheus: print server stats in prometheus format; param: filter=<substring>\n  \
-/drain_listeners (POST): stop accepting, finish in-flight requests, close connections, exit\n";
+/// Content type of JSON bodies (`format=json`, `/config_dump`).
+pub const JSON_CONTENT_TYPE: &str = "application/json";
 
 /// Path of the drain endpoint (Envoy admin's name; `POST` only).
 pub const DRAIN_PATH: &str = "/drain_listeners";
 
-/// How often [`spawn_or_retry`] retries a bind refused with `EADDRINUSE`: the process being
-/// replaced releases the admin port as soon as it starts draining, so the gap stays this short.
-const BIND_RETRY_EVERY: Duration = Duration::from_millis(100);
-
-/// A running admin server; stops its thread (and closes the listener) when dropped.
-pub struct AdminServer {
-    /// The address actually bound (the real port when `spawn` was given port 0).
-    pub local_addr: SocketAddr,
-    server: Arc<tiny_http::Server>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+/// Which methods an endpoint takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Methods {
+    Get,
+    Post,
+    GetPost,
 }
 
-impl std::fmt::Debug for AdminServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AdminServer")
-            .field("local_addr", &self.local_addr)
-            .finish_non_exhaustive()
+impl Methods {
+    fn allows(self, is_get: bool) -> bool {
+        match self {
+            Methods::Get => is_get,
+            Methods::Post => !is_get,
+            Methods::GetPost => true,
+        }
     }
-}
 
-impl Drop for AdminServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    fn as_str(self) -> &'static str {
+        match self {
+            Methods::Get => "GET",
+            Methods::Post => "POST",
+            Methods::GetPost => "GET or POST",
         }
     }
 }
 
-/// Binds `addr` and serves admin requests on a background thread named `respite-admin`.
-///
-/// # Errors
-/// The bind error, with its [`io::ErrorKind`] kept (e.g. `AddrInUse` when the port is taken);
-/// or the thread spawn error.
-pub fn spawn(addr: SocketAddr, ctx: Arc<AdminContext>) -> io::Result<AdminServer> {
-    let server = tiny_http::Server::http(addr).map_err(|e| match e.downcast::<io::Error>() {
-        Ok(io_err) => *io_err,
-        Err(other) => io::Error::other(other),
-    })?;
-    let local_addr = server.server_addr().to_ip().unwrap_or(addr);
-    let server = Arc::new(server);
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let server = Arc::clone(&server);
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("respite-admin".to_owned())
-            .spawn(move || serve(&server, &stop, &ctx))?
-    };
-    Ok(AdminServer {
-        local_addr,
-        server,
-        stop,
-        thread: Some(thread),
-    })
+/// One admin endpoint: what `/help` prints and what [`route`] accepts.
+struct Endpoint {
+    path: &'static str,
+    methods: Methods,
+    help: &'static str,
 }
 
-/// The admin endpoint of a running engine: bound now, or still retrying in the background
-/// (while a process being replaced holds the address). Stops serving on [`AdminHandle::stop`]
-/// or drop.
-pub struct AdminHandle {
-    address: SocketAddr,
-    state: Arc<Mutex<AdminState>>,
-}
+/// Every endpoint, in `/help` order.
+const ENDPOINTS: &[Endpoint] = &[
+    Endpoint {
+        path: "/help",
+        methods: Methods::Get,
+        help: "print out list of admin commands",
+    },
+    Endpoint {
+        path: "/stats",
+        methods: Methods::Get,
+        help: "print server stats; params: filter=<regex>, format=text|json|prometheus, \
+               histogram_buckets=detailed (json), pretty (json)",
+    },
+    Endpoint {
+        path: "/stats/prometheus",
+        methods: Methods::Get,
+        help: "print server stats in prometheus format; param: filter=<regex>",
+    },
+    Endpoint {
+        path: "/clusters",
+        methods: Methods::Get,
+        help: "upstream hosts: health, connections, requests, errors; param: format=text|json",
+    },
+    Endpoint {
+        path: "/config_dump",
+        methods: Methods::Get,
+        help: "the live config as JSON, secrets redacted",
+    },
+    Endpoint {
+        path: "/ready",
+        methods: Methods::Get,
+        help: "print server state, return 200 if LIVE, 503 if DRAINING or health check failed",
+    },
+    Endpoint {
+        path: "/healthcheck/fail",
+        methods: Methods::Post,
+        help: "make /ready fail (503), for load-balancer draining",
+    },
+    Endpoint {
+        path: "/healthcheck/ok",
+        methods: Methods::Post,
+        help: "undo /healthcheck/fail",
+    },
+    Endpoint {
+        path: "/logging",
+        methods: Methods::GetPost,
+        help: "print the log filter (GET); change it (POST); param: level=<tracing directive> \
+               (e.g. debug, info,respite::upstream=trace)",
+    },
+    Endpoint {
+        path: "/hot_keys",
+        methods: Methods::Get,
+        help: "most requested keys and big values per listener; param: format=text|json",
+    },
+    Endpoint {
+        path: DRAIN_PATH,
+        methods: Methods::Post,
+        help: "stop accepting, finish in-flight requests, close connections, exit",
+    },
+];
 
-#[derive(Default)]
-struct AdminState {
-    server: Option<AdminServer>,
-    stopped: bool,
-}
-
-impl AdminHandle {
-    /// The configured address (the bound one once bound: the real port when given port 0).
-    pub fn address(&self) -> SocketAddr {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state
-            .server
-            .as_ref()
-            .map(|s| s.local_addr)
-            .unwrap_or(self.address)
-    }
-
-    /// True once the address is bound and served.
-    pub fn is_bound(&self) -> bool {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.server.is_some()
-    }
-
-    /// Closes the admin listener (so a new process can take the address) and stops retrying.
-    pub fn stop(&self) {
-        let server = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.stopped = true;
-            state.server.take()
+/// Body of `/help`: one endpoint per line, Envoy admin style.
+pub fn help_text() -> String {
+    let mut out = String::from("admin commands are:\n");
+    for e in ENDPOINTS {
+        let method = if e.methods == Methods::Get {
+            String::new()
+        } else {
+            format!(" ({})", e.methods.as_str())
         };
-        drop(server);
+        out.push_str(&format!("  {}{method}: {}\n", e.path, e.help));
     }
-}
-
-impl Drop for AdminHandle {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// Like [`spawn`], but an address in use (`EADDRINUSE`: the process this one replaces still
-/// serves it) is not an error: a background thread retries every 100 ms until the bind succeeds
-/// or the handle is stopped.
-///
-/// # Errors
-/// Any other bind error (address not local, permission denied, …).
-pub fn spawn_or_retry(addr: SocketAddr, ctx: Arc<AdminContext>) -> io::Result<AdminHandle> {
-    let state = Arc::new(Mutex::new(AdminState::default()));
-    match spawn(addr, ctx.clone()) {
-        Ok(server) => {
-            state.lock().unwrap_or_else(PoisonError::into_inner).server = Some(server);
-        }
-        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-            tracing::warn!(
-                %addr,
-                "admin address in use (the process being replaced?); retrying in the background"
-            );
-            let state = Arc::clone(&state);
-            std::thread::Builder::new()
-                .name("respite-admin-bind".to_owned())
-                .spawn(move || retry_bind(addr, &ctx, &state))?;
-        }
-        Err(e) => return Err(e),
-    }
-    Ok(AdminHandle {
-        address: addr,
-        state,
-    })
-}
-
-fn retry_bind(addr: SocketAddr, ctx: &Arc<AdminContext>, state: &Mutex<AdminState>) {
-    loop {
-        std::thread::sleep(BIND_RETRY_EVERY);
-        if state.lock().unwrap_or_else(PoisonError::into_inner).stopped {
-            return;
-        }
-        match spawn(addr, ctx.clone()) {
-            Ok(server) => {
-                let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
-                if !s.stopped {
-                    tracing::info!(admin = %server.local_addr, "admin listening");
-                    s.server = Some(server);
-                }
-                return;
-            }
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
-            Err(e) => {
-                tracing::error!(%addr, error = %e, "admin: bind failed; no admin endpoint");
-                return;
-            }
-        }
-    }
-}
-
-fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext) {
-    loop {
-        match server.recv() {
-            Ok(req) => {
-                let is_get = matches!(req.method(), tiny_http::Method::Get);
-                let reply = route(is_get, req.url(), ctx);
-                let drain = !is_get && reply.status == 200 && is_drain(req.url());
-                let mut resp =
-                    tiny_http::Response::from_string(reply.body).with_status_code(reply.status);
-                if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", reply.content_type) {
-                    resp = resp.with_header(h);
-                }
-                if let Err(e) = req.respond(resp) {
-                    tracing::debug!(error = %e, "admin: writing response failed");
-                }
-                if drain {
-                    request_drain();
-                }
-            }
-            Err(e) => {
-                if stop.load(Ordering::Acquire) {
-                    return;
-                }
-                tracing::debug!(error = %e, "admin: accept failed");
-            }
-        }
-    }
+    out
 }
 
 /// An admin response before it is put on the wire.
@@ -302,91 +228,102 @@ fn text(status: u16, body: impl Into<String>) -> Reply {
     }
 }
 
-fn is_drain(url: &str) -> bool {
-    url.split_once('?').map_or(url, |(p, _)| p) == DRAIN_PATH
-}
-
-/// Sends SIGTERM to this process, so a drain asked over HTTP takes exactly the SIGTERM path
-/// (`engine::run`'s signal loop). A process embedding the engine without that loop gets
-/// SIGTERM's default action.
-fn request_drain() {
-    tracing::info!("drain requested on the admin endpoint");
-    // SAFETY: kill(2) on our own pid has no memory effects.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGTERM);
+/// A JSON reply; `pretty` indents it. Serializing a `serde_json::Value` cannot fail.
+fn json(value: &serde_json::Value, pretty: bool) -> Reply {
+    let mut body = if pretty {
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    } else {
+        value.to_string()
+    };
+    body.push('\n');
+    Reply {
+        status: 200,
+        content_type: JSON_CONTENT_TYPE,
+        body,
     }
 }
 
-/// Answers one admin request: `is_get` tells whether the method is `GET`, `url` is the request
-/// target (`/path?query`). Pure function of the store's current values (see the module docs for
-/// the endpoints); for `POST /drain_listeners` the caller starts the drain after replying.
+/// The `format` parameter among `allowed` (the first is the default), or a `400` naming them.
+fn format<'a>(q: &Query, allowed: &[&'a str]) -> Result<&'a str, Reply> {
+    let default = allowed.first().copied().unwrap_or("text");
+    match q.get("format") {
+        None | Some("") => Ok(default),
+        Some(f) => allowed.iter().copied().find(|a| *a == f).ok_or_else(|| {
+            text(
+                400,
+                format!(
+                    "unsupported format {f:?}; use one of {}\n",
+                    allowed.join(", ")
+                ),
+            )
+        }),
+    }
+}
+
+/// Answers one admin request: `is_get` tells whether the method is `GET` (anything else counts
+/// as `POST`), `url` is the request target (`/path?query`). See the module docs for the
+/// endpoints. For `POST /drain_listeners` the caller starts the drain after replying.
 pub fn route(is_get: bool, url: &str, ctx: &AdminContext) -> Reply {
-    let stats = &ctx.stats;
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
-    if path == DRAIN_PATH {
-        return if is_get {
-            text(405, "method not allowed: use POST\n")
-        } else {
-            text(200, format!("OK draining pid={}\n", std::process::id()))
-        };
+    let path = if path == "/" { "/help" } else { path };
+    let Some(endpoint) = ENDPOINTS.iter().find(|e| e.path == path) else {
+        return text(404, format!("not found: {path}; see /help\n"));
+    };
+    if !endpoint.methods.allows(is_get) {
+        return text(
+            405,
+            format!(
+                "method not allowed: use {} for {path}\n",
+                endpoint.methods.as_str()
+            ),
+        );
     }
-    let known = matches!(
-        path,
-        "/stats" | "/stats/prometheus" | "/ready" | "/help" | "/"
-    );
-    if !known {
-        return text(404, format!("not found: {path}\n"));
-    }
-    if !is_get {
-        return text(405, "method not allowed\n");
-    }
-    let filter = query_param(query, "filter");
-    let filter = filter.as_deref().filter(|f| !f.is_empty());
-    match path {
-        "/stats" => text(200, stats.render_text_filtered(filter)),
-        "/stats/prometheus" => Reply {
-            status: 200,
-            content_type: PROMETHEUS_CONTENT_TYPE,
-            body: stats.render_prometheus_filtered(filter),
-        },
-        "/ready" => text(200, "LIVE\n"),
-        _ => text(200, HELP_TEXT),
-    }
-}
-
-/// The percent-decoded value of query parameter `key` (`+` decodes to a space), if present.
-fn query_param(query: &str, key: &str) -> Option<String> {
-    query.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (percent_decode(k) == key).then(|| percent_decode(v))
-    })
-}
-
-fn percent_decode(s: &str) -> String {
-    fn hex(c: u8) -> Option<u8> {
-        (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
-    }
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' => match (
-                b.get(i + 1).copied().and_then(hex),
-                b.get(i + 2).copied().and_then(hex),
-            ) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            c => out.push(c),
+    let q = Query::parse(query);
+    let result = match path {
+        "/help" => Ok(text(200, help_text())),
+        "/stats" => stats::stats(&ctx.stats, &q),
+        "/stats/prometheus" => stats::prometheus(&ctx.stats, &q),
+        "/clusters" => format(&q, &["text", "json"]).map(|f| {
+            let view = clusters::collect(&ctx.config(), &ctx.hosts, &ctx.stats);
+            if f == "json" {
+                json(&clusters::render_json(&view), true)
+            } else {
+                text(200, clusters::render_text(&view))
+            }
+        }),
+        "/config_dump" => Ok(config_dump::render(&ctx.config())),
+        "/ready" => Ok(ready(ctx)),
+        "/healthcheck/fail" | "/healthcheck/ok" => {
+            let fail = path == "/healthcheck/fail";
+            ctx.health_fail.store(fail, Ordering::Relaxed);
+            tracing::info!(health_fail = fail, "admin: {path}");
+            Ok(text(200, "OK\n"))
         }
-        i += 1;
+        "/logging" => Ok(logging::logging(ctx.log.as_ref(), is_get, &q)),
+        "/hot_keys" => format(&q, &["text", "json"]).map(|f| {
+            let reports = ctx.stats.hot_keys();
+            if f == "json" {
+                json(&hot_keys::render_json(&reports), true)
+            } else {
+                text(200, hot_keys::render_text(&reports))
+            }
+        }),
+        DRAIN_PATH => Ok(text(
+            200,
+            format!("OK draining pid={}\n", std::process::id()),
+        )),
+        _ => Ok(text(404, format!("not found: {path}\n"))),
+    };
+    result.unwrap_or_else(|e| e)
+}
+
+/// Envoy `/ready`: the server state name, `200` only while live.
+fn ready(ctx: &AdminContext) -> Reply {
+    if ctx.health_fail.load(Ordering::Relaxed) || ctx.draining.load(Ordering::Relaxed) {
+        text(503, "DRAINING\n")
+    } else {
+        text(200, "LIVE\n")
     }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

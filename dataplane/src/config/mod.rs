@@ -8,23 +8,30 @@
 //! (unknown keys, types, required keys), then `validate` checks meaning (durations, addresses,
 //! references, duplicates) and fills defaults. Every failure is a [`ConfigError`] of the form
 //! `origin:line:col: key.path: message`, with the line taken from toml's spans.
+//!
+//! Every type serializes (serde) with its TOML key names, durations as humantime strings
+//! (`"1s"`) and addresses as `"ip:port"`, for the admin `/config_dump`; passwords serialize as
+//! [`REDACTED`], never in clear.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+mod dump;
 mod locate;
 mod raw;
 #[cfg(test)]
 mod tests;
 mod validate;
 
+pub use dump::REDACTED;
+
 /// A validated configuration snapshot. Immutable once built; a reload builds a new one.
 ///
 /// Guarantees after [`parse`]: at least one listener; listener names and (non-zero-port)
 /// addresses are unique; every route names an existing cluster; cluster names are unique; every
 /// cluster has at least one host and no host twice.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Config {
     /// `[admin]`, optional.
     pub admin: AdminConfig,
@@ -37,14 +44,14 @@ pub struct Config {
 }
 
 /// `[admin]`: the admin HTTP endpoint.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AdminConfig {
     /// TOML `address = "host:port"`. Default `127.0.0.1:9901` (Envoy's admin port).
     pub address: SocketAddr,
 }
 
 /// `[runtime]`: worker threads.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RuntimeConfig {
     /// Worker threads, at least 1; the default is the number of CPUs (resolved at load).
     pub workers: usize,
@@ -52,6 +59,7 @@ pub struct RuntimeConfig {
     pub pin_workers: bool,
     /// How long SIGTERM waits for in-flight requests before exiting. TOML duration string
     /// (`"10s"`); default 10s.
+    #[serde(serialize_with = "dump::duration")]
     pub drain_timeout: Duration,
     /// `tracing` filter directive (e.g. "info", "respite=debug"); `RUST_LOG` overrides it.
     /// Checked at load. Default none.
@@ -73,7 +81,7 @@ pub enum LogFormat {
 }
 
 /// `[[listeners]]`: one downstream RESP listener (Envoy `redis_proxy` filter).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ListenerConfig {
     /// Required, non-empty, unique among listeners.
     pub name: String,
@@ -82,14 +90,17 @@ pub struct ListenerConfig {
     /// Stats root `redis.<stat_prefix>.`; defaults to `name`.
     pub stat_prefix: String,
     /// Required (as in Envoy), non-zero per-operation upstream timeout, e.g. `"1s"`.
+    #[serde(serialize_with = "dump::duration")]
     pub op_timeout: Duration,
     /// Hash only the `{...}` part of keys. Default false (Envoy's default).
     pub enable_hashtagging: bool,
     /// Bytes; 0 = unset (flush at the end of each event-loop turn). Default 0.
     pub max_buffer_size_before_flush: usize,
     /// Default 3ms; used when `max_buffer_size_before_flush` is set.
+    #[serde(serialize_with = "dump::duration")]
     pub buffer_flush_timeout: Duration,
     /// Accepted client passwords; empty (the default) means no client auth. No empty strings.
+    #[serde(serialize_with = "dump::redact_each")]
     pub downstream_auth_passwords: Vec<String>,
     /// Turns on `AUTH user pass`; requires `downstream_auth_passwords`. Default none.
     pub downstream_auth_username: Option<String>,
@@ -127,11 +138,12 @@ pub struct ListenerConfig {
 
 /// `[listeners.hot_keys]`: a bounded top-K of the most requested keys over a sliding window,
 /// per listener (space-saving summaries per worker, merged on read; admin `/hot_keys`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct HotKeysConfig {
     /// How many keys `/hot_keys` reports, 1..=1000. Default 10.
     pub top_k: usize,
     /// The sliding window the counts cover, at least 1s. Default 60s.
+    #[serde(serialize_with = "dump::duration")]
     pub window: Duration,
 }
 
@@ -145,7 +157,7 @@ impl Default for HotKeysConfig {
 }
 
 /// `[listeners.access_log]`: a sampled access log, one JSON object per line.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AccessLogConfig {
     /// Required: a file to append to, or `"stderr"`.
     pub path: String,
@@ -174,25 +186,26 @@ pub enum ReadPolicy {
 }
 
 /// Envoy `PrefixRoutes`; only the catch-all route for now.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 pub struct PrefixRoutes {
     /// `[listeners.prefix_routes.catch_all_route]`; required by [`parse`].
     pub catch_all_route: Option<Route>,
 }
 
 /// Envoy `PrefixRoutes.Route`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Route {
     /// Name of a `[[clusters]]` entry; [`parse`] rejects names that do not exist.
     pub cluster: String,
 }
 
 /// `[[clusters]]`: a set of upstream Redis hosts.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ClusterConfig {
     /// Required, non-empty, unique among clusters.
     pub name: String,
     /// TOML key `type`; default `"static"`.
+    #[serde(rename = "type")]
     pub cluster_type: ClusterType,
     /// Required, non-empty; no address twice. TOML items are `"host:port"` or
     /// `{ address = "host:port", weight = 1, name = "..." }`.
@@ -200,15 +213,18 @@ pub struct ClusterConfig {
     /// `"ketama"` (default), `"ring_hash"` or `"maglev"`.
     pub lb_policy: LbPolicy,
     /// Non-zero; default 1s.
+    #[serde(serialize_with = "dump::duration")]
     pub connect_timeout: Duration,
     /// Upstream ACL user; requires `auth_password`. Default none.
     pub auth_username: Option<String>,
     /// Upstream `AUTH` password (`requirepass`). Default none.
+    #[serde(serialize_with = "dump::redact_option")]
     pub auth_password: Option<String>,
     /// Upstream connections per host per worker; at least 1, default 1.
     pub connections_per_host: usize,
     /// Topology settings of a `redis_cluster` cluster (Envoy `RedisClusterConfig`); defaults for
     /// other types, where the TOML keys are rejected.
+    #[serde(flatten)]
     pub redis_cluster: RedisClusterConfig,
     /// `[[clusters.health_checks]]`: active checks, run once per process (not per worker). A host
     /// is healthy only while every check passes. Empty (the default) = no active checking.
@@ -253,21 +269,25 @@ impl ClusterConfig {
 /// Envoy `core.v3.HealthCheck` with the `envoy.health_checkers.redis` extension: every
 /// `interval` (plus up to `interval_jitter`), send `PING` (healthy on `+PONG`) or, when `key` is
 /// set, `EXISTS key` (healthy only on `:0`, so setting the key drains the host).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct HealthCheckConfig {
     /// Time between checks of one host. Non-zero; default 5s.
+    #[serde(serialize_with = "dump::duration")]
     pub interval: Duration,
     /// A random extra delay in [0, interval_jitter] added to each interval. Default 10% of
     /// `interval` (Envoy's default is 0; some jitter keeps proxies started together apart).
+    #[serde(serialize_with = "dump::duration")]
     pub interval_jitter: Duration,
     /// Time to wait for the reply (connect included when the check must reconnect). Non-zero;
     /// default 1s.
+    #[serde(serialize_with = "dump::duration")]
     pub timeout: Duration,
     /// Consecutive failed checks that make a healthy host unhealthy. At least 1; default 3.
     pub unhealthy_threshold: u32,
     /// Consecutive passed checks that make an unhealthy host healthy. At least 1; default 2.
     pub healthy_threshold: u32,
     /// Interval used while the cluster has seen no requests since the last check. Default 60s.
+    #[serde(serialize_with = "dump::duration")]
     pub no_traffic_interval: Duration,
     /// `EXISTS key` instead of `PING` (Envoy `envoy.extensions.health_checkers.redis.v3.Redis`).
     pub key: Option<String>,
@@ -276,20 +296,23 @@ pub struct HealthCheckConfig {
 /// Envoy `cluster.v3.OutlierDetection`, the parts that apply to Redis: connect failures, op
 /// timeouts and closed connections count as failures; every Redis reply, even an error reply,
 /// counts as a success (Envoy redis_proxy docs, "Outlier detection").
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct OutlierDetectionConfig {
     /// Consecutive failures (seen by any one worker) that eject a host. At least 1; default 5.
     pub consecutive_5xx: u32,
     /// An ejection lasts `base_ejection_time × (number of times the host was ejected)`, capped by
     /// `max_ejection_time`. Default 30s.
+    #[serde(serialize_with = "dump::duration")]
     pub base_ejection_time: Duration,
     /// Default 300s.
+    #[serde(serialize_with = "dump::duration")]
     pub max_ejection_time: Duration,
     /// At most this percentage of the cluster's hosts are ejected at once (rounded down, but
     /// one host may always be ejected). 0-100; default 10.
     pub max_ejection_percent: u32,
     /// How often ejections are reviewed: ejection times are counted down, and a host that was
     /// not ejected during one interval has its ejection count decreased by one. Default 10s.
+    #[serde(serialize_with = "dump::duration")]
     pub interval: Duration,
 }
 
@@ -324,9 +347,11 @@ pub enum OnUnhealthy {
 /// TCP keepalive of upstream connections (Envoy `core.v3.TcpKeepalive`): after
 /// `keepalive_time` idle, probe every `keepalive_interval`; `keepalive_probes` unanswered probes
 /// close the connection. Defaults 30s / 5s / 3: a powered-off idle host is noticed in about 45s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct TcpKeepalive {
+    #[serde(serialize_with = "dump::duration")]
     pub keepalive_time: Duration,
+    #[serde(serialize_with = "dump::duration")]
     pub keepalive_interval: Duration,
     pub keepalive_probes: u32,
 }
@@ -343,13 +368,16 @@ impl Default for TcpKeepalive {
 
 /// Envoy `envoy.extensions.clusters.redis.v3.RedisClusterConfig`: how a `redis_cluster` cluster
 /// keeps its slot map. TOML keys sit directly on the `[[clusters]]` table.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct RedisClusterConfig {
     /// How often `CLUSTER SLOTS` is polled from a random known node. Default 5s.
+    #[serde(serialize_with = "dump::duration")]
     pub cluster_refresh_rate: Duration,
     /// Timeout of one topology request (connect + AUTH + `CLUSTER SLOTS`). Default 3s.
+    #[serde(serialize_with = "dump::duration")]
     pub cluster_refresh_timeout: Duration,
     /// Minimum gap between refreshes triggered by redirects or failures. Default 5s.
+    #[serde(serialize_with = "dump::duration")]
     pub redirect_refresh_interval: Duration,
     /// `MOVED`/`ASK` replies (summed over workers) that trigger an early refresh; 0 = never.
     /// Default 5.
@@ -403,7 +431,7 @@ pub enum LbPolicy {
 }
 
 /// One upstream host.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct HostConfig {
     /// `address_text` resolved at load (IP literals as is, hostnames via DNS, first result).
     pub address: SocketAddr,

@@ -202,7 +202,12 @@ impl Store {
     /// case-sensitive; Envoy's `?filter=` takes a regex, we take a substring). `None` or an empty
     /// filter keeps everything.
     pub fn render_text_filtered(&self, filter: Option<&str>) -> String {
-        let keep = |n: &str| filter.is_none_or(|f| n.contains(f));
+        self.render_text_where(&|n: &str| filter.is_none_or(|f| n.contains(f)))
+    }
+
+    /// [`Store::render_text`] restricted to the stat names `keep` accepts (the admin endpoint's
+    /// `?filter=<regex>`).
+    pub fn render_text_where(&self, keep: &dyn Fn(&str) -> bool) -> String {
         let mut lines: Vec<(String, String)> = Vec::new();
         for (n, v) in self.counters() {
             if keep(&n) {
@@ -249,7 +254,13 @@ impl Store {
     /// [`Store::render_prometheus`] restricted to stats whose Envoy (dotted) name contains
     /// `filter` (plain substring). `None` or an empty filter keeps everything.
     pub fn render_prometheus_filtered(&self, filter: Option<&str>) -> String {
-        let keep = |n: &String| filter.is_none_or(|f| n.contains(f));
+        self.render_prometheus_where(&|n: &str| filter.is_none_or(|f| n.contains(f)))
+    }
+
+    /// [`Store::render_prometheus`] restricted to the stats whose Envoy (dotted) name `keep`
+    /// accepts (the admin endpoint's `?filter=<regex>`).
+    pub fn render_prometheus_where(&self, keep: &dyn Fn(&str) -> bool) -> String {
+        let keep = |n: &String| keep(n);
         let c: Vec<_> = self
             .counters()
             .into_iter()

@@ -63,6 +63,16 @@ impl HostRegistry {
         h
     }
 
+    /// Every host known now, sorted by (cluster, address): a copy, for readers such as the admin
+    /// `/clusters` (takes the lock once; never call it on the request path).
+    pub fn snapshot(&self) -> Vec<Arc<SharedHost>> {
+        let hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<Arc<SharedHost>> = hosts.values().cloned().collect();
+        drop(hosts);
+        all.sort_by(|a, b| (&a.cluster, a.addr).cmp(&(&b.cluster, b.addr)));
+        all
+    }
+
     /// Forgets hosts of clusters not in `keep` that no pool holds any more.
     pub fn retain(&self, keep: &[&str]) {
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());

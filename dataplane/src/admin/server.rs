@@ -1,0 +1,216 @@
+//! The HTTP side of the admin endpoint: a blocking `tiny_http` server on one background thread,
+//! one request at a time, never touching a worker; and the bind-retry used in a hot restart.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{AdminContext, DRAIN_PATH, route};
+
+/// How often [`spawn_or_retry`] retries a bind refused with `EADDRINUSE`: the process being
+/// replaced releases the admin port as soon as it starts draining, so the gap stays this short.
+const BIND_RETRY_EVERY: Duration = Duration::from_millis(100);
+
+/// A running admin server; stops its thread (and closes the listener) when dropped.
+pub struct AdminServer {
+    /// The address actually bound (the real port when `spawn` was given port 0).
+    pub local_addr: SocketAddr,
+    server: Arc<tiny_http::Server>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for AdminServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminServer")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Binds `addr` and serves admin requests on a background thread named `respite-admin`.
+///
+/// # Errors
+/// The bind error, with its [`io::ErrorKind`] kept (e.g. `AddrInUse` when the port is taken);
+/// or the thread spawn error.
+pub fn spawn(addr: SocketAddr, ctx: Arc<AdminContext>) -> io::Result<AdminServer> {
+    let server = tiny_http::Server::http(addr).map_err(|e| match e.downcast::<io::Error>() {
+        Ok(io_err) => *io_err,
+        Err(other) => io::Error::other(other),
+    })?;
+    let local_addr = server.server_addr().to_ip().unwrap_or(addr);
+    let server = Arc::new(server);
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let server = Arc::clone(&server);
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("respite-admin".to_owned())
+            .spawn(move || serve(&server, &stop, &ctx))?
+    };
+    Ok(AdminServer {
+        local_addr,
+        server,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+/// The admin endpoint of a running engine: bound now, or still retrying in the background
+/// (while a process being replaced holds the address). Stops serving on [`AdminHandle::stop`]
+/// or drop.
+pub struct AdminHandle {
+    address: SocketAddr,
+    state: Arc<Mutex<AdminState>>,
+}
+
+#[derive(Default)]
+struct AdminState {
+    server: Option<AdminServer>,
+    stopped: bool,
+}
+
+impl AdminHandle {
+    /// The configured address (the bound one once bound: the real port when given port 0).
+    pub fn address(&self) -> SocketAddr {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .server
+            .as_ref()
+            .map(|s| s.local_addr)
+            .unwrap_or(self.address)
+    }
+
+    /// True once the address is bound and served.
+    pub fn is_bound(&self) -> bool {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.server.is_some()
+    }
+
+    /// Closes the admin listener (so a new process can take the address) and stops retrying.
+    pub fn stop(&self) {
+        let server = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.stopped = true;
+            state.server.take()
+        };
+        drop(server);
+    }
+}
+
+impl Drop for AdminHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Like [`spawn`], but an address in use (`EADDRINUSE`: the process this one replaces still
+/// serves it) is not an error: a background thread retries every 100 ms until the bind succeeds
+/// or the handle is stopped.
+///
+/// # Errors
+/// Any other bind error (address not local, permission denied, …).
+pub fn spawn_or_retry(addr: SocketAddr, ctx: Arc<AdminContext>) -> io::Result<AdminHandle> {
+    let state = Arc::new(Mutex::new(AdminState::default()));
+    match spawn(addr, ctx.clone()) {
+        Ok(server) => {
+            state.lock().unwrap_or_else(PoisonError::into_inner).server = Some(server);
+        }
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            tracing::warn!(
+                %addr,
+                "admin address in use (the process being replaced?); retrying in the background"
+            );
+            let state = Arc::clone(&state);
+            std::thread::Builder::new()
+                .name("respite-admin-bind".to_owned())
+                .spawn(move || retry_bind(addr, &ctx, &state))?;
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(AdminHandle {
+        address: addr,
+        state,
+    })
+}
+
+fn retry_bind(addr: SocketAddr, ctx: &Arc<AdminContext>, state: &Mutex<AdminState>) {
+    loop {
+        std::thread::sleep(BIND_RETRY_EVERY);
+        if state.lock().unwrap_or_else(PoisonError::into_inner).stopped {
+            return;
+        }
+        match spawn(addr, ctx.clone()) {
+            Ok(server) => {
+                let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+                if !s.stopped {
+                    tracing::info!(admin = %server.local_addr, "admin listening");
+                    s.server = Some(server);
+                }
+                return;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
+            Err(e) => {
+                tracing::error!(%addr, error = %e, "admin: bind failed; no admin endpoint");
+                return;
+            }
+        }
+    }
+}
+
+fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext) {
+    loop {
+        match server.recv() {
+            Ok(req) => {
+                let is_get = matches!(req.method(), tiny_http::Method::Get);
+                let reply = route(is_get, req.url(), ctx);
+                let drain = !is_get && reply.status == 200 && is_drain(req.url());
+                let mut resp =
+                    tiny_http::Response::from_string(reply.body).with_status_code(reply.status);
+                if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", reply.content_type) {
+                    resp = resp.with_header(h);
+                }
+                if let Err(e) = req.respond(resp) {
+                    tracing::debug!(error = %e, "admin: writing response failed");
+                }
+                if drain {
+                    request_drain();
+                }
+            }
+            Err(e) => {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                tracing::debug!(error = %e, "admin: accept failed");
+            }
+        }
+    }
+}
+
+fn is_drain(url: &str) -> bool {
+    url.split_once('?').map_or(url, |(p, _)| p) == DRAIN_PATH
+}
+
+/// Sends SIGTERM to this process, so a drain asked over HTTP takes exactly the SIGTERM path
+/// (`engine::run`'s signal loop). A process embedding the engine without that loop gets
+/// SIGTERM's default action.
+fn request_drain() {
+    tracing::info!("drain requested on the admin endpoint");
+    // SAFETY: kill(2) on our own pid has no memory effects.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+}
