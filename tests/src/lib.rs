@@ -7,9 +7,11 @@
 //! - [`RawClient`]: a raw RESP client that returns reply bytes untouched (for byte-exact
 //!   comparisons); [`redis_client`]: a `redis` crate connection.
 //! - [`respite_bin`]: the built `respite` binary.
+//! - [`admin`]: admin HTTP requests of any method, `/clusters` parsed.
 //! - [`cluster::RedisCluster`]: a six-node Redis Cluster (3 primaries + 3 replicas) and
 //!   [`cluster::cluster_config`], a Respite config over it.
 
+pub mod admin;
 pub mod cluster;
 pub mod respite;
 pub use cluster::RedisCluster;

@@ -236,7 +236,9 @@ impl Session {
                 if rt.custom_command(arg(0)) && argc >= 2 {
                     return self.custom(rt, args, base, frame);
                 }
-                // Unknown commands are answered before the auth gate, as Envoy does.
+                // Unknown commands are answered before the auth gate, as Envoy does; like every
+                // decoded request they count in downstream_rq_total (Envoy's PendingRequest).
+                rt.stats.rq_total.inc();
                 rt.stats.unsupported_command.inc();
                 return self.sink.push_local(NO_CMD, &reply);
             }
@@ -245,6 +247,7 @@ impl Session {
                     rt.stats.request(spec.id);
                     return self.sink.push_local(spec.id, &reply);
                 }
+                rt.stats.rq_total.inc();
                 return self.sink.push_local(NO_CMD, &reply);
             }
         };
