@@ -107,6 +107,9 @@ pub struct RunRecord {
     pub metrics: Metrics,
     /// The full load report (parameters, CPU per process, latency curve).
     pub report: Report,
+    /// `--stats-reader` runs: complete admin stats fetches per second during the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats_fetches_per_s: Option<f64>,
 }
 
 /// Medians over the repetitions of one case × target.

@@ -106,8 +106,7 @@ mod tests {
 
     #[test]
     fn plain_and_chunked_bodies() {
-        let (s, b) =
-            parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello").unwrap();
+        let (s, b) = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello").unwrap();
         assert_eq!((s, b.as_str()), (200, "hello"));
         let (s, b) = parse_response(
             b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n\

@@ -10,7 +10,7 @@
 //! with `latency_in_micros`) from `/config_dump`, read once at start ("?" when unavailable).
 //! Per-host `rq_time` is always µs. `--once` prints one 120×40 frame as text after two reads.
 
-mod http;
+pub mod http;
 mod render;
 mod sample;
 mod view;
@@ -159,7 +159,9 @@ fn live(args: &TopArgs) -> Result<(), String> {
             }
             if event::poll(left).map_err(|e| format!("terminal: {e}"))? {
                 match event::read().map_err(|e| format!("terminal: {e}"))? {
-                    Event::Key(k) if k.kind == KeyEventKind::Press && is_quit(k.code, k.modifiers) => {
+                    Event::Key(k)
+                        if k.kind == KeyEventKind::Press && is_quit(k.code, k.modifiers) =>
+                    {
                         return Ok(());
                     }
                     Event::Resize(..) => term

@@ -45,8 +45,7 @@ pub fn parse_stats(body: &str, at: Instant) -> Result<StatsSample, String> {
     let mut values = BTreeMap::new();
     let mut histograms = BTreeMap::new();
     for e in stats {
-        if let (Some(name), Some(value)) = (e.get("name").and_then(Value::as_str), e.get("value"))
-        {
+        if let (Some(name), Some(value)) = (e.get("name").and_then(Value::as_str), e.get("value")) {
             if let Some(n) = number(value) {
                 values.insert(name.to_owned(), n);
             }

@@ -135,7 +135,9 @@ pub fn quantile(buckets: &Buckets, pct: f64) -> Option<u64> {
     if total == 0 {
         return None;
     }
-    let rank = ((pct / 100.0).clamp(0.0, 1.0) * total as f64).ceil().max(1.0) as u64;
+    let rank = ((pct / 100.0).clamp(0.0, 1.0) * total as f64)
+        .ceil()
+        .max(1.0) as u64;
     let mut seen = 0;
     for &(low, width, n) in buckets {
         seen += n;
@@ -143,7 +145,9 @@ pub fn quantile(buckets: &Buckets, pct: f64) -> Option<u64> {
             return Some(low + width.saturating_sub(1));
         }
     }
-    buckets.last().map(|&(low, width, _)| low + width.saturating_sub(1))
+    buckets
+        .last()
+        .map(|&(low, width, _)| low + width.saturating_sub(1))
 }
 
 /// The frame for the interval `prev → cur`. `units` maps a listener's stat prefix to
@@ -342,8 +346,14 @@ mod tests {
         assert_eq!(cmds, [("get", 800.0, 0.0), ("set", 200.0, 10.0)]);
         let get = &v.commands[0];
         // Interval: 800 at 1 ms, 800 at 7 ms.
-        assert_eq!((get.p50, get.p99, get.unit), (Some(1), Some(7), Unit::Millis));
-        assert_eq!((v.commands[1].p50, v.commands[1].unit), (None, Unit::Millis));
+        assert_eq!(
+            (get.p50, get.p99, get.unit),
+            (Some(1), Some(7), Unit::Millis)
+        );
+        assert_eq!(
+            (v.commands[1].p50, v.commands[1].unit),
+            (None, Unit::Millis)
+        );
         let h = &v.hosts[0];
         assert_eq!(
             (h.cluster.as_str(), h.host.as_str(), h.health.as_str()),
