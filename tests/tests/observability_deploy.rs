@@ -315,15 +315,25 @@ fn top_once_prints_a_frame_of_live_traffic() {
     );
     // Command rows: the listener, the command, a non-zero rate, latencies in µs
     // (latency_in_micros = true in the config, read from /config_dump).
+    let cells = |l: &str| -> Vec<String> {
+        l.trim_matches(|c: char| c == '│' || c.is_whitespace())
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
     for cmd in ["get", "set"] {
         let row = lines
             .iter()
-            .find(|l| l.split_whitespace().nth(2) == Some(cmd))
+            .map(|l| cells(l))
+            .find(|c| c.len() >= 2 && c[0] == "main" && c[1] == cmd)
             .unwrap_or_else(|| panic!("no {cmd} row"));
-        let cols: Vec<&str> = row.split_whitespace().collect();
-        let rps: f64 = cols[3].parse().unwrap_or_else(|_| panic!("rps in {row:?}"));
+        // listener command req/s err/s err% p50 unit p99 unit
+        let rps: f64 = row[2].parse().unwrap_or_else(|_| panic!("rps in {row:?}"));
         assert!(rps > 0.0, "{cmd} rate {rps}: {row:?}");
-        assert!(row.contains("µs"), "{cmd} latency unit: {row:?}");
+        let p50: u64 = row[5].parse().unwrap_or_else(|_| panic!("p50 in {row:?}"));
+        let p99: u64 = row[7].parse().unwrap_or_else(|_| panic!("p99 in {row:?}"));
+        assert!(p50 > 0 && p50 <= p99, "{cmd} p50 {p50} p99 {p99}: {row:?}");
+        assert_eq!((row[6].as_str(), row[8].as_str()), ("µs", "µs"), "{row:?}");
     }
     // Host rows: both backends, healthy, with traffic.
     for s in &servers {
@@ -331,6 +341,13 @@ fn top_once_prints_a_frame_of_live_traffic() {
             .iter()
             .find(|l| l.contains(&s.addr()))
             .unwrap_or_else(|| panic!("no row for host {}", s.addr()));
-        assert!(row.contains("cache") && row.contains("healthy"), "{row:?}");
+        let c = cells(row);
+        assert_eq!(
+            (c[0].as_str(), c[2].as_str()),
+            ("cache", "healthy"),
+            "{row:?}"
+        );
+        let rps: f64 = c[4].parse().unwrap_or_else(|_| panic!("rps in {row:?}"));
+        assert!(rps > 0.0, "host rate {rps}: {row:?}");
     }
 }

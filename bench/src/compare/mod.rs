@@ -97,6 +97,8 @@ struct Settings {
     noisy_threshold_cores: f64,
     /// Backends form a Redis Cluster (`compare --cluster`).
     cluster: bool,
+    /// `--stats-reader`: respite-1w also runs with an admin stats reader.
+    stats_reader: bool,
 }
 
 /// One target of every case.
@@ -200,6 +202,7 @@ fn setup(
         },
         noisy_threshold_cores: metrics::NOISY_CORES,
         cluster: args.cluster,
+        stats_reader: args.stats_reader,
     };
     if settings.duration_s <= 0.0 {
         return Err("--duration must be > 0".into());
@@ -568,6 +571,14 @@ impl<'a> Runner<'a> {
             "[{}/{}] rep {rep} {} {} ... ",
             self.done, self.total, case.label, t.name
         );
+        // Worker and admin thread CPU of the two targets the stats-reader section compares.
+        let threads = t
+            .proxy_pid
+            .filter(|_| {
+                self.settings.stats_reader
+                    && matches!(t.name, stats_reader::BASELINE | stats_reader::TARGET)
+            })
+            .map(stats_reader::ThreadCpu::start);
         let reader = t
             .stats_reader
             .map(|p| stats_reader::StatsReader::start(([127, 0, 0, 1], p).into()));
@@ -584,6 +595,7 @@ impl<'a> Runner<'a> {
         match report {
             Ok(report) => {
                 let m = Metrics::from_report(&report);
+                let threads = threads.map(|c| c.finish(m.rps));
                 eprintln!(
                     "{:.0} req/s, p99 {:.0} µs{}{}",
                     m.rps,
@@ -624,6 +636,7 @@ impl<'a> Runner<'a> {
                     metrics: m,
                     report,
                     stats_fetches_per_s: reader.map(|r| r.fetches_per_s),
+                    threads,
                 });
             }
             Err(e) => {

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Output;
 use super::metrics::Summary;
@@ -21,6 +21,81 @@ pub const TARGET: &str = "respite-1w+stats";
 pub const BASELINE: &str = "respite-1w";
 /// Paths fetched in turn.
 pub const PATHS: [&str; 2] = ["/stats", "/stats/prometheus"];
+
+/// CPU time (utime + stime) of the threads of `pid` whose name starts with `prefix`
+/// (`/proc/PID/task/*/{comm,stat}`): respite names its workers `respite-worker-<i>` and its admin
+/// thread `respite-admin`. `None` when no such thread exists.
+pub fn thread_cpu(pid: u32, prefix: &str) -> Option<Duration> {
+    let tick = crate::procstat::clock_ticks();
+    let mut ticks = 0;
+    let mut found = false;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.trim().starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        if let Some(t) = crate::procstat::parse_stat_ticks(&stat) {
+            ticks += t;
+            found = true;
+        }
+    }
+    found.then(|| Duration::from_micros(ticks * 1_000_000 / tick))
+}
+
+/// CPU of respite's worker threads and of its admin thread over one run.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadCpu {
+    pid: u32,
+    started: Instant,
+    workers: Option<Duration>,
+    admin: Option<Duration>,
+}
+
+/// [`ThreadCpu`]'s result.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ThreadCpuResult {
+    /// Worker-thread CPU µs per request: worker CPU over the whole run (warm-up included)
+    /// divided by (measured req/s × run wall time).
+    pub worker_cpu_us_per_req: Option<f64>,
+    /// Cores the admin thread used over the run.
+    pub admin_cores: Option<f64>,
+}
+
+impl ThreadCpu {
+    /// Starts measuring the threads of `pid`.
+    pub fn start(pid: u32) -> ThreadCpu {
+        ThreadCpu {
+            pid,
+            started: Instant::now(),
+            workers: thread_cpu(pid, "respite-worker"),
+            admin: thread_cpu(pid, "respite-admin"),
+        }
+    }
+
+    /// The figures since `start`, for a run that measured `rps`.
+    pub fn finish(self, rps: f64) -> ThreadCpuResult {
+        let wall = self.started.elapsed().as_secs_f64();
+        let delta = |before: Option<Duration>, prefix: &str| {
+            Some(
+                thread_cpu(self.pid, prefix)?
+                    .saturating_sub(before?)
+                    .as_secs_f64(),
+            )
+        };
+        ThreadCpuResult {
+            worker_cpu_us_per_req: delta(self.workers, "respite-worker")
+                .filter(|_| rps > 0.0 && wall > 0.0)
+                .map(|cpu| cpu * 1e6 / (rps * wall)),
+            admin_cores: delta(self.admin, "respite-admin")
+                .filter(|_| wall > 0.0)
+                .map(|cpu| cpu / wall),
+        }
+    }
+}
 
 /// A running reader thread.
 pub struct StatsReader {
@@ -103,9 +178,9 @@ pub fn render(o: &Output) -> String {
     );
     let _ = writeln!(
         s,
-        "| case | rps without | rps with | with / without | proxy CPU µs/req without | with | admin fetches/s |"
+        "| case | rps without | rps with | with / without | proxy CPU µs/req without | with | worker CPU µs/req without | with | admin thread cores with | admin fetches/s |"
     );
-    let _ = writeln!(s, "|---|--:|--:|--:|--:|--:|--:|");
+    let _ = writeln!(s, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for w in with {
         let Some(base) = o
             .medians
@@ -114,12 +189,18 @@ pub fn render(o: &Output) -> String {
         else {
             continue;
         };
-        let fetches: Vec<f64> = o
-            .runs
-            .iter()
-            .filter(|r| r.case == w.case && r.target == TARGET)
-            .filter_map(|r| r.stats_fetches_per_s)
-            .collect();
+        let med = |target: &str, f: &dyn Fn(&super::metrics::RunRecord) -> Option<f64>| {
+            let v: Vec<f64> = o
+                .runs
+                .iter()
+                .filter(|r| r.case == w.case && r.target == target)
+                .filter_map(f)
+                .collect();
+            super::metrics::median(&v)
+        };
+        let fetches = med(TARGET, &|r| r.stats_fetches_per_s);
+        let worker = |t| med(t, &|r| r.threads.and_then(|c| c.worker_cpu_us_per_req));
+        let admin = med(TARGET, &|r| r.threads.and_then(|c| c.admin_cores));
         let ratio = if base.median.rps > 0.0 {
             format!("{:.3}", w.median.rps / base.median.rps)
         } else {
@@ -127,20 +208,26 @@ pub fn render(o: &Output) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             w.label,
             fmt_rps(base.median.rps),
             fmt_rps(w.median.rps),
             ratio,
             fmt_cpu(base.median.proxy_cpu_us_per_req),
             fmt_cpu(w.median.proxy_cpu_us_per_req),
-            super::metrics::median(&fetches).map_or_else(|| "–".into(), fmt_rps),
+            fmt_cpu(worker(BASELINE)),
+            fmt_cpu(worker(TARGET)),
+            admin.map_or_else(|| "–".into(), |a| format!("{a:.2}")),
+            fetches.map_or_else(|| "–".into(), fmt_rps),
         );
     }
     let _ = writeln!(
         s,
-        "\nproxy CPU includes the admin thread rendering the stats; the reader thread runs in the \
-         load generator (client CPU), on the same cores.\n"
+        "\nproxy CPU = all of respite's threads, including the admin thread that renders the stats; \
+         worker CPU = its `respite-worker-*` threads only (what a stalled or slowed worker would \
+         show). The reader thread runs in the load generator, on the same cores as everything \
+         else: on a machine with few cores its CPU and the admin thread's come out of the \
+         throughput.\n"
     );
     s
 }
