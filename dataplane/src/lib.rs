@@ -15,4 +15,5 @@ pub mod net;
 pub mod resp;
 pub mod router;
 pub mod stats;
+pub mod top;
 pub mod upstream;

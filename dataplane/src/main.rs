@@ -53,6 +53,9 @@ enum Command {
         #[arg(long)]
         wait: bool,
     },
+    /// Live terminal view of a running respite's admin endpoint: req/s, errors and p50/p99 per
+    /// command and per upstream host (docs/observability.md).
+    Top(respite::top::TopArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some(Command::Top(args)) => respite::top::main(&args),
         Some(Command::CheckConfig { file }) => match respite::config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());

@@ -180,6 +180,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
         port: seed,
         proxy_pid: None,
         cluster: true,
+        stats_reader: None,
     }];
     let mut failures = Vec::new();
     for (name, r) in &procs.respites {
@@ -189,6 +190,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
                 port: s.port,
                 proxy_pid: Some(s.pid),
                 cluster: false,
+                stats_reader: None,
             }),
             Err(e) => {
                 eprintln!("{name} did not start: {e}");

@@ -107,6 +107,12 @@ pub struct RunRecord {
     pub metrics: Metrics,
     /// The full load report (parameters, CPU per process, latency curve).
     pub report: Report,
+    /// `--stats-reader` runs: complete admin stats fetches per second during the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats_fetches_per_s: Option<f64>,
+    /// `--stats-reader` comparison runs: respite's worker and admin thread CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<super::stats_reader::ThreadCpuResult>,
 }
 
 /// Medians over the repetitions of one case × target.

@@ -9,6 +9,7 @@ mod memory;
 mod metrics;
 mod plot;
 mod procs;
+mod stats_reader;
 mod sysstat;
 mod table;
 
@@ -69,6 +70,12 @@ pub struct CompareArgs {
     /// The respite binary [default: `respite` next to this executable].
     #[arg(long, value_name = "PATH")]
     respite_bin: Option<PathBuf>,
+    /// Also run every case against respite-1w while a thread fetches its admin `/stats` and
+    /// `/stats/prometheus` in a tight loop (target `respite-1w+stats`, interleaved with the plain
+    /// runs); the report gets a "Stats reader" section with the throughput ratio and proxy CPU
+    /// per request both ways.
+    #[arg(long, conflicts_with = "cluster")]
+    stats_reader: bool,
     /// Output directory [default: bench/results under the workspace root; bench/results/quick
     /// with --quick].
     #[arg(long, value_name = "DIR")]
@@ -90,15 +97,20 @@ struct Settings {
     noisy_threshold_cores: f64,
     /// Backends form a Redis Cluster (`compare --cluster`).
     cluster: bool,
+    /// `--stats-reader`: respite-1w also runs with an admin stats reader.
+    stats_reader: bool,
 }
 
 /// One target of every case.
+#[derive(Clone)]
 struct Target {
     name: &'static str,
     port: u16,
     proxy_pid: Option<u32>,
     /// `port` is a Redis Cluster seed and the load generator routes by slot itself.
     cluster: bool,
+    /// Admin port whose stats a reader thread fetches in a tight loop during each run.
+    stats_reader: Option<u16>,
 }
 
 /// Everything written to `<timestamp>.json`.
@@ -190,6 +202,7 @@ fn setup(
         },
         noisy_threshold_cores: metrics::NOISY_CORES,
         cluster: args.cluster,
+        stats_reader: args.stats_reader,
     };
     if settings.duration_s <= 0.0 {
         return Err("--duration must be > 0".into());
@@ -283,26 +296,48 @@ fn run(args: &CompareArgs) -> Result<(), String> {
             port: procs.redis[0].port,
             proxy_pid: None,
             cluster: false,
+            stats_reader: None,
         },
         Target {
             name: "twemproxy",
             port: procs.twemproxy.port,
             proxy_pid: Some(procs.twemproxy.pid),
             cluster: false,
+            stats_reader: None,
         },
         Target {
             name: "respite-1w",
             port: procs.respite_1w.port,
             proxy_pid: Some(procs.respite_1w.pid),
             cluster: false,
+            stats_reader: None,
         },
         Target {
             name: "respite-2w",
             port: procs.respite_2w.port,
             proxy_pid: Some(procs.respite_2w.pid),
             cluster: false,
+            stats_reader: None,
         },
     ];
+    let mut targets = targets.to_vec();
+    if args.stats_reader {
+        let admin = procs
+            .respite_1w
+            .admin_port
+            .ok_or("internal: respite-1w has no admin port")?;
+        // Right after the plain respite-1w run, so drift hits both alike.
+        targets.insert(
+            3,
+            Target {
+                name: stats_reader::TARGET,
+                port: procs.respite_1w.port,
+                proxy_pid: Some(procs.respite_1w.pid),
+                cluster: false,
+                stats_reader: Some(admin),
+            },
+        );
+    }
     let target_names: Vec<String> = targets.iter().map(|t| t.name.to_string()).collect();
 
     // Memory first, on fresh proxies: after a 10 000-connection load run twemproxy keeps its
@@ -536,12 +571,31 @@ impl<'a> Runner<'a> {
             "[{}/{}] rep {rep} {} {} ... ",
             self.done, self.total, case.label, t.name
         );
+        // Worker and admin thread CPU of the two targets the stats-reader section compares.
+        let threads = t
+            .proxy_pid
+            .filter(|_| {
+                self.settings.stats_reader
+                    && matches!(t.name, stats_reader::BASELINE | stats_reader::TARGET)
+            })
+            .map(stats_reader::ThreadCpu::start);
+        let reader = t
+            .stats_reader
+            .map(|p| stats_reader::StatsReader::start(([127, 0, 0, 1], p).into()));
         let report = self
             .config(case, t, rate)
             .and_then(|cfg| load::run(cfg).map_err(|e| e.to_string()));
+        let reader = reader.map(stats_reader::StatsReader::finish);
+        if let Some(r) = reader {
+            eprint!(
+                "[{:.0} stats fetches/s, {} failed] ",
+                r.fetches_per_s, r.errors
+            );
+        }
         match report {
             Ok(report) => {
                 let m = Metrics::from_report(&report);
+                let threads = threads.map(|c| c.finish(m.rps));
                 eprintln!(
                     "{:.0} req/s, p99 {:.0} µs{}{}",
                     m.rps,
@@ -581,6 +635,8 @@ impl<'a> Runner<'a> {
                     target: t.name.to_string(),
                     metrics: m,
                     report,
+                    stats_fetches_per_s: reader.map(|r| r.fetches_per_s),
+                    threads,
                 });
             }
             Err(e) => {

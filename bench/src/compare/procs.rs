@@ -19,6 +19,8 @@ pub struct Server {
     pub port: u16,
     /// Process id (the server itself, not a wrapper).
     pub pid: u32,
+    /// Respite's admin HTTP port on 127.0.0.1 (`None` for other servers).
+    pub admin_port: Option<u16>,
 }
 
 /// Processes started with their configs and logs in one scratch directory. Dropping it kills
@@ -97,6 +99,7 @@ impl Fleet {
             name: name.to_string(),
             port,
             pid,
+            admin_port: None,
         })
     }
 
@@ -130,7 +133,12 @@ impl Fleet {
             let _ = child.kill();
         }
         self.children.push(child);
-        ready.map(|()| Server { name, port, pid })
+        ready.map(|()| Server {
+            name,
+            port,
+            pid,
+            admin_port: Some(admin),
+        })
     }
 }
 
@@ -283,6 +291,7 @@ impl Procs {
             name: "twemproxy".into(),
             port: tw_port,
             pid: child.id(),
+            admin_port: None,
         };
         fleet.children.push(child);
         ready?;

@@ -259,6 +259,7 @@ pub fn render(o: &Output) -> String {
         }));
         s.push('\n');
     }
+    s.push_str(&super::stats_reader::render(o));
     if !o.memory.is_empty() {
         let _ = writeln!(s, "## Memory per idle client connection\n");
         s.push_str(&memory_table(&o.memory));
