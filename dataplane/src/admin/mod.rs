@@ -332,7 +332,7 @@ pub fn route(is_get: bool, url: &str, ctx: &AdminContext) -> Reply {
     }
     let known = matches!(
         path,
-        "/stats" | "/stats/prometheus" | "/ready" | "/help" | "/"
+        "/stats" | "/stats/prometheus" | "/ready" | "/help" | "/" | "/hot_keys"
     );
     if !known {
         return text(404, format!("not found: {path}\n"));
@@ -350,8 +350,52 @@ pub fn route(is_get: bool, url: &str, ctx: &AdminContext) -> Reply {
             body: stats.render_prometheus_filtered(filter),
         },
         "/ready" => text(200, "LIVE\n"),
+        "/hot_keys" => Reply {
+            status: 200,
+            content_type: "application/json",
+            body: hot_keys_json(stats),
+        },
         _ => text(200, HELP_TEXT),
     }
+}
+
+/// `/hot_keys` (TEMPORARY minimal rendering until the admin part's own lands; JSON whatever the
+/// query): `{"listeners":[{"stat_prefix":P,"window_seconds":W,"top":[{"key":K,"count":N},…],
+/// "big_values":[{"key":K,"command":C,"bytes":N,"direction":D,"unix_ms":T},…]}]}`, keys escaped
+/// as [`crate::stats::hotkeys::escape_key`] (cut to 1 KiB here).
+fn hot_keys_json(stats: &Store) -> String {
+    use crate::engine::access_log::json_str;
+    use crate::stats::hotkeys::{MAX_TRACKED_KEY, escape_key};
+    use std::fmt::Write as _;
+    let mut out = String::from("{\"listeners\":[");
+    for (i, r) in stats.hot_keys().iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"stat_prefix\":");
+        json_str(&r.stat_prefix, &mut out);
+        let _ = write!(out, ",\"window_seconds\":{},\"top\":[", r.window.as_secs_f64());
+        for (j, (k, n)) in r.top.iter().enumerate() {
+            out.push_str(if j > 0 { ",{\"key\":" } else { "{\"key\":" });
+            json_str(&escape_key(k, MAX_TRACKED_KEY), &mut out);
+            let _ = write!(out, ",\"count\":{n}}}");
+        }
+        out.push_str("],\"big_values\":[");
+        for (j, b) in r.big_values.iter().enumerate() {
+            out.push_str(if j > 0 { ",{\"key\":" } else { "{\"key\":" });
+            json_str(&escape_key(&b.key, MAX_TRACKED_KEY), &mut out);
+            out.push_str(",\"command\":");
+            json_str(&b.command, &mut out);
+            let _ = write!(
+                out,
+                ",\"bytes\":{},\"direction\":\"{}\",\"unix_ms\":{}}}",
+                b.bytes, b.direction, b.unix_ms
+            );
+        }
+        out.push_str("]}");
+    }
+    out.push_str("]}\n");
+    out
 }
 
 /// The percent-decoded value of query parameter `key` (`+` decodes to a space), if present.
