@@ -142,7 +142,7 @@ fn big_values_are_counted_exactly_and_logged() {
     for i in 0..2 {
         assert_eq!(c.cmd(&[b"SET", format!("small:{i}").as_bytes(), &small]), b"+OK\r\n");
     }
-    // A 1000-byte value's reply is `$1000\r\n…\r\n` = 1007 bytes: under the threshold.
+    // A 1000-byte value's reply is `$1000\r\n…\r\n` = 1009 bytes: under the threshold.
     for k in ["big:0", "big:1", "big:2", "big:0", "small:0", "small:1", "missing"] {
         c.cmd(&[b"GET", k.as_bytes()]);
     }
@@ -164,7 +164,7 @@ fn big_values_are_counted_exactly_and_logged() {
         .collect();
     println!("{seen:?}");
     assert_eq!(seen.len(), expected as usize);
-    assert_eq!(seen[0], ("big:0".into(), "get".into(), 2007, "reply".into()));
+    assert_eq!(seen[0], ("big:0".into(), "get".into(), 2009, "reply".into()));
     assert_eq!(
         seen[expected as usize - 1],
         ("big:0".into(), "set".into(), 2000, "request".into())
@@ -175,7 +175,7 @@ fn big_values_are_counted_exactly_and_logged() {
     std::thread::sleep(Duration::from_millis(1100));
     c.cmd(&[b"SET", b"big:3", &big]);
     std::thread::sleep(Duration::from_millis(200));
-    let log = r.log();
+    let log = strip_ansi(&r.log());
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("big value")).collect();
     println!("{}", lines.join("\n"));
     assert_eq!(lines.len(), 2, "{log}");
@@ -183,6 +183,21 @@ fn big_values_are_counted_exactly_and_logged() {
     assert!(lines[0].contains("WARN") && lines[0].contains("listener=main"));
     assert!(lines[1].contains("key=big:3") && lines[1].contains("suppressed=6"));
     assert_eq!(r.stat("redis.main.big_value_total"), expected + 1);
+}
+
+/// `s` without ANSI colour sequences (`ESC [ … m`).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut in_esc = false;
+    for c in s.chars() {
+        match (in_esc, c) {
+            (false, '\x1b') => in_esc = true,
+            (false, c) => out.push(c),
+            (true, 'm') => in_esc = false,
+            (true, _) => {}
+        }
+    }
+    out
 }
 
 fn access_log_lines(path: &std::path::Path, want: usize, wait: Duration) -> Vec<Value> {
@@ -296,7 +311,7 @@ fn unopenable_access_log_is_an_error_line_not_a_failure() {
         assert_eq!(c.cmd(&[b"SET", b"a", b"b"]), b"+OK\r\n");
     }
     std::thread::sleep(Duration::from_millis(300));
-    let log = r.log();
+    let log = strip_ansi(&r.log());
     assert!(
         log.contains("ERROR") && log.contains("access log: cannot open"),
         "{log}"
