@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use respite_tests::respite::Respite;
 use respite_tests::RedisServer;
+use respite_tests::respite::Respite;
 use serde_json::Value;
 
 const TOP_K: usize = 10;
@@ -137,13 +137,21 @@ fn big_values_are_counted_exactly_and_logged() {
     let big = vec![b'v'; 2000];
     let small = vec![b's'; 1000];
     for i in 0..3 {
-        assert_eq!(c.cmd(&[b"SET", format!("big:{i}").as_bytes(), &big]), b"+OK\r\n");
+        assert_eq!(
+            c.cmd(&[b"SET", format!("big:{i}").as_bytes(), &big]),
+            b"+OK\r\n"
+        );
     }
     for i in 0..2 {
-        assert_eq!(c.cmd(&[b"SET", format!("small:{i}").as_bytes(), &small]), b"+OK\r\n");
+        assert_eq!(
+            c.cmd(&[b"SET", format!("small:{i}").as_bytes(), &small]),
+            b"+OK\r\n"
+        );
     }
     // A 1000-byte value's reply is `$1000\r\n…\r\n` = 1009 bytes: under the threshold.
-    for k in ["big:0", "big:1", "big:2", "big:0", "small:0", "small:1", "missing"] {
+    for k in [
+        "big:0", "big:1", "big:2", "big:0", "small:0", "small:1", "missing",
+    ] {
         c.cmd(&[b"GET", k.as_bytes()]);
     }
     let expected = 3 + 4;
@@ -164,7 +172,10 @@ fn big_values_are_counted_exactly_and_logged() {
         .collect();
     println!("{seen:?}");
     assert_eq!(seen.len(), expected as usize);
-    assert_eq!(seen[0], ("big:0".into(), "get".into(), 2009, "reply".into()));
+    assert_eq!(
+        seen[0],
+        ("big:0".into(), "get".into(), 2009, "reply".into())
+    );
     assert_eq!(
         seen[expected as usize - 1],
         ("big:0".into(), "set".into(), 2000, "request".into())
@@ -324,7 +335,8 @@ fn reload_reopens_a_changed_path() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
-    let extra = |p: &std::path::Path| format!("[listeners.access_log]\npath = \"{}\"\n", p.display());
+    let extra =
+        |p: &std::path::Path| format!("[listeners.access_log]\npath = \"{}\"\n", p.display());
     let r = Respite::over_with(&[redis.addr()], 1, &extra(&a));
     let mut c = r.raw();
     c.cmd(&[b"GET", b"one"]);

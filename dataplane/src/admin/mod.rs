@@ -374,7 +374,11 @@ fn hot_keys_json(stats: &Store) -> String {
         }
         out.push_str("{\"stat_prefix\":");
         json_str(&r.stat_prefix, &mut out);
-        let _ = write!(out, ",\"window_seconds\":{},\"top\":[", r.window.as_secs_f64());
+        let _ = write!(
+            out,
+            ",\"window_seconds\":{},\"top\":[",
+            r.window.as_secs_f64()
+        );
         for (j, (k, n)) in r.top.iter().enumerate() {
             out.push_str(if j > 0 { ",{\"key\":" } else { "{\"key\":" });
             json_str(&escape_key(k, MAX_TRACKED_KEY), &mut out);

@@ -150,7 +150,7 @@ fn write_loop(rx: &Receiver<Box<Record>>) {
             write_one(&mut dests, &r, &mut line);
             n = n.wrapping_add(1);
             // A channel that never runs empty still reaches the file every FLUSH_EVERY.
-            if n % 1024 == 0 && last_flush.elapsed() >= FLUSH_EVERY {
+            if n.is_multiple_of(1024) && last_flush.elapsed() >= FLUSH_EVERY {
                 flush_all(&mut dests);
                 last_flush = Instant::now();
             }

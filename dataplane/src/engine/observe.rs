@@ -53,6 +53,8 @@ pub struct Observer {
     big_value_total: Option<Arc<Counter>>,
     access_log_dropped: Option<Arc<Counter>>,
     rng: RefCell<fastrand::Rng>,
+    /// Boxes, not values: a slot carries a `Box<Pending>`, and reusing the box is the point.
+    #[allow(clippy::vec_box)]
     pool: RefCell<Vec<Box<Pending>>>,
 }
 
@@ -243,7 +245,10 @@ fn first_key<'a>(
             if fixed > 0 {
                 1
             } else {
-                let n: usize = std::str::from_utf8(arg(usize::from(at))).ok()?.parse().ok()?;
+                let n: usize = std::str::from_utf8(arg(usize::from(at)))
+                    .ok()?
+                    .parse()
+                    .ok()?;
                 if n == 0 {
                     return None;
                 }

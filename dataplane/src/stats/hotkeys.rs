@@ -379,7 +379,7 @@ pub(super) fn merge(stat_prefix: &str, shards: &[Arc<HotKeysShard>]) -> Option<H
     let mut top: Vec<(Vec<u8>, u64)> = counts.into_iter().collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     top.truncate(top_k);
-    big_values.sort_by(|a, b| b.unix_ms.cmp(&a.unix_ms));
+    big_values.sort_by_key(|b| std::cmp::Reverse(b.unix_ms));
     big_values.truncate(BIG_VALUES_KEPT);
     Some(HotKeysReport {
         stat_prefix: stat_prefix.to_owned(),

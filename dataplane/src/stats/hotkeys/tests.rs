@@ -42,7 +42,10 @@ fn exact_while_every_key_fits() {
     for k in [&b"a"[..], b"b", b"a", b"c", b"a", b"b"] {
         s.record(k);
     }
-    assert_eq!((s.get(b"a"), s.get(b"b"), s.get(b"c"), s.get(b"d")), (3, 2, 1, 0));
+    assert_eq!(
+        (s.get(b"a"), s.get(b"b"), s.get(b"c"), s.get(b"d")),
+        (3, 2, 1, 0)
+    );
     assert!(s.iter().all(|(_, _, err)| err == 0));
     assert_eq!(s.total(), 6);
 }
@@ -72,7 +75,10 @@ fn zipf_top_10_is_the_true_top_10_with_bounded_error() {
     for (k, count, err) in s.iter() {
         let t = truth.get(k).copied().unwrap_or(0);
         // Space-Saving's guarantee (Metwally et al., Lemma 3.4): count - error <= true <= count.
-        assert!(count - err <= t && t <= count, "{k:?}: {count} ({err}) vs {t}");
+        assert!(
+            count - err <= t && t <= count,
+            "{k:?}: {count} ({err}) vs {t}"
+        );
         assert!(err <= bound, "{err} > {bound}");
     }
     let reported = sorted_top(s.iter().map(|(k, c, _)| (k.to_vec(), c)), 10);
@@ -232,6 +238,9 @@ fn big_value_ring_is_bounded_newest_first() {
 #[test]
 fn keys_are_escaped_and_cut() {
     assert_eq!(escape_key(b"plain:1", 100), "plain:1");
-    assert_eq!(escape_key(b"a\"b\\c\n\x00\xff", 100), "a\\\"b\\\\c\\n\\x00\\xff");
+    assert_eq!(
+        escape_key(b"a\"b\\c\n\x00\xff", 100),
+        "a\\\"b\\\\c\\n\\x00\\xff"
+    );
     assert_eq!(escape_key(b"abcdef", 3), "abc...");
 }
