@@ -305,7 +305,7 @@ mod tests {
         format_line(&r, &mut s);
         assert_eq!(
             s,
-            "{\"start_time\":\"2026-11-30T02:39:32.123Z\",\"listener\":\"redis\",\
+            "{\"start_time\":\"2026-11-30T00:26:12.123Z\",\"listener\":\"redis\",\
              \"downstream\":\"127.0.0.1:4000\",\"command\":\"get\",\"key\":\"a\\\\\\\"b\\\\x00\",\
              \"status\":\"ok\",\"reply_bytes\":7,\"duration_us\":42}\n"
         );
