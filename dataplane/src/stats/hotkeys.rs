@@ -97,11 +97,17 @@ type HashIndex = HashMap<u64, u32, BuildHasherDefault<IdentityHasher>>;
 struct Entry {
     key: Vec<u8>,
     hash: u64,
-    count: u64,
     error: u64,
     /// Position in the min-heap.
     pos: u32,
 }
+
+/// Bits of a heap item holding the entry index; the count is in the bits above. Capacity is at
+/// most `8 * 1000` (top_k ≤ 1000), well under 2^16.
+const IDX_BITS: u32 = 16;
+const IDX_MASK: u64 = (1 << IDX_BITS) - 1;
+/// Largest capacity (the index must fit in [`IDX_BITS`]).
+const MAX_CAPACITY: usize = 1 << IDX_BITS;
 
 /// A Space-Saving summary (Metwally et al. 2005) of at most `capacity` keys.
 ///
@@ -110,20 +116,23 @@ struct Entry {
 /// that minimum + 1, error = that minimum) and reuses its buffer. Keys are identified by a
 /// seeded 64-bit xxHash; two different keys with the same hash (never seen in practice, and not
 /// forceable without the per-summary random seed) count as the first one tracked.
+///
+/// The heap holds `count << 16 | entry index` in one `u64`, so a sift compares and moves plain
+/// integers (ties between equal counts go by index).
 pub struct SpaceSaving {
     capacity: usize,
     seed: u64,
     index: HashIndex,
     entries: Vec<Entry>,
-    /// Entry indexes ordered as a binary min-heap by count.
-    heap: Vec<u32>,
+    /// `count << IDX_BITS | entry index`, ordered as a binary min-heap.
+    heap: Vec<u64>,
     total: u64,
 }
 
 impl SpaceSaving {
-    /// An empty summary of at most `capacity` (≥ 1) keys.
+    /// An empty summary of at most `capacity` (1 ..= 65 536) keys.
     pub fn new(capacity: usize) -> SpaceSaving {
-        let capacity = capacity.max(1);
+        let capacity = capacity.clamp(1, MAX_CAPACITY);
         SpaceSaving {
             capacity,
             seed: fastrand::u64(..),
@@ -153,36 +162,43 @@ impl SpaceSaving {
     }
 
     /// Counts one request for `key` (cut to [`MAX_TRACKED_KEY`] bytes).
+    #[inline]
     pub fn record(&mut self, key: &[u8]) {
         let key = key.get(..MAX_TRACKED_KEY).unwrap_or(key);
         let hash = xxhash_rust::xxh64::xxh64(key, self.seed);
         self.total += 1;
         if let Some(&i) = self.index.get(&hash) {
-            let Some(e) = self.entries.get_mut(i as usize) else {
+            let Some(e) = self.entries.get(i as usize) else {
                 return;
             };
-            e.count += 1;
             let pos = e.pos as usize;
+            if let Some(item) = self.heap.get_mut(pos) {
+                *item += 1 << IDX_BITS;
+            }
             self.sift_down(pos);
             return;
         }
         if self.entries.len() < self.capacity {
             let i = self.entries.len() as u32;
+            let pos = self.heap.len();
             self.entries.push(Entry {
                 key: key.to_vec(),
                 hash,
-                count: 1,
                 error: 0,
-                pos: self.heap.len() as u32,
+                pos: pos as u32,
             });
-            self.heap.push(i);
+            self.heap.push(1 << IDX_BITS | u64::from(i));
             self.index.insert(hash, i);
-            let pos = self.heap.len() - 1;
             self.sift_up(pos);
             return;
         }
         // Replace the least counted key (the heap's root).
-        let Some(&i) = self.heap.first() else { return };
+        let Some(root) = self.heap.first_mut() else {
+            return;
+        };
+        let i = (*root & IDX_MASK) as u32;
+        let min = *root >> IDX_BITS;
+        *root += 1 << IDX_BITS;
         let Some(e) = self.entries.get_mut(i as usize) else {
             return;
         };
@@ -190,15 +206,18 @@ impl SpaceSaving {
         e.key.clear();
         e.key.extend_from_slice(key);
         e.hash = hash;
-        e.error = e.count;
-        e.count += 1;
+        e.error = min;
         self.index.insert(hash, i);
         self.sift_down(0);
     }
 
     /// The estimated count of `key` (an over-estimate by at most its error), 0 if untracked.
     pub fn get(&self, key: &[u8]) -> u64 {
-        self.find(key).map_or(0, |e| e.count)
+        self.find(key).map_or(0, |e| self.count_of(e))
+    }
+
+    fn count_of(&self, e: &Entry) -> u64 {
+        self.heap.get(e.pos as usize).map_or(0, |h| h >> IDX_BITS)
     }
 
     fn find(&self, key: &[u8]) -> Option<&Entry> {
@@ -213,54 +232,57 @@ impl SpaceSaving {
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64, u64)> {
         self.entries
             .iter()
-            .map(|e| (e.key.as_slice(), e.count, e.error))
+            .map(|e| (e.key.as_slice(), self.count_of(e), e.error))
     }
 
-    fn count_at(&self, pos: usize) -> u64 {
-        self.heap
-            .get(pos)
-            .and_then(|&i| self.entries.get(i as usize))
-            .map_or(u64::MAX, |e| e.count)
-    }
-
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        for p in [a, b] {
-            if let Some(&i) = self.heap.get(p)
-                && let Some(e) = self.entries.get_mut(i as usize)
-            {
-                e.pos = p as u32;
-            }
+    /// Puts heap item `item` at position `to`, recording the position in its entry.
+    #[inline]
+    fn place(&mut self, to: usize, item: u64) {
+        if let Some(h) = self.heap.get_mut(to) {
+            *h = item;
+        }
+        if let Some(e) = self.entries.get_mut((item & IDX_MASK) as usize) {
+            e.pos = to as u32;
         }
     }
 
     fn sift_down(&mut self, mut pos: usize) {
+        let len = self.heap.len();
+        let Some(&item) = self.heap.get(pos) else {
+            return;
+        };
         loop {
-            let (l, r) = (2 * pos + 1, 2 * pos + 2);
-            let mut least = pos;
-            if l < self.heap.len() && self.count_at(l) < self.count_at(least) {
-                least = l;
+            let l = 2 * pos + 1;
+            let Some(&lv) = self.heap.get(l) else { break };
+            let (c, cv) = match self.heap.get(l + 1) {
+                Some(&rv) if l + 1 < len && rv < lv => (l + 1, rv),
+                _ => (l, lv),
+            };
+            if cv >= item {
+                break;
             }
-            if r < self.heap.len() && self.count_at(r) < self.count_at(least) {
-                least = r;
-            }
-            if least == pos {
-                return;
-            }
-            self.swap(pos, least);
-            pos = least;
+            self.place(pos, cv);
+            pos = c;
         }
+        self.place(pos, item);
     }
 
     fn sift_up(&mut self, mut pos: usize) {
+        let Some(&item) = self.heap.get(pos) else {
+            return;
+        };
         while pos > 0 {
             let parent = (pos - 1) / 2;
-            if self.count_at(parent) <= self.count_at(pos) {
-                return;
+            let Some(&pv) = self.heap.get(parent) else {
+                break;
+            };
+            if pv <= item {
+                break;
             }
-            self.swap(pos, parent);
+            self.place(pos, pv);
             pos = parent;
         }
+        self.place(pos, item);
     }
 }
 
