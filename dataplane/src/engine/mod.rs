@@ -1,8 +1,10 @@
 //! Workers, listeners and downstream sessions, and the process around them: start-up, SIGHUP
 //! reload and SIGTERM drain.
 
+pub mod access_log;
 mod local;
 mod local_cluster;
+mod observe;
 pub mod probe;
 mod session;
 mod sink;

@@ -38,6 +38,8 @@ struct Session {
     encoded: Vec<u8>,
     /// Reused buffer for a request's key positions.
     key_idx: Vec<usize>,
+    /// The client's address, learned when the listener has an access log.
+    peer: Option<std::net::SocketAddr>,
 }
 
 /// Keeps a session registered with its worker until both its reader and its writer are done
@@ -83,6 +85,11 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
         ),
         encoded: Vec::new(),
         key_idx: Vec::new(),
+        peer: first
+            .observer
+            .as_ref()
+            .filter(|o| o.wants_peer())
+            .and_then(|_| stream.peer_addr().ok()),
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -228,6 +235,11 @@ impl Session {
         args: &[Range<usize>],
         frame: Option<&[u8]>,
     ) {
+        if let Some(obs) = &rt.observer
+            && let Some(p) = obs.request(base, args, self.peer)
+        {
+            self.sink.observe_next(p);
+        }
         let arg = |i: usize| args.get(i).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
         let argc = args.len();
         let spec = match command::resolve(argc, arg) {

@@ -10,6 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 
+use super::observe::Pending;
 use super::stats::ListenerStats;
 use crate::command::Merge;
 use crate::command::split::{Part, merge};
@@ -48,6 +49,8 @@ struct SplitState {
 struct Slot {
     cmd: u16,
     state: SlotState,
+    /// Hot keys / big values / access log state of an observed request (engine/observe.rs).
+    obs: Option<Box<Pending>>,
 }
 
 #[derive(Default)]
@@ -66,6 +69,8 @@ struct Inner {
     /// pipelined keys on several backends that is a routine event, and must not cost an
     /// allocation per request.
     spare: Vec<Vec<u8>>,
+    /// Observation for the next slot pushed ([`Sink::observe_next`]).
+    next_obs: Option<Box<Pending>>,
 }
 
 /// Reply queue shared by a session's reader, its writer and the upstream connections.
@@ -101,13 +106,20 @@ impl Sink {
     pub fn push(&self, cmd: u16) -> u64 {
         let mut inner = self.inner.borrow_mut();
         let seq = inner.head_seq + inner.slots.len() as u64;
+        let obs = inner.next_obs.take();
         inner.slots.push_back(Slot {
             cmd,
             state: SlotState::Waiting,
+            obs,
         });
         drop(inner);
         self.add_active(1);
         seq
+    }
+
+    /// Attaches `obs` to the next slot pushed (the request about to be handled).
+    pub fn observe_next(&self, obs: Box<Pending>) {
+        self.inner.borrow_mut().next_obs = Some(obs);
     }
 
     /// Turns the waiting slot `seq` into a split slot expecting one reply per part.
@@ -146,7 +158,9 @@ impl Sink {
     /// Moves the completed head slot's reply into the output buffer. `success`: no error came
     /// back (for a split command, from any part: Envoy counts those as errors).
     fn complete_head(&self, inner: &mut Inner, cmd: u16, reply: &[u8], success: bool) {
-        inner.slots.pop_front();
+        if let Some(obs) = inner.slots.pop_front().and_then(|s| s.obs) {
+            obs.complete(reply, success);
+        }
         inner.head_seq += 1;
         self.stats.record(cmd, success);
         if inner.closed {

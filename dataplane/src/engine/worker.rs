@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use super::observe::Observer;
 use super::session;
 use super::sink::Sink;
 use super::stats::ListenerStats;
@@ -117,6 +118,8 @@ pub struct ListenerRuntime {
     pub config: ListenerConfig,
     pub router: Router,
     pub stats: Rc<ListenerStats>,
+    /// Hot keys, big values, access log; `None` when the listener observes none of them.
+    pub observer: Option<Rc<Observer>>,
 }
 
 impl ListenerRuntime {
@@ -214,6 +217,7 @@ pub fn spawn(
                     listener_stats: HashMap::new(),
                 };
                 net::spawn(trim_memory(worker.shared.clone()));
+                net::spawn(flush_stats());
                 let first = worker.apply(&config);
                 let ok = first.is_ok();
                 let _ = ready_tx.send(first);
@@ -293,6 +297,7 @@ impl Worker {
                 config: l.clone(),
                 router: Router::new(catch_all),
                 stats,
+                observer: Observer::new(&self.store, wid, l),
             }));
         }
         // Bind new or moved listeners first, so a bind failure leaves the old config in place.
@@ -442,6 +447,14 @@ async fn trim_memory(shared: Rc<WorkerShared>) {
             seen = 0;
             net::release_free_memory();
         }
+    }
+}
+
+/// Publishes this worker's thread-local stats (histograms, hot keys) every flush interval.
+async fn flush_stats() {
+    loop {
+        net::sleep(crate::stats::histogram::FLUSH_INTERVAL).await;
+        crate::stats::flush_thread();
     }
 }
 

@@ -216,6 +216,8 @@ fn flush_all(block: bool) {
     for h in live {
         h.flush(block);
     }
+    // Hot keys publish on the same tick (stats/hotkeys.rs).
+    super::hotkeys::flush_thread(block);
 }
 
 /// Merged (or single-shard) histogram values. `Default` is empty.

@@ -123,6 +123,8 @@ pub struct Store {
     counters: Mutex<Shards<Counter>>,
     gauges: Mutex<Shards<Gauge>>,
     histograms: Mutex<Shards<Histogram>>,
+    /// stat prefix → worker → that worker's hot keys and big values of the listener.
+    hot_keys: Mutex<Shards<hotkeys::HotKeysShard>>,
 }
 
 impl Store {
@@ -170,9 +172,26 @@ impl Store {
         )
     }
 
-    /// Hot keys and big values of every listener that tracks them, sorted by stat prefix.
+    /// The shard of listener `stat_prefix`'s hot keys and big values owned by `worker` (same
+    /// `Arc` for the same pair); written through a [`hotkeys::LocalHotKeys`].
+    pub fn hot_keys_shard(&self, stat_prefix: &str, worker: usize) -> Arc<hotkeys::HotKeysShard> {
+        shard(&self.hot_keys, stat_prefix, worker)
+    }
+
+    /// Hot keys and big values of every listener that tracks them, sorted by stat prefix:
+    /// workers' counts summed by key, the `top_k` largest kept (see [`hotkeys`] for what the
+    /// counts cover). At most one stats flush tick stale.
     pub fn hot_keys(&self) -> Vec<hotkeys::HotKeysReport> {
-        Vec::new()
+        let listeners: Vec<(String, Vec<Arc<hotkeys::HotKeysShard>>)> = {
+            let m = self.hot_keys.lock().unwrap_or_else(|e| e.into_inner());
+            m.iter()
+                .map(|(p, w)| (p.clone(), w.values().cloned().collect()))
+                .collect()
+        };
+        listeners
+            .iter()
+            .filter_map(|(p, shards)| hotkeys::merge(p, shards))
+            .collect()
     }
 
     /// Sum over workers of counter `name`, `None` if it was never registered.
