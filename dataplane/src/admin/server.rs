@@ -59,7 +59,10 @@ pub fn spawn(addr: SocketAddr, ctx: Arc<AdminContext>) -> io::Result<AdminServer
         let stop = Arc::clone(&stop);
         std::thread::Builder::new()
             .name("respite-admin".to_owned())
-            .spawn(move || serve(&server, &stop, &ctx))?
+            .spawn(move || {
+                yield_to_workers();
+                serve(&server, &stop, &ctx)
+            })?
     };
     Ok(AdminServer {
         local_addr,
@@ -168,6 +171,25 @@ fn retry_bind(addr: SocketAddr, ctx: &Arc<AdminContext>, state: &Mutex<AdminStat
                 return;
             }
         }
+    }
+}
+
+/// Nice value of the admin thread. On a machine whose cores the workers keep busy, a client
+/// reading `/stats` in a tight loop would otherwise take a full share of a core from them; at
+/// nice 10 the scheduler gives the admin thread about a tenth of a worker's share while they
+/// compete, and any idle CPU when they do not (CFS weights 110 vs 1024).
+const ADMIN_NICE: libc::c_int = 10;
+
+/// Lowers this thread's scheduling priority to [`ADMIN_NICE`] (Linux: `setpriority` on a thread
+/// id applies to that thread only). Failure only costs the workers more CPU under admin load.
+fn yield_to_workers() {
+    // SAFETY: gettid/setpriority take no pointers; they only change this thread's nice value.
+    let rc = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, ADMIN_NICE)
+    };
+    if rc != 0 {
+        tracing::debug!(error = %io::Error::last_os_error(), "admin: cannot lower the thread's priority");
     }
 }
 

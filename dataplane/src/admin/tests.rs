@@ -598,3 +598,26 @@ fn hot_keys_render_text_and_json() {
         json!({"listeners": []})
     );
 }
+
+/// The admin thread runs at a lower priority than the workers, so a client reading `/stats` in
+/// a tight loop takes little CPU from them on a busy machine.
+#[test]
+fn admin_thread_yields_to_workers() {
+    let admin = spawn(local(), ctx(store())).unwrap();
+    let _ = get(admin.local_addr, "GET", "/ready");
+    let mut seen = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != "respite-admin" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+        // Fields after the parenthesised comm: state is field 3, nice is field 19.
+        let after = stat.rsplit_once(") ").unwrap().1;
+        let nice: i32 = after.split(' ').nth(16).unwrap().parse().unwrap();
+        assert_eq!(nice, 10, "{stat}");
+        seen += 1;
+    }
+    assert!(seen >= 1, "no respite-admin thread found");
+}
