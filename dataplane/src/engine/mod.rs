@@ -6,7 +6,7 @@ mod local_cluster;
 pub mod probe;
 mod session;
 mod sink;
-mod stats;
+pub mod stats;
 mod worker;
 
 use std::path::PathBuf;

@@ -214,6 +214,7 @@ pub fn spawn(
                     listener_stats: HashMap::new(),
                 };
                 net::spawn(trim_memory(worker.shared.clone()));
+                net::spawn(flush_histograms());
                 let first = worker.apply(&config);
                 let ok = first.is_ok();
                 let _ = ready_tx.send(first);
@@ -230,10 +231,12 @@ pub fn spawn(
                             accept_queued,
                         } => {
                             worker.drain(timeout, accept_queued).await;
+                            crate::stats::flush_thread_blocking();
                             return;
                         }
                     }
                 }
+                crate::stats::flush_thread_blocking();
             });
         })
         .map_err(|e| format!("worker {id}: thread: {e}"))?;
@@ -289,6 +292,7 @@ impl Worker {
                     Rc::new(ListenerStats::new(self.store.clone(), wid, &l.stat_prefix))
                 })
                 .clone();
+            stats.set_latency_in_micros(l.latency_in_micros);
             runtimes.push(Rc::new(ListenerRuntime {
                 config: l.clone(),
                 router: Router::new(catch_all),
@@ -442,6 +446,15 @@ async fn trim_memory(shared: Rc<WorkerShared>) {
             seen = 0;
             net::release_free_memory();
         }
+    }
+}
+
+/// Publishes this worker's latency histograms every [`crate::stats::histogram::FLUSH_INTERVAL`]
+/// (the staleness of histogram reads); `try_lock` only, so an admin read never stalls the worker.
+async fn flush_histograms() {
+    loop {
+        net::sleep(crate::stats::histogram::FLUSH_INTERVAL).await;
+        crate::stats::flush_thread();
     }
 }
 

@@ -372,6 +372,9 @@ mod tests {
         assert_eq!(merged.recorded().iter().map(|(_, _, n)| n).sum::<u64>(), 12);
         let r = s.recorded();
         assert_eq!(r[0], (0, 1, 1));
-        assert!(r.iter().any(|&(low, w, n)| low <= 1_234 && 1_234 < low + w && n == 1));
+        assert!(
+            r.iter()
+                .any(|&(low, w, n)| low <= 1_234 && 1_234 < low + w && n == 1)
+        );
     }
 }
