@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use respite_tests::{RawClient, RedisServer, Respite, free_port, respite::simple_config};
+use respite_tests::{RedisServer, Respite, free_port, respite::simple_config};
 
 /// The delay the forwarder adds to every chunk redis sends back.
 const DELAY: Duration = Duration::from_millis(20);
@@ -302,7 +302,7 @@ fn a_timeout_counts_once_everywhere() {
     let cfg = simple_config(
         port,
         admin,
-        &[fwd.clone()],
+        std::slice::from_ref(&fwd),
         1,
         "enable_command_stats = true",
     )
