@@ -6,7 +6,7 @@ mod local_cluster;
 pub mod probe;
 mod session;
 mod sink;
-pub mod stats;
+pub(crate) mod stats;
 mod worker;
 
 use std::path::PathBuf;

@@ -240,7 +240,9 @@ impl Conn {
         }
         let first = inner.out.is_empty();
         if first {
-            inner.first_queued = Some(Instant::now());
+            // The batch clock of the session read that sent it (a clock read saved per batch;
+            // it is microseconds old at most), or now outside one (a redirect's resend).
+            inner.first_queued = Some(crate::engine::stats::now());
         }
         let log_end = inner.log_base + inner.log.len() as u64;
         if asking {
@@ -734,9 +736,10 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
         }
         let buf = {
             let mut inner = conn.inner.borrow_mut();
-            let deadline = Instant::now() + s.op_timeout;
-            let written = inner.written;
+            // One clock read per write batch: deadlines and upstream request times run from it.
             let now = Instant::now();
+            let deadline = now + s.op_timeout;
+            let written = inner.written;
             let reads = conn.reads.get();
             for p in inner.pending.iter_mut().skip(written) {
                 // A redirected request keeps the deadline of its first write: op_timeout bounds
