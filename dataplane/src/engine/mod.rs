@@ -8,7 +8,7 @@ mod observe;
 pub mod probe;
 mod session;
 mod sink;
-mod stats;
+pub(crate) mod stats;
 mod worker;
 
 use std::path::PathBuf;

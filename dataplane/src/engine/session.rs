@@ -12,6 +12,7 @@ use tracing::debug;
 
 use super::local::{self, ConnState};
 use super::sink::{NO_CMD, Sink};
+use super::stats::{BatchClock, CUSTOM_CMD};
 use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
 use crate::command::{self, CommandSpec, Kind, Local, ResolveError, split};
 use crate::net::{self, BufResult, TcpStream};
@@ -100,6 +101,8 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
     let mut scratch: Vec<u8> = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(READ_INITIAL);
     let mut start = 0usize;
+    // Unparsed bytes of this session counted in `downstream_cx_rx_bytes_buffered`.
+    let mut rx_held = 0usize;
 
     'conn: loop {
         while !sink.has_capacity() && !sink.is_closed() && !worker.is_draining() {
@@ -140,6 +143,8 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
         stats.rx_bytes.add(n as u64);
         let rt = handle.current();
         let _request_path = super::probe::RequestPath::enter();
+        // One clock read per read batch: every request parsed from it starts its latency here.
+        let _clock = BatchClock::enter(Instant::now());
         loop {
             match parser.parse(&buf[start..], &mut args, &mut scratch) {
                 Ok(Parsed::Incomplete) => break,
@@ -154,8 +159,9 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
                     start += consumed;
                 }
                 Err(e) => {
+                    // Envoy counts a request its decoder rejects here only (`invalid_request`
+                    // is the splitter's count of well-framed requests it cannot run).
                     stats.cx_protocol_error.inc();
-                    stats.invalid_request.inc();
                     let msg = format!("ERR Protocol error: {e}");
                     let mut reply = Vec::new();
                     encode::error(&mut reply, msg.as_bytes());
@@ -167,11 +173,21 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
                 break 'conn;
             }
         }
+        rx_held = move_gauge(&stats.rx_buffered, rx_held, buf.len() - start);
     }
+    move_gauge(&stats.rx_buffered, rx_held, 0);
     if worker.is_draining() {
         stats.cx_drain_close.inc();
     }
     sink.reader_done();
+}
+
+/// Moves `gauge` from this session's contribution `held` to `now`; returns `now`.
+fn move_gauge(gauge: &crate::stats::Gauge, held: usize, now: usize) -> usize {
+    if now != held {
+        gauge.add(now as i64 - held as i64);
+    }
+    now
 }
 
 /// Reads like [`net::read_append`], unless the worker starts draining or the client connection
@@ -255,6 +271,9 @@ impl Session {
                 return self.sink.push_local(NO_CMD, &reply);
             }
             Err(ResolveError::Invalid(reply)) => {
+                // Wrong number of arguments (Envoy: `splitter.invalid_request`); a known command
+                // also counts as its own request and error, so total = success + error holds.
+                rt.stats.invalid_request.inc();
                 if let Some(spec) = command::lookup(arg(0)) {
                     rt.stats.request(spec.id);
                     return self.sink.push_local(spec.id, &reply);
@@ -380,13 +399,13 @@ impl Session {
         let key = args.get(1).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
         rt.stats.custom_request();
         let Some(pool) = rt.router.route(key) else {
-            return self.sink.push_local(NO_CMD, NO_UPSTREAM_HOST);
+            return self.sink.push_local(CUSTOM_CMD, NO_UPSTREAM_HOST);
         };
         let shard = pool.shard_of(rt.hash_key(key));
-        self.send_one(NO_CMD, false, pool, shard, args, base, frame);
+        self.send_one(CUSTOM_CMD, false, pool, shard, args, base, frame);
     }
 
-    /// Sends the whole request to one shard; `cmd` is its table id for stats (`NO_CMD` for
+    /// Sends the whole request to one shard; `cmd` is its table id for stats (`CUSTOM_CMD` for
     /// custom commands); `read`: it only reads (see [`command::is_read`]).
     #[allow(clippy::too_many_arguments)]
     fn send_one(
@@ -404,6 +423,7 @@ impl Session {
             sink: self.sink.clone(),
             seq,
             part: 0,
+            cmd,
         };
         let request = Self::request_bytes(&mut self.encoded, frame, args, base);
         let sent = pool.send(
@@ -439,6 +459,7 @@ impl Session {
                 sink: self.sink.clone(),
                 seq,
                 part: i as u32,
+                cmd: spec.id,
             };
             let dest = if by_node {
                 Dest::Node(part.shard)
@@ -570,13 +591,13 @@ async fn write_loop(
                 let BufResult(res, mut buf) = net::write_all(&stream, buf).await;
                 if let Err(e) = res {
                     debug!(error = %e, "downstream write failed");
-                    sink.written(n);
+                    sink.written(n, len);
                     sink.close();
                     failed = true;
                     break;
                 }
                 stats.tx_bytes.add(len as u64);
-                sink.written(n);
+                sink.written(n, len);
                 buf.clear();
                 if buf.capacity() > READ_KEEP {
                     buf = Vec::new();

@@ -9,9 +9,10 @@ use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::time::Instant;
 
 use super::observe::Pending;
-use super::stats::ListenerStats;
+use super::stats::{self, ListenerStats};
 use crate::command::Merge;
 use crate::command::split::{Part, merge};
 use crate::net::Notify;
@@ -48,6 +49,8 @@ struct SplitState {
 
 struct Slot {
     cmd: u16,
+    /// When the request's bytes were read (its read batch's clock): latency runs from here.
+    start: Instant,
     state: SlotState,
     /// Hot keys / big values / access log state of an observed request (engine/observe.rs).
     obs: Option<Box<Pending>>,
@@ -103,12 +106,14 @@ impl Sink {
     }
 
     /// Takes the next slot for a request of command `cmd` (its table id); returns its sequence.
+    /// Its latency starts at the current read batch's clock ([`stats::now`]).
     pub fn push(&self, cmd: u16) -> u64 {
         let mut inner = self.inner.borrow_mut();
         let seq = inner.head_seq + inner.slots.len() as u64;
         let obs = inner.next_obs.take();
         inner.slots.push_back(Slot {
             cmd,
+            start: stats::now(),
             state: SlotState::Waiting,
             obs,
         });
@@ -157,29 +162,33 @@ impl Sink {
 
     /// Moves the completed head slot's reply into the output buffer. `success`: no error came
     /// back (for a split command, from any part: Envoy counts those as errors).
-    fn complete_head(&self, inner: &mut Inner, cmd: u16, reply: &[u8], success: bool) {
-        if let Some(obs) = inner.slots.pop_front().and_then(|s| s.obs) {
+    /// `now`: the delivery batch's clock, shared by every slot it completes.
+    fn complete_head(&self, inner: &mut Inner, reply: &[u8], success: bool, now: Instant) {
+        let Some(slot) = inner.slots.pop_front() else {
+            return;
+        };
+        if let Some(obs) = slot.obs {
             obs.complete(reply, success);
         }
         inner.head_seq += 1;
-        self.stats.record(cmd, success);
+        self.stats.record(slot.cmd, success, slot.start, now);
         if inner.closed {
             drop_active(self, 1);
         } else {
+            self.stats.tx_buffered.add(reply.len() as i64);
             inner.out.extend_from_slice(reply);
             inner.out_replies += 1;
         }
     }
 
     /// Moves every completed slot at the head into the output buffer.
-    fn drain_ready(&self, inner: &mut Inner) {
+    fn drain_ready(&self, inner: &mut Inner, now: Instant) {
         while let Some(front) = inner.slots.front_mut() {
             let SlotState::Ready(bytes, success) = &mut front.state else {
                 break;
             };
             let (mut bytes, success) = (std::mem::take(bytes), *success);
-            let cmd = front.cmd;
-            self.complete_head(inner, cmd, &bytes, success);
+            self.complete_head(inner, &bytes, success, now);
             if inner.spare.len() < MAX_SPARE_BUFFERS && bytes.capacity() <= MAX_SPARE_CAPACITY {
                 bytes.clear();
                 inner.spare.push(bytes);
@@ -198,8 +207,9 @@ impl Sink {
         Ok((std::mem::replace(&mut inner.out, spare), n))
     }
 
-    /// Called by the writer after `n` replies reached the kernel.
-    pub fn written(&self, n: usize) {
+    /// Called by the writer after `n` replies (`bytes` long) reached the kernel, or failed to.
+    pub fn written(&self, n: usize, bytes: usize) {
+        self.stats.tx_buffered.add(-(bytes as i64));
         drop_active(self, n as i64);
         let mut inner = self.inner.borrow_mut();
         if inner.reader_paused {
@@ -230,8 +240,9 @@ impl Sink {
         inner.closed = true;
         inner.reader_done = true;
         let n = std::mem::take(&mut inner.out_replies);
-        inner.out = Vec::new();
+        let dropped = std::mem::take(&mut inner.out).len();
         drop(inner);
+        self.stats.tx_buffered.add(-(dropped as i64));
         drop_active(self, n as i64);
         self.reader.notify();
         self.writer.notify();
@@ -263,7 +274,6 @@ impl Deliver for Sink {
         let Some(slot) = inner.slots.get_mut(idx) else {
             return;
         };
-        let cmd = slot.cmd;
         let (head, success): (Cow<'_, [u8]>, bool) = match &mut slot.state {
             SlotState::Waiting if idx == 0 => (Cow::Borrowed(reply), !is_error(reply)),
             SlotState::Waiting => {
@@ -302,8 +312,9 @@ impl Deliver for Sink {
             }
             SlotState::Ready(..) => return,
         };
-        self.complete_head(&mut inner, cmd, &head, success);
-        self.drain_ready(&mut inner);
+        let now = stats::now();
+        self.complete_head(&mut inner, &head, success, now);
+        self.drain_ready(&mut inner, now);
         drop(inner);
         self.writer.notify();
     }

@@ -1,19 +1,29 @@
-//! This worker's shard of one listener's stats (`redis.<stat_prefix>.…`, Envoy names).
+//! This worker's shard of one listener's stats (`redis.<stat_prefix>.…`, Envoy names), and the
+//! worker's batch clock that latency histograms read.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::command::COMMANDS;
-use crate::stats::{Counter, Gauge, Store};
+use crate::stats::{Counter, Gauge, LocalHistogram, Store};
 
-/// `command.<cmd>.total|success|error` of one command.
+/// Command id of a listener `custom_commands` entry in reply slots: out of the command table, so
+/// it has no `command.<cmd>.*` counters, but its latency goes to `command.custom.latency`.
+pub const CUSTOM_CMD: u16 = u16::MAX - 1;
+
+/// `command.<cmd>.total|success|error|latency` of one command.
 pub struct CommandStats {
     pub total: Arc<Counter>,
     pub success: Arc<Counter>,
     pub error: Arc<Counter>,
+    /// From the read of the request to its reply entering the output buffer, in ms (truncated,
+    /// as Envoy) or µs with the listener's `latency_in_micros`.
+    pub latency: Rc<LocalHistogram>,
 }
 
-/// Per-worker listener stats. Per-command counters are registered the first time a command is
+/// Per-worker listener stats. Per-command stats are registered the first time a command is
 /// seen, so the hot path only indexes a vector.
 pub struct ListenerStats {
     store: Arc<Store>,
@@ -25,11 +35,22 @@ pub struct ListenerStats {
     pub cx_drain_close: Arc<Counter>,
     pub rx_bytes: Arc<Counter>,
     pub tx_bytes: Arc<Counter>,
+    /// Bytes read from clients and not yet parsed (a partial request), Envoy's
+    /// `downstream_cx_rx_bytes_buffered`; moved by delta per read batch.
+    pub rx_buffered: Arc<Gauge>,
+    /// Reply bytes in sessions' output buffers or being written, Envoy's
+    /// `downstream_cx_tx_bytes_buffered`; moved by delta as replies enter and leave.
+    pub tx_buffered: Arc<Gauge>,
     pub rq_total: Arc<Counter>,
     pub rq_active: Arc<Gauge>,
     pub unsupported_command: Arc<Counter>,
     pub invalid_request: Arc<Counter>,
     pub custom_total: Arc<Counter>,
+    /// `command.custom.latency`, registered with the first custom command.
+    custom_latency: RefCell<Option<Rc<LocalHistogram>>>,
+    /// The listener's `latency_in_micros` (set at every config apply; a change mixes units in
+    /// the histograms already recorded, as a restart would not).
+    micros: Cell<bool>,
     commands: RefCell<Vec<Option<CommandStats>>>,
 }
 
@@ -46,16 +67,33 @@ impl ListenerStats {
             cx_drain_close: c("downstream_cx_drain_close"),
             rx_bytes: c("downstream_cx_rx_bytes_total"),
             tx_bytes: c("downstream_cx_tx_bytes_total"),
+            rx_buffered: g("downstream_cx_rx_bytes_buffered"),
+            tx_buffered: g("downstream_cx_tx_bytes_buffered"),
             rq_total: c("downstream_rq_total"),
             rq_active: g("downstream_rq_active"),
             unsupported_command: c("splitter.unsupported_command"),
             invalid_request: c("splitter.invalid_request"),
             custom_total: c("command.custom.total"),
+            custom_latency: RefCell::new(None),
+            micros: Cell::new(false),
             commands: RefCell::new(Vec::new()),
             prefix,
             worker,
             store,
         }
+    }
+
+    /// Sets the unit of `command.<cmd>.latency`: µs if `micros` (listener `latency_in_micros`),
+    /// else ms.
+    pub fn set_latency_in_micros(&self, micros: bool) {
+        self.micros.set(micros);
+    }
+
+    fn histogram(&self, name: &str) -> Rc<LocalHistogram> {
+        LocalHistogram::new(
+            self.store
+                .histogram(&format!("{}{name}", self.prefix), self.worker),
+        )
     }
 
     fn with_command<R>(&self, cmd: u16, f: impl FnOnce(&CommandStats) -> R) -> Option<R> {
@@ -75,6 +113,7 @@ impl ListenerStats {
                 total: c("total"),
                 success: c("success"),
                 error: c("error"),
+                latency: self.histogram(&format!("command.{name}.latency")),
             }
         });
         Some(f(stats))
@@ -93,15 +132,119 @@ impl ListenerStats {
         self.custom_total.inc();
     }
 
-    /// Counts the outcome of a request of command `cmd`.
+    /// Counts the outcome of a request of command `cmd` and records its latency: from `start`
+    /// (its read) to `now` (its reply entering the output buffer).
     #[inline]
-    pub fn record(&self, cmd: u16, success: bool) {
-        self.with_command(cmd, |s| {
+    pub fn record(&self, cmd: u16, success: bool, start: Instant, now: Instant) {
+        let v = latency_value(now.saturating_duration_since(start), self.micros.get());
+        let known = self.with_command(cmd, |s| {
             if success {
                 s.success.inc()
             } else {
                 s.error.inc()
             }
+            s.latency.record(v);
         });
+        if known.is_none() && cmd == CUSTOM_CMD {
+            self.custom_latency
+                .borrow_mut()
+                .get_or_insert_with(|| self.histogram("command.custom.latency"))
+                .record(v);
+        }
+    }
+}
+
+/// A latency in the histogram's unit: whole µs, or whole ms (truncated, as Envoy's
+/// `std::chrono::duration_cast<milliseconds>`).
+#[inline]
+pub fn latency_value(d: Duration, micros: bool) -> u64 {
+    if micros {
+        d.as_micros() as u64
+    } else {
+        d.as_millis() as u64
+    }
+}
+
+thread_local! {
+    /// The time of the I/O batch this thread is handling, if any (see [`BatchClock`]).
+    static BATCH_NOW: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// While alive, [`now`] on this thread returns the instant it was entered with: every request
+/// parsed from one read, and every reply matched from one upstream read, shares one clock read
+/// (one `Instant::now()` per batch, not per request).
+pub struct BatchClock(Option<Instant>);
+
+impl BatchClock {
+    /// Starts a batch at `now` (nesting restores the outer batch's time on drop).
+    #[inline]
+    pub fn enter(now: Instant) -> BatchClock {
+        BatchClock(BATCH_NOW.with(|c| c.replace(Some(now))))
+    }
+}
+
+impl Drop for BatchClock {
+    #[inline]
+    fn drop(&mut self) {
+        let prev = self.0;
+        BATCH_NOW.with(|c| c.set(prev));
+    }
+}
+
+/// The current batch's time, or `Instant::now()` outside a batch (timeouts, connection
+/// failures).
+#[inline]
+pub fn now() -> Instant {
+    BATCH_NOW.with(Cell::get).unwrap_or_else(Instant::now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_units_truncate() {
+        let d = Duration::from_micros(20_999);
+        assert_eq!(latency_value(d, true), 20_999);
+        assert_eq!(latency_value(d, false), 20);
+    }
+
+    #[test]
+    fn batch_clock_is_shared_and_restored() {
+        let t0 = Instant::now();
+        {
+            let _b = BatchClock::enter(t0);
+            assert_eq!(now(), t0);
+            let t1 = t0 + Duration::from_millis(5);
+            {
+                let _inner = BatchClock::enter(t1);
+                assert_eq!(now(), t1);
+            }
+            assert_eq!(now(), t0);
+        }
+        assert!(BATCH_NOW.with(Cell::get).is_none());
+    }
+
+    #[test]
+    fn latency_goes_to_the_command_histogram_in_its_unit() {
+        let store = Store::new();
+        let get = crate::command::lookup(b"GET").map(|s| s.id).unwrap_or(0);
+        let stats = ListenerStats::new(store.clone(), 0, "t");
+        let t0 = Instant::now();
+        stats.request(get);
+        stats.record(get, true, t0, t0 + Duration::from_micros(20_500));
+        stats.set_latency_in_micros(true);
+        stats.request(get);
+        stats.record(get, false, t0, t0 + Duration::from_micros(1_234));
+        stats.record(CUSTOM_CMD, true, t0, t0 + Duration::from_millis(3));
+        crate::stats::flush_thread();
+        let h: std::collections::HashMap<_, _> = store.histograms().into_iter().collect();
+        let lat = &h["redis.t.command.get.latency"];
+        assert_eq!(lat.count(), 2);
+        assert_eq!(lat.sum(), 20 + 1_234);
+        assert_eq!(h["redis.t.command.custom.latency"].count(), 1);
+        assert_eq!(store.counter_value("redis.t.command.get.total"), Some(2));
+        assert_eq!(store.counter_value("redis.t.command.get.success"), Some(1));
+        assert_eq!(store.counter_value("redis.t.command.get.error"), Some(1));
     }
 }

@@ -234,10 +234,12 @@ pub fn spawn(
                             accept_queued,
                         } => {
                             worker.drain(timeout, accept_queued).await;
+                            crate::stats::flush_thread_blocking();
                             return;
                         }
                     }
                 }
+                crate::stats::flush_thread_blocking();
             });
         })
         .map_err(|e| format!("worker {id}: thread: {e}"))?;
@@ -293,6 +295,7 @@ impl Worker {
                     Rc::new(ListenerStats::new(self.store.clone(), wid, &l.stat_prefix))
                 })
                 .clone();
+            stats.set_latency_in_micros(l.latency_in_micros);
             runtimes.push(Rc::new(ListenerRuntime {
                 config: l.clone(),
                 router: Router::new(catch_all),
@@ -450,7 +453,9 @@ async fn trim_memory(shared: Rc<WorkerShared>) {
     }
 }
 
-/// Publishes this worker's thread-local stats (histograms, hot keys) every flush interval.
+/// Publishes this worker's thread-local stats (latency histograms, hot keys) every
+/// [`crate::stats::histogram::FLUSH_INTERVAL`] (the staleness of those reads); `try_lock` only,
+/// so an admin read never stalls the worker.
 async fn flush_stats() {
     loop {
         net::sleep(crate::stats::histogram::FLUSH_INTERVAL).await;

@@ -52,6 +52,9 @@ struct Pending {
     /// Absolute offset of the request's bytes in `Inner::log` (connections with a redirect
     /// handler only).
     log_at: u64,
+    /// When the write batch holding the request was handed to the kernel (one clock read per
+    /// batch): upstream request times run from here.
+    sent: Option<Instant>,
 }
 
 /// `ASKING`, sent before a request redirected by `ASK` (Redis Cluster spec, "ASK redirection").
@@ -237,7 +240,9 @@ impl Conn {
         }
         let first = inner.out.is_empty();
         if first {
-            inner.first_queued = Some(Instant::now());
+            // The batch clock of the session read that sent it (a clock read saved per batch;
+            // it is microseconds old at most), or now outside one (a redirect's resend).
+            inner.first_queued = Some(crate::engine::stats::now());
         }
         let log_end = inner.log_base + inner.log.len() as u64;
         if asking {
@@ -248,6 +253,7 @@ impl Conn {
                 reads_at_write: 0,
                 retry,
                 log_at: log_end,
+                sent: None,
             });
         }
         inner.out.extend_from_slice(request);
@@ -260,8 +266,10 @@ impl Conn {
             reads_at_write: 0,
             retry,
             log_at: log_end,
+            sent: None,
         });
         self.stats.rq_total.inc();
+        self.stats.upstream_rq_total.inc();
         let flush_now = self.settings.max_buffer_size_before_flush == 0
             || inner.out.len() >= self.settings.max_buffer_size_before_flush;
         drop(inner);
@@ -331,14 +339,38 @@ impl Conn {
         if !drained.is_empty() {
             self.note_failure();
         }
+        let now = Instant::now();
         for p in drained {
             if let Some(target) = p.target {
                 self.stats.rq_error.inc();
+                self.record(target.cmd, false, p.sent, now);
                 target.deliver(UPSTREAM_FAILURE);
             }
         }
         // Lets the timeout task of a closed connection see that nothing is pending and stop.
         self.timer_ready.notify();
+    }
+
+    /// Records an upstream request's time (host `rq_time` in µs, cluster `upstream_rq_time` in
+    /// ms) and its command outcome (with `enable_command_stats`).
+    #[inline]
+    fn record(&self, cmd: u16, success: bool, sent: Option<Instant>, now: Instant) {
+        if let Some(s) = sent {
+            self.stats
+                .rq_time
+                .record(now.saturating_duration_since(s).as_micros() as u64);
+        }
+        self.stats.upstream.record(cmd, success, sent, now);
+    }
+
+    /// Records the time of a request answered by a redirect (counted by its final reply).
+    #[inline]
+    fn record_time(&self, sent: Option<Instant>, now: Instant) {
+        if let Some(s) = sent {
+            let d = now.saturating_duration_since(s);
+            self.stats.rq_time.record(d.as_micros() as u64);
+            self.stats.upstream.record_time(d);
+        }
     }
 
     /// Matches one reply to the oldest pending request. `false` if nothing was pending (a
@@ -375,20 +407,25 @@ impl Conn {
         let Some(target) = p.target else {
             return true;
         };
+        let now = crate::engine::stats::now();
         match (request, self.redirect.as_ref().and_then(Weak::upgrade)) {
             (Some(request), Some(handler)) => {
+                self.record_time(p.sent, now);
                 handler.redirect(self.addr, reply, request, target, p.retry)
             }
             (Some(_), None) if reply.starts_with(b"-MOVED ") || reply.starts_with(b"-ASK ") => {
                 // The pool was replaced by a reload while this request was out: a raw redirect
                 // would send a cluster-aware client around the proxy; a retryable error does not.
                 self.stats.rq_error.inc();
+                self.record(target.cmd, false, p.sent, now);
                 target.deliver(POOL_REPLACED);
             }
             _ => {
-                if reply.first() == Some(&b'-') {
+                let error = reply.first() == Some(&b'-');
+                if error {
                     self.stats.rq_error.inc();
                 }
+                self.record(target.cmd, !error, p.sent, now);
                 target.deliver(reply);
             }
         }
@@ -458,6 +495,8 @@ async fn supervise(conn: Rc<Conn>) {
             Ok(stream) => {
                 conn.stats.cx_total.inc();
                 conn.stats.cx_active.inc();
+                conn.stats.host_cx_total.inc();
+                conn.stats.host_cx_active.inc();
                 let (up_since, reads_before) = (Instant::now(), conn.reads.get());
                 let generation = conn.generation.get() + 1;
                 conn.generation.set(generation);
@@ -482,6 +521,7 @@ async fn supervise(conn: Rc<Conn>) {
                 net::shutdown(&stream);
                 conn.stream.borrow_mut().take();
                 conn.stats.cx_active.dec();
+                conn.stats.host_cx_active.dec();
                 if conn.reads.get() != reads_before || up_since.elapsed() >= BACKOFF_CAP {
                     backoff.reset();
                 }
@@ -489,6 +529,7 @@ async fn supervise(conn: Rc<Conn>) {
             }
             Err(e) => {
                 conn.stats.cx_connect_fail.inc();
+                conn.stats.host_cx_connect_fail.inc();
                 conn.note_failure();
                 conn.streak.failure(&conn.host.health);
                 // The first failure of a run is worth an operator's eye (a refused handshake, a
@@ -632,6 +673,9 @@ async fn read_loop(conn: &Conn, stream: &TcpStream) {
             }
         }
         let _request_path = crate::engine::probe::RequestPath::enter();
+        // One clock read per read batch: the end of every upstream request answered in it, and
+        // of every client request it completes.
+        let _clock = crate::engine::stats::BatchClock::enter(Instant::now());
         loop {
             match scanner.scan(&buf[start..]) {
                 Ok(Some(len)) => {
@@ -692,9 +736,10 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
         }
         let buf = {
             let mut inner = conn.inner.borrow_mut();
-            let deadline = Instant::now() + s.op_timeout;
-            let written = inner.written;
+            // One clock read per write batch: deadlines and upstream request times run from it.
             let now = Instant::now();
+            let deadline = now + s.op_timeout;
+            let written = inner.written;
             let reads = conn.reads.get();
             for p in inner.pending.iter_mut().skip(written) {
                 // A redirected request keeps the deadline of its first write: op_timeout bounds
@@ -702,6 +747,7 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
                 let started = *p.retry.started.get_or_insert(now);
                 p.deadline = Some(deadline.min(started + s.op_timeout));
                 p.reads_at_write = reads;
+                p.sent = Some(now);
             }
             inner.written = inner.pending.len();
             inner.first_queued = None;
@@ -759,9 +805,12 @@ async fn expire_timeouts(conn: Rc<Conn>) {
             let idx = inner.timed_out;
             let now = Instant::now();
             let expired = match inner.pending.get(idx) {
-                Some(p) if idx < inner.written && p.deadline.is_some_and(|d| d <= now) => {
-                    Some((p.target.clone(), p.reads_at_write == conn.reads.get()))
-                }
+                Some(p) if idx < inner.written && p.deadline.is_some_and(|d| d <= now) => Some((
+                    p.target.clone(),
+                    p.reads_at_write == conn.reads.get(),
+                    p.sent,
+                    now,
+                )),
                 _ => None,
             };
             if expired.is_some() {
@@ -769,12 +818,14 @@ async fn expire_timeouts(conn: Rc<Conn>) {
             }
             expired
         };
-        if let Some((target, hung)) = expired {
+        if let Some((target, hung, sent, now)) = expired {
             conn.stats.rq_timeout.inc();
+            conn.stats.host_rq_timeout.inc();
             conn.note_failure();
             conn.streak.failure(&conn.host.health);
             if let Some(target) = target {
                 conn.stats.rq_error.inc();
+                conn.record(target.cmd, false, sent, now);
                 target.deliver(UPSTREAM_FAILURE);
             }
             if hung {

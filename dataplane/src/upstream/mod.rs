@@ -25,7 +25,7 @@ use crate::cluster::topology::Registry;
 use crate::config::{
     ClusterConfig, ClusterType, HostConfig, ListenerConfig, OnUnhealthy, ReadPolicy, TcpKeepalive,
 };
-use crate::stats::{Counter, Gauge, Store};
+use crate::stats::{Counter, Gauge, LocalHistogram, Store};
 
 /// Reply given for requests lost with a failed upstream connection or past op_timeout (Envoy).
 pub const UPSTREAM_FAILURE: &[u8] = b"-upstream failure\r\n";
@@ -114,6 +114,9 @@ pub struct Target {
     pub sink: Rc<dyn Deliver>,
     pub seq: u64,
     pub part: u32,
+    /// The request's command table id, for `enable_command_stats` (out of the table: not
+    /// counted per command).
+    pub cmd: u16,
 }
 
 impl Target {
@@ -146,6 +149,9 @@ pub struct PoolSettings {
     pub max_pending_requests: usize,
     /// The cluster's `tcp_keepalive`, applied to every upstream connection.
     pub tcp_keepalive: TcpKeepalive,
+    /// The listener's `enable_command_stats` (in Envoy's `ConnPoolSettings`): per-command
+    /// upstream counters and latency under `cluster.<c>.redis_cluster.upstream_commands.`.
+    pub enable_command_stats: bool,
 }
 
 impl PoolSettings {
@@ -166,19 +172,123 @@ impl PoolSettings {
                 .div_ceil(cluster.connections_per_host.max(1))
                 .max(1),
             tcp_keepalive: cluster.tcp_keepalive,
+            enable_command_stats: listener.enable_command_stats,
         }
     }
 }
 
-/// This worker's shard of one upstream host's stats (`cluster.<name>.…`).
+/// This worker's shard of one cluster's upstream request stats, shared by the connections of
+/// one pool: `cluster.<c>.redis_cluster.upstream_commands.upstream_rq_time` (ms, Envoy's) and,
+/// with `enable_command_stats`, `…upstream_commands.<cmd>.total|success|failure|latency` (µs).
+pub struct UpstreamStats {
+    store: Arc<Store>,
+    worker: usize,
+    /// `cluster.<c>.redis_cluster.upstream_commands.`
+    prefix: String,
+    enabled: bool,
+    rq_time: Rc<LocalHistogram>,
+    commands: RefCell<Vec<Option<UpstreamCommandStats>>>,
+}
+
+/// `…upstream_commands.<cmd>.` of one command.
+struct UpstreamCommandStats {
+    total: Arc<Counter>,
+    success: Arc<Counter>,
+    failure: Arc<Counter>,
+    latency: Rc<LocalHistogram>,
+}
+
+impl UpstreamStats {
+    /// Registers `upstream_rq_time` of `cluster` for `worker`; per-command stats are registered
+    /// as commands are first seen, and only if `enable_command_stats`.
+    pub fn new(
+        store: &Arc<Store>,
+        worker: usize,
+        cluster: &str,
+        enable_command_stats: bool,
+    ) -> Rc<UpstreamStats> {
+        let prefix = format!("cluster.{cluster}.redis_cluster.upstream_commands.");
+        Rc::new(UpstreamStats {
+            rq_time: LocalHistogram::new(
+                store.histogram(&format!("{prefix}upstream_rq_time"), worker),
+            ),
+            store: store.clone(),
+            worker,
+            prefix,
+            enabled: enable_command_stats,
+            commands: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// Records the time of an upstream request whose outcome is counted later (a redirect).
+    #[inline]
+    pub fn record_time(&self, d: Duration) {
+        self.rq_time.record(d.as_millis() as u64);
+    }
+
+    /// Records one upstream request's outcome: `sent` is when its write batch went out (`None`:
+    /// never written, so no time), `now` when its reply, timeout or failure came. `success`: a
+    /// reply that is not an error (Envoy: `-` replies are failures).
+    #[inline]
+    pub fn record(&self, cmd: u16, success: bool, sent: Option<Instant>, now: Instant) {
+        let elapsed = sent.map(|s| now.saturating_duration_since(s));
+        if let Some(d) = elapsed {
+            self.rq_time.record(d.as_millis() as u64);
+        }
+        if !self.enabled {
+            return;
+        }
+        let idx = cmd as usize;
+        let Some(spec) = crate::command::COMMANDS.get(idx) else {
+            return;
+        };
+        let mut v = self.commands.borrow_mut();
+        if v.len() <= idx {
+            v.resize_with(idx + 1, || None);
+        }
+        let Some(slot) = v.get_mut(idx) else { return };
+        let s = slot.get_or_insert_with(|| {
+            let name = |n: &str| format!("{}{}.{n}", self.prefix, spec.name);
+            UpstreamCommandStats {
+                total: self.store.counter(&name("total"), self.worker),
+                success: self.store.counter(&name("success"), self.worker),
+                failure: self.store.counter(&name("failure"), self.worker),
+                latency: LocalHistogram::new(self.store.histogram(&name("latency"), self.worker)),
+            }
+        });
+        s.total.inc();
+        if success {
+            s.success.inc();
+        } else {
+            s.failure.inc();
+        }
+        if let Some(d) = elapsed {
+            s.latency.record(d.as_micros() as u64);
+        }
+    }
+}
+
+/// This worker's shard of one upstream host's stats: cluster-wide ones (`cluster.<name>.…`)
+/// and the host's own (`cluster.<name>.host.<ip:port>.…`, for the admin `/clusters` page).
 #[derive(Clone)]
 pub struct HostStats {
     pub cx_total: Arc<Counter>,
     pub cx_active: Arc<Gauge>,
     pub cx_connect_fail: Arc<Counter>,
+    /// `upstream_rq_total` of the cluster (the host's is `rq_total`).
+    pub upstream_rq_total: Arc<Counter>,
     pub rq_total: Arc<Counter>,
     pub rq_error: Arc<Counter>,
     pub rq_timeout: Arc<Counter>,
+    /// The host's own `cx_total`, `cx_active`, `cx_connect_fail`, `rq_timeout`.
+    pub host_cx_total: Arc<Counter>,
+    pub host_cx_active: Arc<Gauge>,
+    pub host_cx_connect_fail: Arc<Counter>,
+    pub host_rq_timeout: Arc<Counter>,
+    /// The host's `rq_time` histogram (µs): from the write of a request's batch to its reply.
+    pub rq_time: Rc<LocalHistogram>,
+    /// The cluster's request time and per-command stats.
+    pub upstream: Rc<UpstreamStats>,
     /// Writes to the host: `rq_total / flush_total` is how many requests a write carries, the
     /// batching that makes Redis cheaper behind the proxy (DESIGN.md "Upstream multiplexing").
     pub flush_total: Arc<Counter>,
@@ -189,18 +299,32 @@ pub struct HostStats {
 }
 
 impl HostStats {
-    /// The stats of host `host` (its `ip:port`) of cluster `cluster`, shard `worker`.
-    pub fn new(store: &Store, worker: usize, cluster: &str, host: &str) -> HostStats {
+    /// The stats of host `host` (its `ip:port`) of cluster `cluster`, shard `worker`; every one
+    /// is registered (at 0) here, so a host shows up as soon as a pool for it exists.
+    pub fn new(
+        store: &Store,
+        worker: usize,
+        cluster: &str,
+        host: &str,
+        upstream: &Rc<UpstreamStats>,
+    ) -> HostStats {
         let c = |name: &str| store.counter(&format!("cluster.{cluster}.{name}"), worker);
-        let h =
-            |name: &str| store.counter(&format!("cluster.{cluster}.host.{host}.{name}"), worker);
+        let host_name = |name: &str| format!("cluster.{cluster}.host.{host}.{name}");
+        let h = |name: &str| store.counter(&host_name(name), worker);
         HostStats {
             cx_total: c("upstream_cx_total"),
             cx_active: store.gauge(&format!("cluster.{cluster}.upstream_cx_active"), worker),
             cx_connect_fail: c("upstream_cx_connect_fail"),
+            upstream_rq_total: c("upstream_rq_total"),
             rq_total: h("rq_total"),
             rq_error: h("rq_error"),
             rq_timeout: c("upstream_rq_timeout"),
+            host_cx_total: h("cx_total"),
+            host_cx_active: store.gauge(&host_name("cx_active"), worker),
+            host_cx_connect_fail: h("cx_connect_fail"),
+            host_rq_timeout: h("rq_timeout"),
+            rq_time: LocalHistogram::new(store.histogram(&host_name("rq_time"), worker)),
+            upstream: upstream.clone(),
             flush_total: h("flush_total"),
             cx_connect_rate_limited: c("upstream_cx_connect_rate_limited"),
             rq_pending_overflow: c("upstream_rq_pending_overflow"),
@@ -313,10 +437,20 @@ impl ClusterPool {
         let settings = Rc::new(settings);
         let kind = match cluster.cluster_type {
             ClusterType::Static => {
+                let upstream =
+                    UpstreamStats::new(store, worker, &cluster.name, settings.enable_command_stats);
                 let host_stats: Vec<HostStats> = cluster
                     .hosts
                     .iter()
-                    .map(|h| HostStats::new(store, worker, &cluster.name, &h.address.to_string()))
+                    .map(|h| {
+                        HostStats::new(
+                            store,
+                            worker,
+                            &cluster.name,
+                            &h.address.to_string(),
+                            &upstream,
+                        )
+                    })
                     .collect();
                 let shared: Vec<Arc<SharedHost>> = cluster
                     .hosts

@@ -35,7 +35,7 @@ use tracing::debug;
 use super::HostRegistry;
 use super::{
     Conn, Deliver, Dest, HostStats, POOL_REPLACED, PoolSettings, Redirect, Retry, SendError,
-    Target, UPSTREAM_FAILURE, session_conn,
+    Target, UPSTREAM_FAILURE, UpstreamStats, session_conn,
 };
 use crate::cluster::CLUSTER_SLOTS;
 use crate::cluster::topology::{SlotMap, TopologyCell, UNASSIGNED};
@@ -105,6 +105,8 @@ pub struct SlotPool {
     cluster: ClusterConfig,
     worker: usize,
     host_stats: RefCell<HashMap<SocketAddr, HostStats>>,
+    /// Request time and per-command stats of the cluster, shared by every node's connections.
+    upstream: Rc<UpstreamStats>,
     stats: SlotStats,
     /// Replaced by a config change: no new connections (a redirect or retry finishing late must
     /// not open connections nobody would ever close).
@@ -270,6 +272,7 @@ impl SlotPool {
             unknown_total: c("redis_cluster.upstream_cx_unknown_total"),
             retries: c("redis_cluster.retries"),
         };
+        let upstream = UpstreamStats::new(&store, worker, &name, settings.enable_command_stats);
         let pool = Rc::new_cyclic(|me| SlotPool {
             name: name.clone(),
             cell,
@@ -289,6 +292,7 @@ impl SlotPool {
             hosts,
             cluster: cluster.clone(),
             host_stats: RefCell::new(HashMap::new()),
+            upstream,
             stats,
             retired: Cell::new(false),
             detours: RefCell::new(HashMap::new()),
@@ -375,7 +379,13 @@ impl SlotPool {
             .borrow_mut()
             .entry(addr)
             .or_insert_with(|| {
-                HostStats::new(&self.store, self.worker, &self.name, &addr.to_string())
+                HostStats::new(
+                    &self.store,
+                    self.worker,
+                    &self.name,
+                    &addr.to_string(),
+                    &self.upstream,
+                )
             })
             .clone();
         let settings = if resp3 {
@@ -571,6 +581,7 @@ impl SlotPool {
             return None;
         }
         detours.insert(key, VecDeque::new());
+        let target_cmd = target.cmd;
         let end = DetourEnd {
             target,
             pool: self.me.clone(),
@@ -578,6 +589,7 @@ impl SlotPool {
             done: Cell::new(false),
         };
         let target = Target {
+            cmd: target_cmd,
             sink: Rc::new(end),
             seq: 0,
             part: 0,
@@ -624,6 +636,7 @@ impl SlotPool {
                 done: Cell::new(false),
             };
             let wrap = |target: Target| Target {
+                cmd: target.cmd,
                 sink: Rc::new(end(target)),
                 seq: 0,
                 part: 0,
@@ -865,6 +878,7 @@ impl SlotPool {
                 self.cell.note_redirect();
                 if retry.hops >= MAX_HOPS {
                     self.stats.redirect_failed.inc();
+                    self.final_error(&target);
                     return target.deliver(TOO_MANY_REDIRECTS);
                 }
                 let next = Retry {
@@ -883,6 +897,7 @@ impl SlotPool {
                 if self.retry_later(from, request, target.clone(), retry) {
                     return;
                 }
+                self.final_error(&target);
                 return target.deliver(reply);
             }
             None => false,
@@ -891,8 +906,17 @@ impl SlotPool {
             self.stats.redirect_ok.inc();
         } else {
             self.stats.redirect_failed.inc();
+            self.final_error(&target);
             target.deliver(reply);
         }
+    }
+
+    /// A redirect or retry reply ends up as the request's final reply (an error): it counts
+    /// as the command's upstream outcome, as a followed one counts by the reply it led to (its
+    /// time was recorded by the connection that got it).
+    fn final_error(&self, target: &Target) {
+        self.upstream
+            .record(target.cmd, false, None, crate::engine::stats::now());
     }
 }
 
