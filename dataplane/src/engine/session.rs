@@ -136,7 +136,13 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             Ok(0) => break,
             Ok(n) => n,
             Err(e) => {
-                debug!(error = %e, "downstream read failed");
+                debug!(
+                    listener = %handle.current().config.name,
+                    peer = ?stream.peer_addr().ok(),
+                    session = id,
+                    error = %e,
+                    "downstream read failed"
+                );
                 break;
             }
         };
@@ -162,6 +168,13 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
                     // Envoy counts a request its decoder rejects here only (`invalid_request`
                     // is the splitter's count of well-framed requests it cannot run).
                     stats.cx_protocol_error.inc();
+                    debug!(
+                        listener = %rt.config.name,
+                        peer = ?stream.peer_addr().ok(),
+                        session = id,
+                        error = %e,
+                        "downstream protocol error; closing the connection"
+                    );
                     let msg = format!("ERR Protocol error: {e}");
                     let mut reply = Vec::new();
                     encode::error(&mut reply, msg.as_bytes());
@@ -590,7 +603,7 @@ async fn write_loop(
                 let len = buf.len();
                 let BufResult(res, mut buf) = net::write_all(&stream, buf).await;
                 if let Err(e) = res {
-                    debug!(error = %e, "downstream write failed");
+                    debug!(peer = ?stream.peer_addr().ok(), error = %e, "downstream write failed");
                     sink.written(n, len);
                     sink.close();
                     failed = true;

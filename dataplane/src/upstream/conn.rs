@@ -438,7 +438,7 @@ impl Conn {
     /// pending request (written or queued) and reconnects with backoff. New requests fail fast
     /// from now on instead of queueing behind the dead connection.
     fn close_hung(&self) {
-        warn!(upstream = %self.addr, "upstream sent nothing for op_timeout; closing the connection");
+        warn!(cluster = %self.host.cluster, upstream = %self.addr, "upstream sent nothing for op_timeout; closing the connection");
         self.set_state(State::Backoff);
         if let Some(stream) = self.stream.borrow().as_ref() {
             net::shutdown(stream);
@@ -484,7 +484,7 @@ async fn supervise(conn: Rc<Conn>) {
             conn.stats.cx_connect_rate_limited.inc();
             conn.set_state(State::Backoff);
             conn.fail_all();
-            debug!(upstream = %conn.addr, ?wait, "upstream connect rate limited");
+            debug!(cluster = %conn.host.cluster, upstream = %conn.addr, ?wait, "upstream connect rate limited");
             let _ = net::timeout(wait, conn.wake_supervisor.notified()).await;
             if conn.is_closed() {
                 continue;
@@ -525,7 +525,7 @@ async fn supervise(conn: Rc<Conn>) {
                 if conn.reads.get() != reads_before || up_since.elapsed() >= BACKOFF_CAP {
                     backoff.reset();
                 }
-                debug!(upstream = %conn.addr, "upstream connection closed");
+                debug!(cluster = %conn.host.cluster, upstream = %conn.addr, "upstream connection closed");
             }
             Err(e) => {
                 conn.stats.cx_connect_fail.inc();
@@ -535,9 +535,9 @@ async fn supervise(conn: Rc<Conn>) {
                 // The first failure of a run is worth an operator's eye (a refused handshake, a
                 // bad socket option); the retries after it are not.
                 if backoff.attempt == 0 {
-                    warn!(upstream = %conn.addr, error = %e, "upstream connect failed; retrying with backoff");
+                    warn!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream connect failed; retrying with backoff");
                 } else {
-                    debug!(upstream = %conn.addr, error = %e, "upstream connect failed");
+                    debug!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream connect failed");
                 }
             }
         }
@@ -601,7 +601,7 @@ async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))??;
     if let Some(reply) = all.iter().find(|r| r.first() == Some(&b'-')) {
         let text = String::from_utf8_lossy(reply).trim_end().to_string();
-        warn!(upstream = %conn.addr, reply = %text, "upstream handshake failed");
+        warn!(cluster = %conn.host.cluster, upstream = %conn.addr, reply = %text, "upstream handshake failed");
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             text,
@@ -668,7 +668,7 @@ async fn read_loop(conn: &Conn, stream: &TcpStream) {
             Ok(0) => return,
             Ok(_) => conn.reads.set(conn.reads.get() + 1),
             Err(e) => {
-                debug!(upstream = %conn.addr, error = %e, "upstream read failed");
+                debug!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream read failed");
                 return;
             }
         }
@@ -680,14 +680,14 @@ async fn read_loop(conn: &Conn, stream: &TcpStream) {
             match scanner.scan(&buf[start..]) {
                 Ok(Some(len)) => {
                     if !conn.on_reply(&buf[start..start + len]) {
-                        warn!(upstream = %conn.addr, "reply with no pending request; closing");
+                        warn!(cluster = %conn.host.cluster, upstream = %conn.addr, "reply with no pending request; closing");
                         return;
                     }
                     start += len;
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    warn!(upstream = %conn.addr, error = %e, "upstream protocol error; closing");
+                    warn!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream protocol error; closing");
                     return;
                 }
             }
@@ -757,7 +757,7 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
         conn.stats.flush_total.inc();
         let BufResult(res, mut buf) = net::write_all(&stream, buf).await;
         if let Err(e) = res {
-            debug!(upstream = %conn.addr, error = %e, "upstream write failed");
+            debug!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream write failed");
             // Wakes the reader with end of stream; the supervisor fails what is pending.
             net::shutdown(&stream);
             return;
