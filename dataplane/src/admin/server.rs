@@ -3,12 +3,12 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{AdminContext, DRAIN_PATH, route};
+use super::{AdminContext, DRAIN_PATH, Reply, route, text};
 
 /// How often [`spawn_or_retry`] retries a bind refused with `EADDRINUSE`: the process being
 /// replaced releases the admin port as soon as it starts draining, so the gap stays this short.
@@ -193,24 +193,29 @@ fn yield_to_workers() {
     }
 }
 
+/// Responses being written at once, each by its own thread (see [`respond`]).
+static WRITERS: AtomicUsize = AtomicUsize::new(0);
+/// At most this many responses are written at once; past it a request gets a short `503` so a
+/// crowd of clients that do not read cannot pile up threads.
+const MAX_WRITERS: usize = 32;
+
 fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext) {
     loop {
         match server.recv() {
             Ok(req) => {
-                let is_get = matches!(req.method(), tiny_http::Method::Get);
-                let reply = route(is_get, req.url(), ctx);
-                let drain = !is_get && reply.status == 200 && is_drain(req.url());
-                let mut resp =
-                    tiny_http::Response::from_string(reply.body).with_status_code(reply.status);
-                if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", reply.content_type) {
-                    resp = resp.with_header(h);
-                }
-                if let Err(e) = req.respond(resp) {
-                    tracing::debug!(error = %e, "admin: writing response failed");
-                }
-                if drain {
-                    request_drain();
-                }
+                // HEAD is a GET without the body (tiny_http leaves the body out); every other
+                // method but POST is refused here, so only POST can change state.
+                let is_get = match req.method() {
+                    tiny_http::Method::Get | tiny_http::Method::Head => Some(true),
+                    tiny_http::Method::Post => Some(false),
+                    _ => None,
+                };
+                let reply = match is_get {
+                    Some(is_get) => route(is_get, req.url(), ctx),
+                    None => text(405, "method not allowed: use GET or POST\n"),
+                };
+                let drain = is_get == Some(false) && reply.status == 200 && is_drain(req.url());
+                respond(req, reply, drain);
             }
             Err(e) => {
                 if stop.load(Ordering::Acquire) {
@@ -219,6 +224,48 @@ fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext) {
                 tracing::debug!(error = %e, "admin: accept failed");
             }
         }
+    }
+}
+
+/// Writes `reply` from a thread of its own: a client that does not read its response must not
+/// hold up the next request (`/ready` probes, scrapes). Writer threads inherit the admin
+/// thread's nice value.
+fn respond(req: tiny_http::Request, reply: Reply, drain: bool) {
+    let response = |reply: Reply| {
+        let mut resp = tiny_http::Response::from_string(reply.body).with_status_code(reply.status);
+        if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", reply.content_type) {
+            resp = resp.with_header(h);
+        }
+        resp
+    };
+    let finish = move |req: tiny_http::Request, reply: Reply| {
+        if let Err(e) = req.respond(response(reply)) {
+            tracing::debug!(error = %e, "admin: writing response failed");
+        }
+        if drain {
+            request_drain();
+        }
+    };
+    if WRITERS.fetch_add(1, Ordering::AcqRel) >= MAX_WRITERS {
+        WRITERS.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!("admin: {MAX_WRITERS} responses still being written; answering 503");
+        let busy = text(503, "busy: too many unread admin responses\n");
+        if let Err(e) = req.respond(response(busy)) {
+            tracing::debug!(error = %e, "admin: writing response failed");
+        }
+        return;
+    }
+    // The request is moved into the closure; if the spawn fails it is gone with it, and the
+    // client sees its connection close, which is all a failed thread spawn allows.
+    let spawned = std::thread::Builder::new()
+        .name("respite-admin-w".to_owned())
+        .spawn(move || {
+            finish(req, reply);
+            WRITERS.fetch_sub(1, Ordering::AcqRel);
+        });
+    if let Err(e) = spawned {
+        WRITERS.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!(error = %e, "admin: cannot start a response writer");
     }
 }
 

@@ -621,3 +621,49 @@ fn admin_thread_yields_to_workers() {
     }
     assert!(seen >= 1, "no respite-admin thread found");
 }
+
+/// Only POST changes state: HEAD is a GET without a body, other methods are refused. A HEAD
+/// probe of `/drain_listeners` once drained the process.
+#[test]
+fn only_post_changes_state() {
+    let c = ctx(store());
+    let admin = spawn(local(), c.clone()).unwrap();
+    for method in ["HEAD", "PUT", "DELETE", "OPTIONS", "PATCH"] {
+        let (status, _, _) = get(admin.local_addr, method, "/healthcheck/fail");
+        assert_eq!(status, 405, "{method} /healthcheck/fail");
+        assert!(
+            !c.health_fail.load(Ordering::Relaxed),
+            "{method} changed state"
+        );
+        let (status, _, _) = get(admin.local_addr, method, DRAIN_PATH);
+        assert_eq!(status, 405, "{method} {DRAIN_PATH}");
+    }
+    let (status, head, body) = get(admin.local_addr, "HEAD", "/stats");
+    assert_eq!((status, body.as_str()), (200, ""), "{head}");
+    assert_eq!(get(admin.local_addr, "POST", "/healthcheck/fail").0, 200);
+    assert!(c.health_fail.load(Ordering::Relaxed));
+}
+
+/// A client that never reads its responses does not hold up other clients.
+#[test]
+fn a_client_that_does_not_read_does_not_block_others() {
+    let s = store();
+    for i in 0..3000 {
+        s.counter(&format!("cluster.c.host.10.0.0.{i}:6379.rq_total"), 0)
+            .inc();
+    }
+    let admin = spawn(local(), ctx(s)).unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&admin.local_addr.into()).unwrap();
+    let mut stalled: TcpStream = sock.into();
+    for _ in 0..50 {
+        write!(stalled, "GET /stats HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let (status, _, body) = get(admin.local_addr, "GET", "/ready");
+    assert_eq!((status, body.as_str()), (200, "LIVE\n"));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    drop(stalled);
+}
