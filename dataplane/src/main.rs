@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::io::IsTerminal;
+
 use clap::{Parser, Subcommand};
 use respite::admin::LogControl;
 use respite::config::LogFormat;
@@ -225,7 +227,11 @@ fn init_logging(level: Option<&str>, format: LogFormat) -> LogControl {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::new(filter);
     let fmt = match format {
-        LogFormat::Text => fmt::layer().with_target(false).boxed(),
+        // Colour codes only for a terminal: journald and log files get plain text.
+        LogFormat::Text => fmt::layer()
+            .with_target(false)
+            .with_ansi(std::io::stdout().is_terminal())
+            .boxed(),
         LogFormat::Json => fmt::layer().json().with_target(false).boxed(),
     };
     tracing_subscriber::registry().with(filter).with(fmt).init();

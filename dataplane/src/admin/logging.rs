@@ -59,7 +59,7 @@ pub(super) fn logging(log: Option<&LogControl>, is_get: bool, q: &Query) -> Repl
             "method not allowed: use POST to change the log level\n",
         ),
         Some(level) if level.trim().is_empty() => text(400, "level is empty\n"),
-        Some(level) => match log.set(level.trim()) {
+        Some(level) => match crate::config::log_filter(level).and_then(|f| log.set(&f)) {
             Ok(()) => {
                 let now = log.current();
                 tracing::info!(filter = %now, "admin: log filter changed");

@@ -473,3 +473,54 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
     let raw: raw::RawConfig = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
     validate::build(&src, raw)
 }
+
+/// Checks and normalises a log filter (`runtime.log_level`, admin `/logging?level=`): a comma
+/// list of `level` or `target=level` directives, as `tracing_subscriber::EnvFilter` takes them,
+/// with Envoy's level names accepted too (`warning` → `warn`, `critical` → `error`).
+///
+/// A bare word that is not a level is refused: `EnvFilter` would read it as a target name
+/// enabled at every level, so `warning` would silently turn off every other log line.
+///
+/// # Errors
+/// The offending directive and the accepted forms.
+pub fn log_filter(text: &str) -> Result<String, String> {
+    fn level(word: &str) -> Option<&'static str> {
+        Some(match word.to_ascii_lowercase().as_str() {
+            "trace" => "trace",
+            "debug" => "debug",
+            "info" => "info",
+            "warn" | "warning" => "warn",
+            "error" | "critical" | "err" => "error",
+            "off" => "off",
+            _ => return None,
+        })
+    }
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        if part.is_empty() {
+            continue;
+        }
+        let normal = match part.rsplit_once('=') {
+            Some((target, lvl)) if !target.is_empty() => match level(lvl.trim()) {
+                Some(l) => format!("{}={l}", target.trim()),
+                None => part.to_owned(),
+            },
+            _ => match level(part) {
+                Some(l) => l.to_owned(),
+                None => {
+                    return Err(format!(
+                        "\"{part}\" is not a level: use trace, debug, info, warn (warning), \
+                         error (critical) or off, or target=level"
+                    ));
+                }
+            },
+        };
+        out.push(normal);
+    }
+    if out.is_empty() {
+        return Err("empty log filter".into());
+    }
+    let joined = out.join(",");
+    tracing_subscriber::EnvFilter::try_new(&joined).map_err(|e| e.to_string())?;
+    Ok(joined)
+}

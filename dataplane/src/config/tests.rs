@@ -1072,3 +1072,35 @@ fn observability_keys() {
     );
     assert!(err("[runtime]\nlog_format = \"xml\"\n").contains("log_format"));
 }
+
+/// Envoy's level names are accepted; a bare word that is not a level is refused instead of
+/// being read as a target name (which silently turned every other log line off).
+#[test]
+fn log_filters() {
+    assert_eq!(log_filter("warning").as_deref(), Ok("warn"));
+    assert_eq!(log_filter("critical").as_deref(), Ok("error"));
+    assert_eq!(log_filter("INFO").as_deref(), Ok("info"));
+    assert_eq!(
+        log_filter("info, respite=Warning").as_deref(),
+        Ok("info,respite=warn")
+    );
+    assert_eq!(
+        log_filter("respite::upstream=debug").as_deref(),
+        Ok("respite::upstream=debug")
+    );
+    for bad in ["verbose", "err0r", "a,a,a", "", " , "] {
+        assert!(log_filter(bad).is_err(), "{bad:?} accepted");
+    }
+    let c = parse(
+        &format!("{MINIMAL}[runtime]\nlog_level = \"warning\"\n"),
+        "t.toml",
+    )
+    .expect("parses");
+    assert_eq!(c.runtime.log_level.as_deref(), Some("warn"));
+    assert_err(
+        &format!("{MINIMAL}[runtime]\nlog_level = \"verbose\"\n"),
+        11,
+        "runtime.log_level",
+        "not a level",
+    );
+}

@@ -148,14 +148,16 @@ fn runtime(src: &Source<'_>, raw: Option<RawRuntime>) -> Result<RuntimeConfig> {
     let log_level = match raw.log_level {
         Some(level) => {
             // Checked here so a typo fails the load instead of silently logging nothing.
-            if let Err(e) = tracing_subscriber::EnvFilter::try_new(level.get_ref()) {
-                return Err(src.error(
-                    Some(level.span()),
-                    "runtime.log_level",
-                    &format!("invalid log filter \"{}\": {e}", level.get_ref()),
-                ));
+            match super::log_filter(level.get_ref()) {
+                Ok(normal) => Some(normal),
+                Err(e) => {
+                    return Err(src.error(
+                        Some(level.span()),
+                        "runtime.log_level",
+                        &format!("invalid log filter \"{}\": {e}", level.get_ref()),
+                    ));
+                }
             }
-            Some(level.into_inner())
         }
         None => None,
     };
