@@ -43,7 +43,7 @@ pub(super) struct RawRuntime {
 pub(super) struct RawListener {
     pub name: Spanned<String>,
     pub address: Spanned<String>,
-    pub stat_prefix: Option<String>,
+    pub stat_prefix: Option<Spanned<String>>,
     pub op_timeout: Spanned<RawDuration>,
     #[serde(default)]
     pub enable_hashtagging: bool,

@@ -1104,3 +1104,27 @@ fn log_filters() {
         "not a level",
     );
 }
+
+/// Names that become a segment of dotted stat names may not contain a dot.
+#[test]
+fn stat_names_have_no_dots() {
+    let e = MINIMAL.replace("name = \"main\"", "name = \"main.v2\"");
+    assert_err(&e, 2, "listeners[0].name", "contains a dot");
+    let ok = MINIMAL.replace(
+        "name = \"main\"",
+        "name = \"main.v2\"\nstat_prefix = \"main_v2\"",
+    );
+    assert_eq!(
+        parse(&ok, "t.toml").expect("parses").listeners[0].stat_prefix,
+        "main_v2"
+    );
+    let e = MINIMAL.replace(
+        "op_timeout = \"1s\"",
+        "stat_prefix = \"a.b\"\nop_timeout = \"1s\"",
+    );
+    assert_err(&e, 4, "listeners[0].stat_prefix", "contains a dot");
+    let e = MINIMAL
+        .replace("name = \"cache\"", "name = \"rc.v2\"")
+        .replace("cluster = \"cache\"", "cluster = \"rc.v2\"");
+    assert_err(&e, 8, "clusters[0].name", "contains a dot");
+}

@@ -182,6 +182,13 @@ fn listener(
 ) -> Result<ListenerConfig> {
     let span = raw.span();
     let l = raw.into_inner();
+    let stat_prefix = match l.stat_prefix {
+        Some(p) => Some(stat_name(src, &format!("{path}.stat_prefix"), p)?),
+        None => {
+            stat_name(src, &format!("{path}.name"), l.name.clone())?;
+            None
+        }
+    };
     let name = non_empty(src, &format!("{path}.name"), l.name)?;
     let address = socket_addr(src, &format!("{path}.address"), &l.address, true)?;
     let op_timeout = positive(src, &format!("{path}.op_timeout"), &l.op_timeout)?;
@@ -307,7 +314,7 @@ fn listener(
     };
 
     Ok(ListenerConfig {
-        stat_prefix: l.stat_prefix.unwrap_or_else(|| name.clone()),
+        stat_prefix: stat_prefix.unwrap_or_else(|| name.clone()),
         name,
         address,
         op_timeout,
@@ -445,7 +452,7 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         .connection_rate_limit_per_sec
         .take()
         .map_or(DEFAULT_CONNECTION_RATE_LIMIT_PER_SEC, Spanned::into_inner);
-    let name = non_empty(src, &format!("{path}.name"), c.name)?;
+    let name = stat_name(src, &format!("{path}.name"), c.name)?;
     let connect_timeout = match &c.connect_timeout {
         Some(d) => positive(src, &format!("{path}.connect_timeout"), d)?,
         None => DEFAULT_CONNECT_TIMEOUT,
@@ -802,6 +809,24 @@ fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisCl
             d.host_degraded_refresh_threshold,
         ),
     })
+}
+
+/// A name that becomes one segment of dotted stat names (`redis.<stat_prefix>.…`,
+/// `cluster.<name>.…`): a dot inside it would be read as a segment boundary, splitting it into
+/// the wrong Prometheus series and labels.
+fn stat_name(src: &Source<'_>, path: &str, s: Spanned<String>) -> Result<String> {
+    if s.get_ref().contains('.') {
+        return Err(src.error(
+            Some(s.span()),
+            path,
+            &format!(
+                "\"{}\" contains a dot; it names stats (segments are separated by dots), \
+                 use '_' or '-' instead",
+                s.get_ref()
+            ),
+        ));
+    }
+    non_empty(src, path, s)
 }
 
 fn non_empty(src: &Source<'_>, path: &str, s: Spanned<String>) -> Result<String> {

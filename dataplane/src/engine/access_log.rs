@@ -117,6 +117,8 @@ struct Dest {
     out: Option<Out>,
     last_used: Instant,
     dirty: bool,
+    /// Opening failed at `last_used`: wait [`REOPEN_FAILED_EVERY`] before the next try.
+    failed: bool,
 }
 
 fn open(path: &str) -> io::Result<Out> {
@@ -182,21 +184,27 @@ fn write_one(dests: &mut HashMap<Arc<str>, Dest>, r: &Record, line: &mut String)
     let now = Instant::now();
     let d = dests.entry(r.path.clone()).or_insert_with(|| Dest {
         out: None,
-        last_used: now - REOPEN_FAILED_EVERY,
+        last_used: now,
         dirty: false,
+        failed: false,
     });
     if d.out.is_none() {
-        if now.saturating_duration_since(d.last_used) < REOPEN_FAILED_EVERY {
+        // Instant has no "long ago" (it counts from boot): a flag says whether to wait.
+        if d.failed && now.saturating_duration_since(d.last_used) < REOPEN_FAILED_EVERY {
             return;
         }
         match open(&r.path) {
-            Ok(out) => d.out = Some(out),
+            Ok(out) => {
+                d.out = Some(out);
+                d.failed = false;
+            }
             Err(e) => {
                 tracing::error!(
                     path = %r.path, error = %e,
                     "access log: cannot open; its lines are dropped (retried every 10s)"
                 );
                 d.last_used = now;
+                d.failed = true;
                 return;
             }
         }
