@@ -453,3 +453,25 @@ fn prometheus_parse_reads_our_histograms() {
         747.0
     );
 }
+
+/// `membership_total` and `membership_healthy` exist for a cluster with neither health checks nor
+/// outlier detection (Envoy reports them for every cluster): every host counts as healthy.
+#[test]
+fn membership_gauges_exist_without_health_checks() {
+    let redis = servers(2);
+    let addrs = addrs(&redis);
+    let (port, admin) = (free_port(), free_port());
+    let respite = Respite::start(&config(port, admin, &addrs), port, admin);
+    let ok = wait_until(Duration::from_secs(5), || {
+        let s = respite.stats();
+        s.get("cluster.cache.membership_total") == Some(&2)
+            && s.get("cluster.cache.membership_healthy") == Some(&2)
+    });
+    let s = respite.stats();
+    assert!(
+        ok,
+        "membership_total {:?}, membership_healthy {:?}",
+        s.get("cluster.cache.membership_total"),
+        s.get("cluster.cache.membership_healthy")
+    );
+}

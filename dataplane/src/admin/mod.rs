@@ -11,7 +11,7 @@
 //! | GET | `/stats/prometheus` | `filter=<regex>` | Prometheus text format 0.0.4 ([`crate::stats::prometheus`]) |
 //! | GET | `/clusters` | `format=text\|json` | every upstream host: `<cluster>::<ip:port>::<stat>::<value>`, health flags, weight ([`clusters`]) |
 //! | GET | `/config_dump` | | the live config as pretty JSON, passwords as `"[redacted]"` |
-//! | GET | `/ready` | | `200 LIVE`; `503 DRAINING` after `/healthcheck/fail` or while draining |
+//! | GET | `/ready` | | `200 LIVE`; `503 DRAINING` after `/healthcheck/fail` (a draining process has closed its admin port, so a successor can bind it) |
 //! | POST | `/healthcheck/fail` | | `200 OK`; `/ready` answers 503 from now on (load-balancer draining) |
 //! | POST | `/healthcheck/ok` | | `200 OK`; undoes `/healthcheck/fail` |
 //! | GET, POST | `/logging` | `level=<tracing directive>` (POST only) | the current log filter; POST with `level` replaces it (`400` and the old filter kept when the directive is invalid) |
@@ -56,14 +56,12 @@ pub struct AdminContext {
     /// Set by `POST /healthcheck/fail`, cleared by `POST /healthcheck/ok`; `/ready` answers 503
     /// while set (Envoy: a failed health check reports the server as draining).
     pub health_fail: AtomicBool,
-    /// Set when the process starts draining: `/ready` answers 503.
-    pub draining: AtomicBool,
     /// `/logging?level=`; `None` when the embedding process installed no control.
     pub log: Option<LogControl>,
 }
 
 impl AdminContext {
-    /// A context over `stats`, `config` and `hosts`, not failing health checks, not draining.
+    /// A context over `stats`, `config` and `hosts`, not failing health checks.
     pub fn new(
         stats: Arc<Store>,
         config: Arc<Config>,
@@ -75,7 +73,6 @@ impl AdminContext {
             config: Mutex::new(config),
             hosts,
             health_fail: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
             log,
         })
     }
@@ -319,7 +316,7 @@ pub fn route(is_get: bool, url: &str, ctx: &AdminContext) -> Reply {
 
 /// Envoy `/ready`: the server state name, `200` only while live.
 fn ready(ctx: &AdminContext) -> Reply {
-    if ctx.health_fail.load(Ordering::Relaxed) || ctx.draining.load(Ordering::Relaxed) {
+    if ctx.health_fail.load(Ordering::Relaxed) {
         text(503, "DRAINING\n")
     } else {
         text(200, "LIVE\n")

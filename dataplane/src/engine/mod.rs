@@ -249,9 +249,6 @@ impl Engine {
     /// connection gracefully once its client has closed or `runtime.drain_timeout` has passed,
     /// and stops every worker.
     pub fn drain(self) {
-        self.admin_ctx
-            .draining
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.admin.stop();
         // With migration on, the kernel hands queued connections to the new process as the
         // listeners close: better than accepting them here only to close them.

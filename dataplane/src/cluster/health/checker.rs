@@ -39,7 +39,7 @@ use tracing::{error, info};
 use super::check::{Outcome, Tally};
 use super::outlier::{Ejection, Ejector, Verdict};
 use super::probe::Probe;
-use crate::cluster::topology::{Registry, TopologyCell};
+use crate::cluster::topology::{Registry, SlotMap, TopologyCell};
 use crate::config::{ClusterConfig, ClusterType, Config, HealthCheckConfig};
 use crate::net::{self, TaskHandle};
 use crate::stats::{Counter, Gauge, Store};
@@ -117,16 +117,71 @@ async fn control(
     store: Arc<Store>,
 ) {
     let mut runs: HashMap<String, Run> = HashMap::new();
+    let mut unchecked: Vec<Membership> = Vec::new();
     while !stop.load(Ordering::Acquire) {
         let plans = pending.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(plans) = plans {
+            unchecked = plans
+                .iter()
+                .filter(|p| {
+                    p.config.health_checks.is_empty() && p.config.outlier_detection.is_none()
+                })
+                .map(|p| Membership::new(p, &store))
+                .collect();
             reconcile(&mut runs, plans, &hosts, &store);
         }
         let now = Instant::now();
         for run in runs.values_mut() {
             run.tick(now, &hosts);
         }
+        for m in &unchecked {
+            m.tick();
+        }
         net::sleep(TICK).await;
+    }
+}
+
+/// Every node of a slot map, primaries and replicas, once each, in map order.
+fn nodes(map: &SlotMap) -> Vec<SocketAddr> {
+    let mut v: Vec<SocketAddr> = Vec::new();
+    for sh in &map.shards {
+        for a in std::iter::once(&sh.primary).chain(&sh.replicas) {
+            if !v.contains(a) {
+                v.push(*a);
+            }
+        }
+    }
+    v
+}
+
+/// `membership_total|healthy` of a cluster with neither health checks nor outlier detection:
+/// every member counts as healthy (Envoy reports both gauges for every cluster).
+struct Membership {
+    plan: Plan,
+    total: Arc<Gauge>,
+    healthy: Arc<Gauge>,
+}
+
+impl Membership {
+    fn new(plan: &Plan, store: &Store) -> Membership {
+        let c = &plan.config.name;
+        Membership {
+            plan: Plan {
+                config: plan.config.clone(),
+                cell: plan.cell.clone(),
+            },
+            total: store.gauge(&format!("cluster.{c}.membership_total"), 0),
+            healthy: store.gauge(&format!("cluster.{c}.membership_healthy"), 0),
+        }
+    }
+
+    fn tick(&self) {
+        let n = match &self.plan.cell {
+            None => self.plan.config.hosts.len(),
+            Some(cell) => cell.current().map_or(0, |(_, map)| nodes(&map).len()),
+        } as i64;
+        self.total.set(n);
+        self.healthy.set(n);
     }
 }
 
@@ -315,15 +370,7 @@ impl Run {
                     return Vec::new();
                 };
                 self.seen_map = version;
-                let mut v: Vec<SocketAddr> = Vec::new();
-                for sh in &map.shards {
-                    for a in std::iter::once(&sh.primary).chain(&sh.replicas) {
-                        if !v.contains(a) {
-                            v.push(*a);
-                        }
-                    }
-                }
-                v
+                nodes(&map)
             }
         }
     }
