@@ -21,6 +21,11 @@
 //! | `cluster.<c>.<rest>` | `envoy_cluster_<rest>{envoy_cluster_name="<c>"}` |
 //! | anything else `<name>` | `envoy_<name>` (no labels) |
 //!
+//! Per-command stats are rendered twice: in the labelled form above (one family per stat, the
+//! command as a label, for per-command queries) and under Envoy's own name, where the command
+//! stays in the metric name (`envoy_redis_command_get_total{envoy_redis_prefix="p"}`,
+//! [`envoy_command_series`]), so dashboards built for Envoy keep working unchanged.
+//!
 //! After extraction every character of the metric name outside `[a-zA-Z0-9_:]` (dots included)
 //! becomes `_`; the `envoy_` prefix keeps the first character valid. Label values are escaped as
 //! the format requires (`\` → `\\`, `"` → `\"`, newline → `\n`).
@@ -60,6 +65,44 @@ pub struct Series {
     pub name: String,
     /// Labels in output order; values are unescaped here and escaped at render time.
     pub labels: Vec<(&'static str, String)>,
+}
+
+/// Envoy's own Prometheus series of a per-command stat, when it differs from [`series`]:
+/// Envoy's default tag extractors have no command tag (envoyproxy/envoy#25540), so the command
+/// stays in the metric name, e.g. `redis.main.command.get.total` →
+/// `envoy_redis_command_get_total{envoy_redis_prefix="main"}` and
+/// `cluster.c.redis_cluster.upstream_commands.get.total` →
+/// `envoy_cluster_redis_cluster_upstream_commands_get_total{envoy_cluster_name="c"}`.
+/// Dashboards built for Envoy query these; `None` for every other stat.
+pub fn envoy_command_series(stat: &str) -> Option<Series> {
+    let parts: Vec<&str> = stat.split('.').collect();
+    let (raw, label, value) = match parts.as_slice() {
+        ["redis", p, "command", cmd @ .., last] if !cmd.is_empty() => (
+            format!("envoy_redis_command_{}_{last}", cmd.join("_")),
+            LABEL_REDIS_PREFIX,
+            *p,
+        ),
+        [
+            "cluster",
+            c,
+            "redis_cluster",
+            "upstream_commands",
+            cmd @ ..,
+            last,
+        ] if !cmd.is_empty() => (
+            format!(
+                "envoy_cluster_redis_cluster_upstream_commands_{}_{last}",
+                cmd.join("_")
+            ),
+            LABEL_CLUSTER_NAME,
+            *c,
+        ),
+        _ => return None,
+    };
+    Some(Series {
+        name: sanitize_metric_name(&raw),
+        labels: vec![(label, value.to_owned())],
+    })
 }
 
 /// Converts an Envoy-style stat name into its Prometheus series (see the module docs for the
@@ -176,6 +219,7 @@ impl Kind {
     }
 }
 
+#[derive(Clone)]
 enum Value {
     Int(i128),
     Hist(HistogramSnapshot),
@@ -195,13 +239,14 @@ pub(crate) fn render(
 ) -> String {
     let mut families: BTreeMap<String, Family> = BTreeMap::new();
     let mut add = |stat: &str, kind: Kind, value: Value| {
-        let s = series(stat);
-        let fam = families.entry(s.name).or_insert_with(|| Family {
-            kind,
-            samples: Vec::new(),
-        });
-        if fam.kind == kind {
-            fam.samples.push((s.labels, value));
+        for s in std::iter::once(series(stat)).chain(envoy_command_series(stat)) {
+            let fam = families.entry(s.name).or_insert_with(|| Family {
+                kind,
+                samples: Vec::new(),
+            });
+            if fam.kind == kind {
+                fam.samples.push((s.labels, value.clone()));
+            }
         }
     };
     for (n, v) in counters {

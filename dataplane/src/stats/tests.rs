@@ -131,6 +131,9 @@ fn render_text_histograms() {
 const EXPECTED_PROM: &str = "\
 # TYPE envoy_cluster_upstream_internal_redirect_succeeded_total counter
 envoy_cluster_upstream_internal_redirect_succeeded_total{envoy_cluster_name=\"cache\"} 4
+# TYPE envoy_redis_command_get_total counter
+envoy_redis_command_get_total{envoy_redis_prefix=\"egress\"} 9
+envoy_redis_command_get_total{envoy_redis_prefix=\"ingress\"} 1
 # TYPE envoy_redis_command_total counter
 envoy_redis_command_total{envoy_redis_prefix=\"egress\",envoy_redis_command=\"get\"} 9
 envoy_redis_command_total{envoy_redis_prefix=\"ingress\",envoy_redis_command=\"get\"} 1
@@ -282,5 +285,28 @@ pub fn check_exposition(text: &str) {
         }
         let value = rest.strip_prefix(' ').expect(line);
         assert!(value.parse::<f64>().is_ok(), "bad value in {line:?}");
+    }
+}
+
+/// Envoy's own names for per-command stats (no command tag in Envoy's default extractors), next
+/// to the labelled form, so dashboards built for Envoy keep working.
+#[test]
+fn per_command_stats_also_carry_envoys_names() {
+    let store = Store::new();
+    store.counter("redis.p.command.bf.add.error", 0).add(2);
+    store
+        .counter("cluster.c.redis_cluster.upstream_commands.get.success", 0)
+        .add(5);
+    store.histogram("redis.p.command.get.latency", 0).record(30);
+    let out = store.render_prometheus();
+    check_exposition(&out);
+    for line in [
+        "envoy_redis_command_bf_add_error{envoy_redis_prefix=\"p\"} 2\n",
+        "envoy_redis_command_error{envoy_redis_prefix=\"p\",envoy_redis_command=\"bf.add\"} 2\n",
+        "envoy_cluster_redis_cluster_upstream_commands_get_success{envoy_cluster_name=\"c\"} 5\n",
+        "envoy_redis_command_get_latency_count{envoy_redis_prefix=\"p\"} 1\n",
+        "envoy_redis_command_latency_count{envoy_redis_prefix=\"p\",envoy_redis_command=\"get\"} 1\n",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in\n{out}");
     }
 }
