@@ -103,13 +103,20 @@ fn summed<T, V>(map: &Mutex<Shards<T>>, zero: V, fold: impl Fn(V, &T) -> V) -> V
 where
     V: Clone,
 {
-    let m = map.lock().unwrap_or_else(|e| e.into_inner());
-    m.iter()
+    // Only the shard handles are copied under the registry lock; the (slower) loads, histogram
+    // copies and merges run after it is released. A worker registering its first stat of a name
+    // takes the same lock, and the admin thread holding it runs at a lower priority.
+    let shards: Vec<(String, Vec<Arc<T>>)> = {
+        let m = map.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter()
+            .map(|(name, by_worker)| (name.clone(), by_worker.values().cloned().collect()))
+            .collect()
+    };
+    shards
+        .into_iter()
         .map(|(name, by_worker)| {
-            (
-                name.clone(),
-                by_worker.values().fold(zero.clone(), |acc, s| fold(acc, s)),
-            )
+            let v = by_worker.iter().fold(zero.clone(), |acc, s| fold(acc, s));
+            (name, v)
         })
         .collect()
 }
