@@ -385,7 +385,9 @@ fn stats_filter_regex_and_json() {
     assert_eq!(status, 200);
     assert_eq!(
         body,
-        "# TYPE envoy_redis_command_total counter\n\
+        "# TYPE envoy_redis_command_set_total counter\n\
+         envoy_redis_command_set_total{envoy_redis_prefix=\"main\"} 7\n\
+         # TYPE envoy_redis_command_total counter\n\
          envoy_redis_command_total{envoy_redis_prefix=\"main\",envoy_redis_command=\"set\"} 7\n"
     );
     assert_eq!(

@@ -71,7 +71,9 @@ consecutive_5xx = 5
 fn traffic(addr: &str, rounds: usize) {
     let mut c = RawClient::connect(addr);
     for i in 0..rounds {
-        let key = format!("k{i}");
+        // Varied keys: twemproxy's ketama hashes keys with FNV-1a, under which `k0`..`k49` can
+        // all land on one of two hosts for some port pairs.
+        let key = format!("k{:x}", (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         c.cmd(&[b"SET", key.as_bytes(), b"v"]);
         c.cmd(&[b"GET", key.as_bytes()]);
     }
