@@ -138,7 +138,7 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             Err(e) => {
                 debug!(
                     listener = %handle.current().config.name,
-                    peer = ?stream.peer_addr().ok(),
+                    peer = %peer_text(&stream),
                     session = id,
                     error = %e,
                     "downstream read failed"
@@ -170,7 +170,7 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
                     stats.cx_protocol_error.inc();
                     debug!(
                         listener = %rt.config.name,
-                        peer = ?stream.peer_addr().ok(),
+                        peer = %peer_text(&stream),
                         session = id,
                         error = %e,
                         "downstream protocol error; closing the connection"
@@ -603,7 +603,7 @@ async fn write_loop(
                 let len = buf.len();
                 let BufResult(res, mut buf) = net::write_all(&stream, buf).await;
                 if let Err(e) = res {
-                    debug!(peer = ?stream.peer_addr().ok(), error = %e, "downstream write failed");
+                    debug!(peer = %peer_text(&stream), error = %e, "downstream write failed");
                     sink.written(n, len);
                     sink.close();
                     failed = true;
@@ -636,3 +636,10 @@ async fn write_loop(
 
 // Keep Rc<Sink> coercible to Rc<dyn Deliver>.
 const _: fn(Rc<Sink>) -> Rc<dyn crate::upstream::Deliver> = |s| s;
+
+/// The client's address for a log line ("?" once the socket has lost it): error paths only.
+fn peer_text(stream: &TcpStream) -> String {
+    stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_owned(), |a| a.to_string())
+}
