@@ -10,7 +10,7 @@ use crate::command::COMMANDS;
 use crate::stats::{Counter, Gauge, LocalHistogram, Store};
 
 /// Command id of a listener `custom_commands` entry in reply slots: out of the command table, so
-/// it has no `command.<cmd>.*` counters, but its latency goes to `command.custom.latency`.
+/// its stats are `command.custom.total|success|error|latency`, registered with the first one.
 pub const CUSTOM_CMD: u16 = u16::MAX - 1;
 
 /// `command.<cmd>.total|success|error|latency` of one command.
@@ -45,9 +45,8 @@ pub struct ListenerStats {
     pub rq_active: Arc<Gauge>,
     pub unsupported_command: Arc<Counter>,
     pub invalid_request: Arc<Counter>,
-    pub custom_total: Arc<Counter>,
-    /// `command.custom.latency`, registered with the first custom command.
-    custom_latency: RefCell<Option<Rc<LocalHistogram>>>,
+    /// `command.custom.*` of the listener's `custom_commands`, registered with the first one.
+    custom: RefCell<Option<CommandStats>>,
     /// The listener's `latency_in_micros` (set at every config apply; a change mixes units in
     /// the histograms already recorded, as a restart would not).
     micros: Cell<bool>,
@@ -73,8 +72,7 @@ impl ListenerStats {
             rq_active: g("downstream_rq_active"),
             unsupported_command: c("splitter.unsupported_command"),
             invalid_request: c("splitter.invalid_request"),
-            custom_total: c("command.custom.total"),
-            custom_latency: RefCell::new(None),
+            custom: RefCell::new(None),
             micros: Cell::new(false),
             commands: RefCell::new(Vec::new()),
             prefix,
@@ -104,19 +102,26 @@ impl ListenerStats {
             v.resize_with(idx + 1, || None);
         }
         let slot = &mut v[idx];
-        let stats = slot.get_or_insert_with(|| {
-            let c = |n: &str| {
-                self.store
-                    .counter(&format!("{}command.{name}.{n}", self.prefix), self.worker)
-            };
-            CommandStats {
-                total: c("total"),
-                success: c("success"),
-                error: c("error"),
-                latency: self.histogram(&format!("command.{name}.latency")),
-            }
-        });
+        let stats = slot.get_or_insert_with(|| self.command_stats(name));
         Some(f(stats))
+    }
+
+    fn command_stats(&self, name: &str) -> CommandStats {
+        let c = |n: &str| {
+            self.store
+                .counter(&format!("{}command.{name}.{n}", self.prefix), self.worker)
+        };
+        CommandStats {
+            total: c("total"),
+            success: c("success"),
+            error: c("error"),
+            latency: self.histogram(&format!("command.{name}.latency")),
+        }
+    }
+
+    fn with_custom<R>(&self, f: impl FnOnce(&CommandStats) -> R) -> R {
+        let mut c = self.custom.borrow_mut();
+        f(c.get_or_insert_with(|| self.command_stats("custom")))
     }
 
     /// Counts a request of command `cmd`.
@@ -129,7 +134,7 @@ impl ListenerStats {
     /// Counts a request of a listener `custom_commands` entry (`command.custom.total`).
     pub fn custom_request(&self) {
         self.rq_total.inc();
-        self.custom_total.inc();
+        self.with_custom(|s| s.total.inc());
     }
 
     /// Counts the outcome of a request of command `cmd` and records its latency: from `start`
@@ -137,19 +142,16 @@ impl ListenerStats {
     #[inline]
     pub fn record(&self, cmd: u16, success: bool, start: Instant, now: Instant) {
         let v = latency_value(now.saturating_duration_since(start), self.micros.get());
-        let known = self.with_command(cmd, |s| {
+        let count = |s: &CommandStats| {
             if success {
                 s.success.inc()
             } else {
                 s.error.inc()
             }
             s.latency.record(v);
-        });
-        if known.is_none() && cmd == CUSTOM_CMD {
-            self.custom_latency
-                .borrow_mut()
-                .get_or_insert_with(|| self.histogram("command.custom.latency"))
-                .record(v);
+        };
+        if self.with_command(cmd, count).is_none() && cmd == CUSTOM_CMD {
+            self.with_custom(count);
         }
     }
 }
@@ -246,5 +248,29 @@ mod tests {
         assert_eq!(store.counter_value("redis.t.command.get.total"), Some(2));
         assert_eq!(store.counter_value("redis.t.command.get.success"), Some(1));
         assert_eq!(store.counter_value("redis.t.command.get.error"), Some(1));
+        assert_eq!(
+            store.counter_value("redis.t.command.custom.success"),
+            Some(1)
+        );
+    }
+
+    /// `command.custom.*` exists only once a custom command was seen, and counts outcomes so
+    /// total = success + error holds for it too.
+    #[test]
+    fn custom_command_stats_are_registered_on_first_use() {
+        let store = Store::new();
+        let stats = ListenerStats::new(store.clone(), 0, "t");
+        assert_eq!(store.counter_value("redis.t.command.custom.total"), None);
+        let t0 = Instant::now();
+        stats.custom_request();
+        stats.custom_request();
+        stats.record(CUSTOM_CMD, true, t0, t0);
+        stats.record(CUSTOM_CMD, false, t0, t0);
+        assert_eq!(store.counter_value("redis.t.command.custom.total"), Some(2));
+        assert_eq!(
+            store.counter_value("redis.t.command.custom.success"),
+            Some(1)
+        );
+        assert_eq!(store.counter_value("redis.t.command.custom.error"), Some(1));
     }
 }
