@@ -338,7 +338,8 @@ EOF
     log "Respite is running"
     cat <<EOF
     connect:   redis-cli -p $listen
-    admin:     http://127.0.0.1:$admin/stats   (also /stats/prometheus)
+    admin:     http://127.0.0.1:$admin/stats   (also /stats/prometheus, /clusters, /help)
+    live view: $RESPITE_BIN top --admin 127.0.0.1:$admin
     config:    $conf   (edit, then: kill -HUP $rpid)
     logs:      $dir/respite.log, $dir/redis-*.log
     bench:     $BENCH_BIN --port $listen -c 50 -P 16 --mix get --prefill --duration 10s
