@@ -14,7 +14,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
-use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Largest recordable value: one hour in microseconds. Larger values are recorded as this.
@@ -198,15 +198,8 @@ impl LocalHistogram {
         if !self.dirty.get() {
             return true;
         }
-        let mut published = match self.shard.published.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) if !block => return false,
-            Err(TryLockError::WouldBlock) => self
-                .shard
-                .published
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
+        let Some(mut published) = super::lock_for_flush(&self.shard.published, block) else {
+            return false;
         };
         for (slot, c) in self.counts.iter().enumerate() {
             let n = c.replace(0);

@@ -26,7 +26,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::{Rc, Weak};
-use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// One listener's hot keys over its sliding window, merged over workers.
@@ -559,15 +559,8 @@ impl LocalHotKeys {
         if !st.dirty {
             return true;
         }
-        let mut published = match self.shard.published.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) if !block => return false,
-            Err(TryLockError::WouldBlock) => self
-                .shard
-                .published
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
+        let Some(mut published) = super::lock_for_flush(&self.shard.published, block) else {
+            return false;
         };
         match &st.top {
             Some(top) => top.merged_into(&mut st.scratch),

@@ -121,6 +121,20 @@ where
         .collect()
 }
 
+/// The lock of a shard a worker publishes into (histograms, hot keys): with `block == false` a
+/// contended lock (a reader copying the shard) gives `None`, and the worker tries again at its
+/// next flush instead of waiting for the reader.
+pub(crate) fn lock_for_flush<T>(m: &Mutex<T>, block: bool) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) if !block => None,
+        Err(std::sync::TryLockError::WouldBlock) => {
+            Some(m.lock().unwrap_or_else(|e| e.into_inner()))
+        }
+    }
+}
+
 /// Process-wide registry of stat shards, keyed by (stat name, worker index).
 ///
 /// Registration takes a mutex and happens off the hot path (connection / cluster setup, or the
