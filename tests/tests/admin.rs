@@ -51,13 +51,6 @@ fn host_stat_json(host: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in {host}"))
 }
 
-fn key_on(placement: &Placement, owner: usize, prefix: &str) -> String {
-    (0..10_000)
-        .map(|i| format!("{prefix}-{i}"))
-        .find(|k| placement.owner(k.as_bytes()) == owner)
-        .expect("a key for every backend")
-}
-
 #[test]
 fn clusters_follow_a_backend_killed_and_restarted() {
     let mut backends = servers(2);
@@ -76,7 +69,7 @@ fn clusters_follow_a_backend_killed_and_restarted() {
     };
 
     // Traffic to both hosts.
-    let key = key_on(&placement, 0, "k");
+    let key = placement.key_on(0, "k");
     let mut c = respite.raw();
     for _ in 0..10 {
         assert_eq!(c.cmd(&[b"SET", key.as_bytes(), b"v"]), OK);

@@ -47,14 +47,6 @@ fn config(backends: &[String], cluster_lines: &str) -> (String, u16, u16) {
     (cfg, port, admin)
 }
 
-/// A key (`prefix-N`) that respite's ketama placement puts on backend `owner`.
-fn key_on(placement: &Placement, owner: usize, prefix: &str) -> String {
-    (0..10_000)
-        .map(|i| format!("{prefix}-{i}"))
-        .find(|k| placement.owner(k.as_bytes()) == owner)
-        .expect("a key for every backend")
-}
-
 /// Sends one command on a fresh-enough client; a client whose connection broke is replaced.
 fn timed(client: &mut RawClient, addr: &str, args: &[&[u8]]) -> (Vec<u8>, Duration) {
     let t = Instant::now();
@@ -168,11 +160,8 @@ fn setup() -> Setup {
     let addrs = addrs(&backends);
     let placement = Placement::new(&addrs);
     let victim = 1;
-    let victim_key = key_on(&placement, victim, "victim");
-    let other_keys = vec![
-        key_on(&placement, 0, "other"),
-        key_on(&placement, 2, "other"),
-    ];
+    let victim_key = placement.key_on(victim, "victim");
+    let other_keys = vec![placement.key_on(0, "other"), placement.key_on(2, "other")];
     Setup {
         backends,
         addrs,
@@ -743,7 +732,7 @@ fn idle_close_by_redis_timeout_is_not_an_outlier_failure() {
     ];
     let addrs = addrs(&backends);
     let placement = Placement::new(&addrs);
-    let key = key_on(&placement, 0, "idle");
+    let key = placement.key_on(0, "idle");
     let (cfg, port, admin) = config(
         &addrs,
         "[clusters.outlier_detection]\nconsecutive_5xx = 1\nbase_ejection_time = \"30s\"\n\
@@ -799,7 +788,7 @@ fn reload_of_health_settings_keeps_connections() {
         }),
         "connections did not come up"
     );
-    let keys: Vec<String> = (0..3).map(|b| key_on(&s.placement, b, "keep")).collect();
+    let keys: Vec<String> = (0..3).map(|b| s.placement.key_on(b, "keep")).collect();
     let traffic = Traffic::start(&respite.addr(), keys);
     std::thread::sleep(Duration::from_millis(300));
     let before = respite.stat("cluster.cache.upstream_cx_total");

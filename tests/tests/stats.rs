@@ -167,14 +167,6 @@ fn text_stats(respite: &Respite) -> BTreeMap<String, i64> {
     respite.stats()
 }
 
-/// A key (`prefix-N`) that Respite's ketama placement puts on backend `owner`.
-fn key_on(placement: &Placement, owner: usize, prefix: &str) -> String {
-    (0..10_000)
-        .map(|i| format!("{prefix}-{i}"))
-        .find(|k| placement.owner(k.as_bytes()) == owner)
-        .expect("a key for every backend")
-}
-
 #[test]
 fn every_counter_is_exact_after_a_known_workload() {
     let backends = servers(2);
@@ -207,10 +199,7 @@ fn every_counter_is_exact_after_a_known_workload() {
         let r = c.cmd(&[b"NOSUCHCOMMAND", format!("{i}").as_bytes()]);
         assert!(r.starts_with(b"-ERR unknown command"), "{}", show(&r));
     }
-    let (a, b) = (
-        key_on(&placement, 0, "split"),
-        key_on(&placement, 1, "split"),
-    );
+    let (a, b) = (placement.key_on(0, "split"), placement.key_on(1, "split"));
     for _ in 0..MGETS {
         let r = c.cmd(&[b"MGET", a.as_bytes(), b.as_bytes()]);
         assert_eq!(r, b"*2\r\n$-1\r\n$-1\r\n", "{}", show(&r));
@@ -233,7 +222,7 @@ fn every_counter_is_exact_after_a_known_workload() {
     // other. The first timeout closes the hung upstream connection; the second INCR waits until
     // it has reconnected (the stopped server's kernel still accepts), so that it is written and
     // times out rather than being refused (`no upstream host`) during the reconnect backoff.
-    let hung = key_on(&placement, 0, "hung");
+    let hung = placement.key_on(0, "hung");
     let upstream_cx = || respite.stat("cluster.cache.upstream_cx_total");
     {
         let _stopped = Stopped::new(backends[0].pid());

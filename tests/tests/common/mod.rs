@@ -32,6 +32,14 @@ impl Placement {
     pub fn owner(&self, key: &[u8]) -> usize {
         self.0.pick(hashtag(key))
     }
+
+    /// A key (`prefix-N`) that this placement puts on backend `owner`.
+    pub fn key_on(&self, owner: usize, prefix: &str) -> String {
+        (0..10_000)
+            .map(|i| format!("{prefix}-{i}"))
+            .find(|k| self.owner(k.as_bytes()) == owner)
+            .expect("a key for every backend")
+    }
 }
 
 /// Addresses of `servers`.
