@@ -8,15 +8,19 @@ use std::time::Duration;
 
 /// `method path` (HTTP/1.0, empty body) against 127.0.0.1:`port`: (status, body).
 pub fn request(port: u16, method: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect admin");
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    try_request(port, method, path).unwrap_or_else(|e| panic!("admin {method} {path}: {e}"))
+}
+
+/// Like [`request`], with connection and I/O errors returned instead of panicking.
+pub fn try_request(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         s,
         "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
-    )
-    .expect("write");
+    )?;
     let mut resp = String::new();
-    s.read_to_string(&mut resp).expect("read");
+    s.read_to_string(&mut resp)?;
     let status = resp
         .split_whitespace()
         .nth(1)
@@ -26,7 +30,7 @@ pub fn request(port: u16, method: &str, path: &str) -> (u16, String) {
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
-    (status, body)
+    Ok((status, body))
 }
 
 /// `POST path`: (status, body).

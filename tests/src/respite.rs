@@ -104,6 +104,32 @@ impl Respite {
                 self.log()
             );
         }
+        self.settle_readiness_probe();
+    }
+
+    /// Waits until the connection [`wait_for_port`] opened and closed is counted and gone, so a
+    /// test's stats baseline taken next is not raced by it (the worker accepts it
+    /// asynchronously: `downstream_cx_total` could otherwise grow after the baseline). A config
+    /// without a reachable admin endpoint returns after the deadline without failing.
+    fn settle_readiness_probe(&self) {
+        let settled = || {
+            let Ok((200, body)) = crate::admin::try_request(self.admin_port, "GET", "/stats")
+            else {
+                return false;
+            };
+            let sum = |suffix: &str| -> i64 {
+                body.lines()
+                    .filter_map(|l| l.split_once(": "))
+                    .filter(|(k, _)| k.starts_with("redis.") && k.ends_with(suffix))
+                    .filter_map(|(_, v)| v.trim().parse::<i64>().ok())
+                    .sum()
+            };
+            sum(".downstream_cx_total") >= 1 && sum(".downstream_cx_active") == 0
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && !settled() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Path of the config file (rewrite it and call [`Respite::reload`]).
