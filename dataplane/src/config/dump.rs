@@ -15,6 +15,14 @@ pub(super) fn duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Er
     s.collect_str(&humantime::format_duration(*d))
 }
 
+/// An optional duration as [`duration`] does, or `null`.
+pub(super) fn opt_duration<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => duration(d, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// A set secret as [`REDACTED`]; an unset one stays `null`, so the dump still tells whether
 /// auth is on.
 pub(super) fn redact_option<S: Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {

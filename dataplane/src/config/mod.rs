@@ -20,11 +20,15 @@ use std::time::Duration;
 mod dump;
 mod locate;
 mod raw;
+mod routes;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_routes;
 mod validate;
 
 pub use dump::REDACTED;
+pub use routes::{KEY_VARIABLE, clusters_of};
 
 /// A validated configuration snapshot. Immutable once built; a reload builds a new one.
 ///
@@ -110,8 +114,10 @@ pub struct ListenerConfig {
     /// Largest bulk string a request may carry, bytes; default and maximum 512 MiB (Redis's
     /// `proto-max-bulk-len`). A larger one gets a protocol error and the connection closes.
     pub max_request_bytes: usize,
-    /// `[listeners.prefix_routes]`; `catch_all_route` is required and always `Some` after load.
+    /// `[listeners.prefix_routes]`.
     pub prefix_routes: PrefixRoutes,
+    /// `[[listeners.faults]]`, in order.
+    pub faults: Vec<FaultConfig>,
     /// Which node of a Redis Cluster slot serves read commands (Envoy `read_policy`). Applies to
     /// `redis_cluster` clusters only. Default `primary`.
     pub read_policy: ReadPolicy,
@@ -185,18 +191,95 @@ pub enum ReadPolicy {
     Any,
 }
 
-/// Envoy `PrefixRoutes`; only the catch-all route for now.
+/// Envoy `PrefixRoutes`: which cluster a key goes to. The longest matching `prefix` of
+/// [`PrefixRoutes::routes`] wins (a trie lookup, O(key length)); a key no prefix matches takes
+/// [`PrefixRoutes::catch_all_route`], and without one gets `no upstream host`. Commands without a
+/// key (fan-out commands such as FLUSHALL or DBSIZE, EVAL with no keys) are routed as the empty
+/// key. [`parse`] requires a catch-all route or at least one route.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 pub struct PrefixRoutes {
-    /// `[listeners.prefix_routes.catch_all_route]`; required by [`parse`].
+    /// `[[listeners.prefix_routes.routes]]`, prefixes unique (compared lowercased when
+    /// `case_insensitive`).
+    pub routes: Vec<Route>,
+    /// Match prefixes without regard to ASCII case (Envoy lowercases the key for the lookup only;
+    /// the key forwarded keeps its case).
+    pub case_insensitive: bool,
+    /// `[listeners.prefix_routes.catch_all_route]`; its `prefix` is empty.
     pub catch_all_route: Option<Route>,
 }
 
 /// Envoy `PrefixRoutes.Route`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Route {
+    /// The key prefix this route matches, at most 1000 bytes (Envoy's limit); empty for the
+    /// catch-all route.
+    pub prefix: String,
     /// Name of a `[[clusters]]` entry; [`parse`] rejects names that do not exist.
     pub cluster: String,
+    /// Strip `prefix` from every key of the request before forwarding (and before
+    /// `key_formatter`); hashing uses the forwarded key.
+    pub remove_prefix: bool,
+    /// Rewrite every key of the request with this template, `%KEY%` standing for the key (after
+    /// `remove_prefix`), e.g. `"{%KEY%}"`. Hashing uses the rewritten key, so a template that
+    /// adds a `{…}` hash tag decides the shard; [`parse`] requires `%KEY%` to appear.
+    pub key_formatter: Option<String>,
+    /// Fire-and-forget copies of the route's requests to other clusters.
+    pub request_mirror_policy: Vec<MirrorPolicy>,
+    /// `read_command_policy.cluster`: read commands go to this cluster instead of `cluster`.
+    pub read_command_policy: Option<String>,
+}
+
+impl Route {
+    /// A catch-all route to `cluster`: no prefix, no rewriting, no mirrors.
+    pub fn catch_all(cluster: &str) -> Route {
+        Route {
+            prefix: String::new(),
+            cluster: cluster.to_owned(),
+            remove_prefix: false,
+            key_formatter: None,
+            request_mirror_policy: Vec::new(),
+            read_command_policy: None,
+        }
+    }
+}
+
+/// Envoy `Route.RequestMirrorPolicy`: copy requests to `cluster`, ignoring its replies.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MirrorPolicy {
+    /// Name of a `[[clusters]]` entry, never the route's own `cluster` (a command would reach
+    /// the same backend twice), nor another mirror of the same route.
+    pub cluster: String,
+    /// Mirror writes only.
+    pub exclude_read_commands: bool,
+    /// Percentage (0.0–100.0, default 100) of keys mirrored, decided by a hash of the key as the
+    /// client sent it, so a key is always or never mirrored.
+    pub runtime_fraction: f64,
+}
+
+/// Envoy `RedisFault.fault_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FaultType {
+    /// Answer with an error instead of forwarding (after `delay`, if set).
+    Error,
+    /// Forward, and hold the reply back for `delay`.
+    Delay,
+}
+
+/// Envoy `RedisFault`: `[[listeners.faults]]`. For one request, faults are tried in order with
+/// one random draw (Envoy's amortised percentages: with 5% ERROR and 10% DELAY, 5% of requests
+/// get the error and the next 10% the delay).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FaultConfig {
+    pub fault_type: FaultType,
+    /// Percentage (0.0–100.0) of matching requests that get this fault.
+    pub fault_enabled: f64,
+    /// Added delay; required for `delay` faults, optional for `error` faults.
+    #[serde(serialize_with = "dump::opt_duration")]
+    pub delay: Option<Duration>,
+    /// Lowercase command names this fault applies to; empty: every command. AUTH and PING never
+    /// get a fault ([`parse`] rejects them here).
+    pub commands: Vec<String>,
 }
 
 /// `[[clusters]]`: a set of upstream Redis hosts.

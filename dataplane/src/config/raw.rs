@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use toml::Spanned;
 
-use super::{ClusterType, LbPolicy, LogFormat, OnUnhealthy, ReadPolicy};
+use super::{ClusterType, FaultType, LbPolicy, LogFormat, OnUnhealthy, ReadPolicy};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,6 +57,8 @@ pub(super) struct RawListener {
     pub custom_commands: Vec<Spanned<String>>,
     pub max_request_bytes: Option<Spanned<usize>>,
     pub prefix_routes: Option<Spanned<RawPrefixRoutes>>,
+    #[serde(default)]
+    pub faults: Vec<Spanned<RawFault>>,
     pub read_policy: Option<Spanned<ReadPolicy>>,
     pub max_upstream_unknown_connections: Option<Spanned<usize>>,
     #[serde(default)]
@@ -86,13 +88,48 @@ pub(super) struct RawAccessLog {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPrefixRoutes {
+    #[serde(default)]
+    pub routes: Vec<Spanned<RawRoute>>,
+    #[serde(default)]
+    pub case_insensitive: bool,
     pub catch_all_route: Option<Spanned<RawRoute>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRoute {
+    pub prefix: Option<Spanned<String>>,
     pub cluster: Spanned<String>,
+    pub remove_prefix: Option<Spanned<bool>>,
+    pub key_formatter: Option<Spanned<String>>,
+    #[serde(default)]
+    pub request_mirror_policy: Vec<Spanned<RawMirrorPolicy>>,
+    pub read_command_policy: Option<Spanned<RawReadCommandPolicy>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMirrorPolicy {
+    pub cluster: Spanned<String>,
+    #[serde(default)]
+    pub exclude_read_commands: bool,
+    pub runtime_fraction: Option<Spanned<f64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReadCommandPolicy {
+    pub cluster: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFault {
+    pub fault_type: Spanned<FaultType>,
+    pub fault_enabled: Spanned<f64>,
+    pub delay: Option<Spanned<RawDuration>>,
+    #[serde(default)]
+    pub commands: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

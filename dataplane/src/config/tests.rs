@@ -109,10 +109,11 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 custom_commands: vec!["bf.add".into(), "bf.exists".into()],
                 max_request_bytes: 1024 * 1024,
                 prefix_routes: PrefixRoutes {
-                    catch_all_route: Some(Route {
-                        cluster: "cache".into(),
-                    }),
+                    catch_all_route: Some(Route::catch_all("cache")),
+                    ..PrefixRoutes::default()
                 },
+
+                faults: vec![],
                 read_policy: ReadPolicy::Primary,
                 max_upstream_unknown_connections: 100,
                 latency_in_micros: false,
@@ -134,10 +135,11 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 custom_commands: vec![],
                 max_request_bytes: 512 * 1024 * 1024,
                 prefix_routes: PrefixRoutes {
-                    catch_all_route: Some(Route {
-                        cluster: "sessions".into(),
-                    }),
+                    catch_all_route: Some(Route::catch_all("sessions")),
+                    ..PrefixRoutes::default()
                 },
+
+                faults: vec![],
                 read_policy: ReadPolicy::Primary,
                 max_upstream_unknown_connections: 100,
                 latency_in_micros: false,
@@ -251,9 +253,7 @@ fn example_file_parses() {
     assert_eq!(c.listeners[0].address, v4(6380));
     assert_eq!(
         c.listeners[0].prefix_routes.catch_all_route,
-        Some(Route {
-            cluster: "cache".into()
-        })
+        Some(Route::catch_all("cache"))
     );
     assert_eq!(c.clusters.len(), 1);
     assert_eq!(c.clusters[0].lb_policy, LbPolicy::Ketama);
@@ -376,7 +376,7 @@ fn unknown_keys() {
         ),
         7,
         "listeners[0].prefix_routes.catch_all_route.prefix",
-        "unknown field `prefix`",
+        "the catch-all route matches every key; it has no prefix",
     );
     assert_err(
         &format!("{MINIMAL}[stats]\nflush = 1\n"),
@@ -571,7 +571,7 @@ fn missing_catch_all_route() {
         ),
         5,
         "listeners[0].prefix_routes.catch_all_route",
-        "every listener needs a catch-all route",
+        "with no routes, a catch-all route naming a cluster is required",
     );
 }
 
@@ -834,7 +834,7 @@ fn redis_cluster_key_errors() {
         ),
         5,
         "listeners[0].max_upstream_unknown_connections",
-        "(\"cache\" is not one)",
+        "(none of its routes does)",
     );
 }
 

@@ -14,7 +14,7 @@ use super::raw::{
 use super::{
     AccessLogConfig, AdminConfig, ClusterConfig, ClusterType, Config, ConfigError,
     HealthCheckConfig, HostConfig, HotKeysConfig, LbPolicy, ListenerConfig, LogFormat, OnUnhealthy,
-    OutlierDetectionConfig, PrefixRoutes, RedisClusterConfig, Route, RuntimeConfig, TcpKeepalive,
+    OutlierDetectionConfig, RedisClusterConfig, RuntimeConfig, TcpKeepalive,
 };
 
 const DEFAULT_ADMIN_ADDRESS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
@@ -256,28 +256,11 @@ fn listener(
         None => DEFAULT_MAX_REQUEST_BYTES,
     };
 
-    let route_path = format!("{path}.prefix_routes.catch_all_route");
-    let (routes_span, catch_all) = match l.prefix_routes {
-        Some(p) => (p.span(), p.into_inner().catch_all_route),
-        None => (span, None),
-    };
-    let Some(route) = catch_all else {
-        return Err(src.error(
-            Some(routes_span),
-            &route_path,
-            "missing; every listener needs a catch-all route naming a cluster",
-        ));
-    };
-    let cluster = route.into_inner().cluster;
-    let Some(&(_, cluster_type)) = clusters.get(cluster.get_ref()) else {
-        return Err(src.error(
-            Some(cluster.span()),
-            &format!("{route_path}.cluster"),
-            &format!("unknown cluster \"{}\"", cluster.get_ref()),
-        ));
-    };
+    let (prefix_routes, any_redis_cluster) =
+        super::routes::prefix_routes(src, path, l.prefix_routes, span, clusters)?;
+    let faults = super::routes::faults(src, path, l.faults)?;
     // Settings that only a Redis Cluster upstream uses would be silently ignored otherwise.
-    if cluster_type != ClusterType::RedisCluster {
+    if !any_redis_cluster {
         let cluster_only = [
             ("read_policy", l.read_policy.as_ref().map(|v| v.span())),
             (
@@ -291,11 +274,8 @@ fn listener(
             return Err(src.error(
                 Some(span),
                 &format!("{path}.{key}"),
-                &format!(
-                    "applies only to a listener routing to a type = \"redis_cluster\" cluster \
-                     (\"{}\" is not one)",
-                    cluster.get_ref()
-                ),
+                "applies only to a listener routing to a type = \"redis_cluster\" cluster (none \
+                 of its routes does)",
             ));
         }
     }
@@ -325,11 +305,8 @@ fn listener(
         downstream_auth_username,
         custom_commands,
         max_request_bytes,
-        prefix_routes: PrefixRoutes {
-            catch_all_route: Some(Route {
-                cluster: cluster.into_inner(),
-            }),
-        },
+        prefix_routes,
+        faults,
         read_policy: l.read_policy.map(Spanned::into_inner).unwrap_or_default(),
         max_upstream_unknown_connections: l
             .max_upstream_unknown_connections
@@ -840,7 +817,7 @@ fn non_empty(src: &Source<'_>, path: &str, s: Spanned<String>) -> Result<String>
 /// overflow `Instant` on the request path or in the health thread.
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
-fn duration(src: &Source<'_>, path: &str, d: &Spanned<RawDuration>) -> Result<Duration> {
+pub(super) fn duration(src: &Source<'_>, path: &str, d: &Spanned<RawDuration>) -> Result<Duration> {
     match d.get_ref() {
         RawDuration::Text(t) => {
             let v = humantime::parse_duration(t).map_err(|e| {
