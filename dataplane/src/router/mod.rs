@@ -1,6 +1,8 @@
 //! Routing of keys to clusters (Envoy `prefix_routes`). For now every key takes the catch-all
 //! route; prefix routes, mirrors and faults slot in here without changing callers.
 
+pub mod fault;
+
 use std::rc::Rc;
 
 use crate::upstream::ClusterPool;
