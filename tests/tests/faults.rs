@@ -284,3 +284,40 @@ fn faults_follow_a_reload() {
     let healed = wait_until(Duration::from_secs(5), || c.cmd(&[b"GET", b"k"]) == bulk(b"v"));
     assert!(healed, "the fault stayed after it was removed");
 }
+
+/// Held replies of a connection whose writes fail are released, not leaked: three GETs held 1 s
+/// each, sent 300 ms apart, then the client closes. The first reply's write reaches a closed
+/// socket (the peer answers RST), the second's fails, and the third, still held then, must stop
+/// counting as an active request at once (it would otherwise hold `downstream_rq_active` and
+/// a drain forever).
+#[test]
+fn held_replies_of_a_failed_connection_are_released() {
+    let backend = RedisServer::start();
+    let respite = over(
+        &backend,
+        "[[listeners.faults]]\nfault_type = \"delay\"\nfault_enabled = 100.0\ndelay = \"1s\"\n\
+         commands = [\"get\"]\n",
+    );
+    let mut c = respite.raw();
+    for i in 0..3 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        c.send(&[b"GET", b"k"]);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    drop(c);
+    let settled = wait_until(Duration::from_secs(5), || {
+        let s = respite.stats();
+        s.get("redis.main.downstream_cx_active") == Some(&0)
+            && s.get("redis.main.downstream_rq_active") == Some(&0)
+    });
+    let s = respite.stats();
+    assert!(
+        settled,
+        "cx_active {:?}, rq_active {:?}",
+        s.get("redis.main.downstream_cx_active"),
+        s.get("redis.main.downstream_rq_active")
+    );
+    assert_eq!(respite.raw().cmd(&[b"PING"]), b"+PONG\r\n");
+}
