@@ -52,13 +52,20 @@ fn error_fault_hits_half_of_gets_and_counts_them() {
         .map(|i| cmd(&[b"GET", format!("k{}", i % 1_000).as_bytes()]))
         .collect();
     let replies = pipelined(&mut c, &gets, 100);
-    let faulted = replies.iter().filter(|r| r.as_slice() == FAULT_ERROR).count() as i64;
+    let faulted = replies
+        .iter()
+        .filter(|r| r.as_slice() == FAULT_ERROR)
+        .count() as i64;
     let right = replies
         .iter()
         .filter(|r| r.as_slice() == bulk(b"value"))
         .count() as i64;
     println!("10000 GETs: {faulted} fault errors, {right} values");
-    assert_eq!(faulted + right, 10_000, "every reply is the fault or the value");
+    assert_eq!(
+        faulted + right,
+        10_000,
+        "every reply is the fault or the value"
+    );
     assert!(
         (4_000..=6_000).contains(&faulted),
         "fault errors {faulted} not within 40-60% of 10000"
@@ -170,7 +177,10 @@ fn delayed_reply_holds_back_later_replies_in_order() {
         direct.cmd(&[b"GET", b"later"]) == bulk(b"x")
     });
     let seen_at = t.elapsed();
-    assert!(forwarded, "the SET behind the delayed GET was not forwarded");
+    assert!(
+        forwarded,
+        "the SET behind the delayed GET was not forwarded"
+    );
     // Nothing may have arrived yet: the GET's reply is held, and the rest wait behind it.
     if seen_at < Duration::from_millis(950) {
         c.stream().set_nonblocking(true).unwrap();
@@ -281,7 +291,9 @@ fn faults_follow_a_reload() {
     });
     assert!(faulted, "the reloaded fault never applied");
     respite.reload(&simple_config(port, admin, &addrs, 1, ""));
-    let healed = wait_until(Duration::from_secs(5), || c.cmd(&[b"GET", b"k"]) == bulk(b"v"));
+    let healed = wait_until(Duration::from_secs(5), || {
+        c.cmd(&[b"GET", b"k"]) == bulk(b"v")
+    });
     assert!(healed, "the fault stayed after it was removed");
 }
 
@@ -319,5 +331,6 @@ fn held_replies_of_a_failed_connection_are_released() {
         s.get("redis.main.downstream_cx_active"),
         s.get("redis.main.downstream_rq_active")
     );
+    assert_eq!(s.get("redis.main.command.get.delay_fault"), Some(&3));
     assert_eq!(respite.raw().cmd(&[b"PING"]), b"+PONG\r\n");
 }
