@@ -17,6 +17,7 @@ use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
 use crate::command::{self, CommandSpec, Kind, Local, ResolveError, split};
 use crate::net::{self, BufResult, TcpStream};
 use crate::resp::{Limits, Parsed, RequestParser, encode};
+use crate::router::fault::{FAULT_ERROR_REPLY, Fault};
 use crate::router::{Mirror, RouteRuntime};
 use crate::upstream::{ClusterPool, Deliver, Dest, NO_UPSTREAM_HOST, Target};
 
@@ -281,6 +282,10 @@ impl Session {
             Ok(spec) => spec,
             Err(ResolveError::Unknown(reply)) => {
                 if rt.custom_command(arg(0)) && argc >= 2 {
+                    if self.fault(rt, CUSTOM_CMD) {
+                        rt.stats.custom_request();
+                        return self.sink.push_local(CUSTOM_CMD, FAULT_ERROR_REPLY);
+                    }
                     return self.custom(rt, args, base, frame);
                 }
                 // Unknown commands are answered before the auth gate, as Envoy does; like every
@@ -311,6 +316,15 @@ impl Session {
                 .sink
                 .push_local(spec.id, b"-NOAUTH Authentication required.\r\n");
         }
+        // Faults hit only what goes upstream (docs/faults.md): never AUTH, PING or any other
+        // command answered locally, nor requests rejected before this point.
+        let upstream = matches!(
+            spec.kind,
+            Kind::Keyed | Kind::Split(_) | Kind::FanOut(_) | Kind::Scan
+        );
+        if upstream && self.fault(rt, spec.id) {
+            return self.sink.push_local(spec.id, FAULT_ERROR_REPLY);
+        }
         match spec.kind {
             Kind::Local(local) => {
                 let mut reply = Vec::new();
@@ -329,6 +343,24 @@ impl Session {
             // `resolve` never returns a container row.
             Kind::Container => self.sink.push_local(spec.id, &command::arity_error(spec)),
         }
+    }
+
+    /// Draws the listener's faults for a request of command `cmd` (Envoy `getFaultForCommand`,
+    /// one draw per request) and applies what it can here: counts the fault and holds the reply
+    /// of a delayed request. True for an ERROR fault: the caller answers [`FAULT_ERROR_REPLY`]
+    /// instead of forwarding (held too when the fault has a delay).
+    #[inline]
+    fn fault(&self, rt: &ListenerRuntime, cmd: u16) -> bool {
+        let Some(fault) = rt.faults.as_ref().and_then(|f| f.pick(cmd)) else {
+            return false;
+        };
+        let error = matches!(fault, Fault::Error { .. });
+        let delay = fault.delay();
+        rt.stats.fault(cmd, error, delay.is_some());
+        if let Some(d) = delay {
+            self.sink.hold_next(d);
+        }
+        error
     }
 
     /// The request as RESP: the client's own bytes, or the inline request re-encoded.
@@ -920,7 +952,7 @@ async fn write_loop(
                 if sink.finished() || sink.is_closed() {
                     break;
                 }
-                sink.writer.notified().await;
+                sink.wait_output().await;
             }
         }
     }

@@ -4,18 +4,23 @@
 //! answer; completed slots at the head move to the output buffer, so the client reads its replies
 //! in the order it sent the requests. A reply that completes the head slot is copied once, straight
 //! into the output buffer.
+//!
+//! A slot may be held (a DELAY fault, Envoy `DelayFaultRequest`): its reply waits `delay` after it
+//! arrives before it may be written, and since replies keep request order, every later reply of
+//! the session waits behind it. The writer task sleeps until the held head is due
+//! ([`Sink::wait_output`]); a closed session releases held slots at once.
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::observe::Pending;
 use super::stats::{self, ListenerStats};
 use crate::command::Merge;
 use crate::command::split::{Part, merge};
-use crate::net::Notify;
+use crate::net::{self, Notify};
 use crate::upstream::Deliver;
 
 /// Slots a session may have waiting before it stops reading (back-pressure).
@@ -47,6 +52,16 @@ struct SplitState {
     remaining: usize,
 }
 
+/// Whether a slot's reply is held back (a DELAY fault).
+#[derive(Clone, Copy)]
+enum Hold {
+    No,
+    /// Held this long once its reply arrives.
+    For(Duration),
+    /// The reply arrived; it may be written from this instant.
+    Until(Instant),
+}
+
 struct Slot {
     cmd: u16,
     /// When the request's bytes were read (its read batch's clock): latency runs from here.
@@ -54,6 +69,7 @@ struct Slot {
     state: SlotState,
     /// Hot keys / big values / access log state of an observed request (engine/observe.rs).
     obs: Option<Box<Pending>>,
+    hold: Hold,
 }
 
 #[derive(Default)]
@@ -74,6 +90,8 @@ struct Inner {
     spare: Vec<Vec<u8>>,
     /// Observation for the next slot pushed ([`Sink::observe_next`]).
     next_obs: Option<Box<Pending>>,
+    /// Hold for the next slot pushed ([`Sink::hold_next`]).
+    next_hold: Option<Duration>,
 }
 
 /// Reply queue shared by a session's reader, its writer and the upstream connections.
@@ -111,11 +129,16 @@ impl Sink {
         let mut inner = self.inner.borrow_mut();
         let seq = inner.head_seq + inner.slots.len() as u64;
         let obs = inner.next_obs.take();
+        let hold = match inner.next_hold.take() {
+            None => Hold::No,
+            Some(d) => Hold::For(d),
+        };
         inner.slots.push_back(Slot {
             cmd,
             start: stats::now(),
             state: SlotState::Waiting,
             obs,
+            hold,
         });
         drop(inner);
         self.add_active(1);
@@ -125,6 +148,12 @@ impl Sink {
     /// Attaches `obs` to the next slot pushed (the request about to be handled).
     pub fn observe_next(&self, obs: Box<Pending>) {
         self.inner.borrow_mut().next_obs = Some(obs);
+    }
+
+    /// Holds the reply of the next slot pushed (the request about to be handled) for `delay`
+    /// after it arrives: a DELAY fault, or an ERROR fault with a delay.
+    pub fn hold_next(&self, delay: Duration) {
+        self.inner.borrow_mut().next_hold = Some(delay);
     }
 
     /// Turns the waiting slot `seq` into a split slot expecting one reply per part.
@@ -181,9 +210,17 @@ impl Sink {
         }
     }
 
-    /// Moves every completed slot at the head into the output buffer.
+    /// Moves every completed slot at the head into the output buffer, up to a held one not due
+    /// at `now` (a closed session holds nothing: there is no one to delay).
     fn drain_ready(&self, inner: &mut Inner, now: Instant) {
+        let closed = inner.closed;
         while let Some(front) = inner.slots.front_mut() {
+            if let Hold::Until(t) = front.hold
+                && t > now
+                && !closed
+            {
+                break;
+            }
             let SlotState::Ready(bytes, success) = &mut front.state else {
                 break;
             };
@@ -193,6 +230,32 @@ impl Sink {
                 bytes.clear();
                 inner.spare.push(bytes);
             }
+        }
+    }
+
+    /// When the head slot's held reply may be written, if the head is one.
+    fn held_until(&self) -> Option<Instant> {
+        let inner = self.inner.borrow();
+        match inner.slots.front() {
+            Some(Slot {
+                hold: Hold::Until(t),
+                state: SlotState::Ready(..),
+                ..
+            }) => Some(*t),
+            _ => None,
+        }
+    }
+
+    /// The writer's wait when nothing is ready to write: until it is notified, or until a held
+    /// head reply is due, which this then moves to the output buffer.
+    pub async fn wait_output(&self) {
+        let Some(due) = self.held_until() else {
+            return self.writer.notified().await;
+        };
+        let left = due.saturating_duration_since(Instant::now());
+        if net::timeout(left, self.writer.notified()).await.is_none() {
+            let mut inner = self.inner.borrow_mut();
+            self.drain_ready(&mut inner, Instant::now());
         }
     }
 
@@ -239,6 +302,8 @@ impl Sink {
         }
         inner.closed = true;
         inner.reader_done = true;
+        // Held replies are released (and dropped) now, so they do not keep requests active.
+        self.drain_ready(&mut inner, Instant::now());
         let n = std::mem::take(&mut inner.out_replies);
         let dropped = std::mem::take(&mut inner.out).len();
         drop(inner);
@@ -251,6 +316,14 @@ impl Sink {
     /// True once the client connection is gone.
     pub fn is_closed(&self) -> bool {
         self.inner.borrow().closed
+    }
+}
+
+/// A held slot's reply arrived: its hold runs from now (Envoy starts the delay timer in
+/// `DelayFaultRequest::onResponse`).
+fn start_hold(hold: &mut Hold) {
+    if let Hold::For(d) = *hold {
+        *hold = Hold::Until(Instant::now() + d);
     }
 }
 
@@ -271,16 +344,23 @@ impl Deliver for Sink {
             return;
         };
         let idx = idx as usize;
+        let closed = inner.closed;
         let Some(slot) = inner.slots.get_mut(idx) else {
             return;
         };
+        // A held reply waits in its slot even at the head (not once the client is gone).
+        let held = matches!(slot.hold, Hold::For(_)) && !closed;
         let (head, success): (Cow<'_, [u8]>, bool) = match &mut slot.state {
-            SlotState::Waiting if idx == 0 => (Cow::Borrowed(reply), !is_error(reply)),
+            SlotState::Waiting if idx == 0 && !held => (Cow::Borrowed(reply), !is_error(reply)),
             SlotState::Waiting => {
                 let mut copy = inner.spare.pop().unwrap_or_default();
                 copy.extend_from_slice(reply);
                 if let Some(slot) = inner.slots.get_mut(idx) {
                     slot.state = SlotState::Ready(copy, !is_error(reply));
+                    if held {
+                        start_hold(&mut slot.hold);
+                        self.writer.notify();
+                    }
                 }
                 return;
             }
@@ -304,8 +384,12 @@ impl Deliver for Sink {
                 let mut merged = Vec::new();
                 merge(st.merge, st.nkeys, &st.parts, &replies, &mut merged);
                 let success = !is_error(&merged) && !replies.iter().any(|r| is_error(r));
-                if idx != 0 {
+                if idx != 0 || held {
                     slot.state = SlotState::Ready(merged, success);
+                    if held {
+                        start_hold(&mut slot.hold);
+                        self.writer.notify();
+                    }
                     return;
                 }
                 (Cow::Owned(merged), success)

@@ -51,6 +51,15 @@ pub struct ListenerStats {
     /// the histograms already recorded, as a restart would not).
     micros: Cell<bool>,
     commands: RefCell<Vec<Option<CommandStats>>>,
+    /// `command.<cmd>.error_fault|delay_fault` (Envoy), by command id; registered on a
+    /// command's first fault, so listeners without faults never list them.
+    faults: RefCell<Vec<Option<FaultStats>>>,
+}
+
+/// `command.<cmd>.error_fault` and `.delay_fault` of one command (Envoy `redis_proxy` stats).
+struct FaultStats {
+    error_fault: Arc<Counter>,
+    delay_fault: Arc<Counter>,
 }
 
 impl ListenerStats {
@@ -75,6 +84,7 @@ impl ListenerStats {
             custom: RefCell::new(None),
             micros: Cell::new(false),
             commands: RefCell::new(Vec::new()),
+            faults: RefCell::new(Vec::new()),
             prefix,
             worker,
             store,
@@ -129,6 +139,39 @@ impl ListenerStats {
     pub fn request(&self, cmd: u16) {
         self.rq_total.inc();
         self.with_command(cmd, |s| s.total.inc());
+    }
+
+    /// Counts a fault injected into a request of command `cmd` (its table id, or
+    /// [`CUSTOM_CMD`]): `command.<cmd>.error_fault` if `error`, `.delay_fault` if `delayed`
+    /// (an ERROR fault with a delay counts in both, as Envoy's `DelayFaultRequest` wrapping its
+    /// `ErrorFaultRequest` does).
+    pub fn fault(&self, cmd: u16, error: bool, delayed: bool) {
+        let name = match COMMANDS.get(cmd as usize) {
+            Some(spec) => spec.name,
+            None if cmd == CUSTOM_CMD => "custom",
+            None => return,
+        };
+        let idx = (cmd as usize).min(COMMANDS.len());
+        let mut v = self.faults.borrow_mut();
+        if v.len() <= idx {
+            v.resize_with(idx + 1, || None);
+        }
+        let s = v[idx].get_or_insert_with(|| {
+            let c = |n: &str| {
+                self.store
+                    .counter(&format!("{}command.{name}.{n}", self.prefix), self.worker)
+            };
+            FaultStats {
+                error_fault: c("error_fault"),
+                delay_fault: c("delay_fault"),
+            }
+        });
+        if error {
+            s.error_fault.inc();
+        }
+        if delayed {
+            s.delay_fault.inc();
+        }
     }
 
     /// Counts a request of a listener `custom_commands` entry (`command.custom.total`).

@@ -19,6 +19,7 @@ use crate::cluster::topology::Registry;
 use crate::config::Route;
 use crate::config::{Config, ListenerConfig};
 use crate::net::{self, TaskHandle, TcpListener};
+use crate::router::fault::Faults;
 use crate::router::{Mirror, MirrorStats, RouteRuntime, Router};
 use crate::stats::Store;
 use crate::upstream::{ClusterPool, HostRegistry, PoolSettings};
@@ -121,6 +122,8 @@ pub struct ListenerRuntime {
     pub stats: Rc<ListenerStats>,
     /// Hot keys, big values, access log; `None` when the listener observes none of them.
     pub observer: Option<Rc<Observer>>,
+    /// The listener's `faults` (Envoy `RedisFault`); `None` when it has none.
+    pub faults: Option<Faults>,
 }
 
 impl ListenerRuntime {
@@ -361,6 +364,7 @@ impl Worker {
                 router,
                 stats,
                 observer: Observer::new(&self.store, wid, l),
+                faults: Faults::new(&l.faults),
             }));
         }
         // Bind new or moved listeners first, so a bind failure leaves the old config in place.

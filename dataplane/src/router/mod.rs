@@ -6,6 +6,8 @@
 pub mod mirror;
 pub mod trie;
 
+pub mod fault;
+
 use std::rc::Rc;
 
 pub use mirror::{Mirror, MirrorStats};
