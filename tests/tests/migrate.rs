@@ -522,6 +522,81 @@ fn copy_resumes_from_its_cursor_file() {
     assert!(stderr.contains("source has no primary"), "{stderr}");
 }
 
+/// `calls` of `cmd` in `INFO commandstats` of `server`.
+fn calls(server: &RedisServer, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.client())
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+        .and_then(|v| v.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A live, mirrored workload: the target catches up with a write just after verify first read
+/// the key (a mirror a moment behind); the re-check sees it equal. A key deleted from the
+/// source after the first read is skipped.
+#[test]
+fn verify_rechecks_keys_that_catch_up_and_skips_keys_that_vanish() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    q(&mut a.client(), &["SET", "k", "new"]);
+    q(&mut b.client(), &["SET", "k", "old"]);
+    let child = Command::new(respite_bin())
+        .args([
+            "migrate",
+            "verify",
+            "--from",
+            &a.addr(),
+            "--to",
+            &b.addr(),
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn verify");
+    // As soon as verify has read the target once, the "mirror" write lands.
+    let read = wait_until(Duration::from_secs(10), || calls(&b, "get") >= 1);
+    q(&mut b.client(), &["SET", "k", "new"]);
+    let out = child.wait_with_output().expect("verify");
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json");
+    println!("{json}; target GETs {}", calls(&b, "get"));
+    assert!(read, "verify never read the target");
+    assert_eq!(out.status.code(), Some(0), "{json}");
+    assert_eq!(json["equal"], 1);
+    assert_eq!(json["differences"], 0);
+    assert!(calls(&b, "get") >= 2, "the key was not re-read");
+
+    q(&mut a.client(), &["SET", "gone", "1"]);
+    q(&mut b.client(), &["FLUSHALL"]);
+    q(&mut b.client(), &["CONFIG", "RESETSTAT"]);
+    q(&mut a.client(), &["DEL", "k"]);
+    let child = Command::new(respite_bin())
+        .args([
+            "migrate",
+            "verify",
+            "--from",
+            &a.addr(),
+            "--to",
+            &b.addr(),
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn verify");
+    let read = wait_until(Duration::from_secs(10), || calls(&b, "type") >= 1);
+    q(&mut a.client(), &["DEL", "gone"]);
+    let out = child.wait_with_output().expect("verify");
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json");
+    println!("{json}");
+    assert!(read, "verify never read the target");
+    assert_eq!(out.status.code(), Some(0), "{json}");
+    assert_eq!(json["checked"], 1);
+    assert_eq!(json["skipped"], 1);
+    assert_eq!(json["missing"], 0);
+}
+
 /// Writes a cursor file for `from` that points at node `node`.
 fn cursor_file_for(path: &Path, from: &str, node: &str) {
     let text = format!("respite-migrate-copy 1\nfrom {from}\nnode {node}\ncursor 5\n");
