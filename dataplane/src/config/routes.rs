@@ -298,11 +298,27 @@ pub(super) fn faults(
                     ),
                 ));
             }
-            if crate::command::lookup(name.as_bytes()).is_none() {
+            let Some(spec) = crate::command::lookup(name.as_bytes()) else {
                 return Err(src.error(
                     Some(c.span()),
                     &cpath,
                     &format!("unknown command \"{}\"", c.get_ref()),
+                ));
+            };
+            // Faults act on requests sent upstream; one listed only for a command respite
+            // answers itself (or refuses) would silently never fire.
+            if matches!(
+                spec.kind,
+                crate::command::Kind::Local(_) | crate::command::Kind::Refused(_)
+            ) {
+                return Err(src.error(
+                    Some(c.span()),
+                    &cpath,
+                    &format!(
+                        "{} is answered by respite itself, never sent upstream: a fault on it \
+                         would never fire",
+                        name.to_uppercase()
+                    ),
                 ));
             }
             if !commands.contains(&name) {

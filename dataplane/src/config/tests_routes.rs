@@ -216,6 +216,12 @@ fn fault_errors() {
         "unknown command \"GETT\"",
     );
     assert_err(
+        &edit("commands = [\"GET\", \"set\"]", "commands = [\"GET\", \"select\"]"),
+        23,
+        "listeners[0].faults[0].commands[1]",
+        "SELECT is answered by respite itself, never sent upstream",
+    );
+    assert_err(
         &edit("fault_enabled = 10.0", "fault_enabled = -1.0"),
         22,
         "listeners[0].faults[0].fault_enabled",
