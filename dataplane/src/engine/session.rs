@@ -17,6 +17,7 @@ use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
 use crate::command::{self, CommandSpec, Kind, Local, ResolveError, split};
 use crate::net::{self, BufResult, TcpStream};
 use crate::resp::{Limits, Parsed, RequestParser, encode};
+use crate::router::{Mirror, RouteRuntime};
 use crate::upstream::{ClusterPool, Deliver, Dest, NO_UPSTREAM_HOST, Target};
 
 /// Growth step of a session's read buffer; a new connection starts with `READ_INITIAL`, so an idle
@@ -39,6 +40,9 @@ struct Session {
     encoded: Vec<u8>,
     /// Reused buffer for a request's key positions.
     key_idx: Vec<usize>,
+    /// Reused buffers for a request whose keys a route rewrites: its arguments and their ranges.
+    rw_buf: Vec<u8>,
+    rw_args: Vec<Range<usize>>,
     /// The client's address, learned when the listener has an access log.
     peer: Option<std::net::SocketAddr>,
 }
@@ -86,6 +90,8 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
         ),
         encoded: Vec::new(),
         key_idx: Vec::new(),
+        rw_buf: Vec::new(),
+        rw_args: Vec::new(),
         peer: first
             .observer
             .as_ref()
@@ -345,9 +351,10 @@ impl Session {
         }
     }
 
-    /// Routes a command whole to the shard of its keys. Every key must hash to the same shard
-    /// (else `-CROSSSLOT`, as Redis Cluster answers); a command with no key (EVAL with numkeys 0)
-    /// goes to shard 0, so scripts that touch no key always run on the same backend.
+    /// Routes a command whole to the shard of its keys. Every key must take the same route and
+    /// hash to the same shard of its cluster (else `-CROSSSLOT`, as Redis Cluster answers); a
+    /// command with no key (EVAL with numkeys 0) takes the catch-all route's shard 0, so scripts
+    /// that touch no key always run on the same backend.
     fn keyed(
         &mut self,
         rt: &ListenerRuntime,
@@ -374,31 +381,146 @@ impl Session {
         if let Err(reply) = command::keys(spec, args.len(), arg, &mut self.key_idx) {
             return self.sink.push_local(spec.id, &reply);
         }
-        let first_key = self.key_idx.first().map(|&i| arg(i)).unwrap_or(&[]);
-        let Some(pool) = rt.router.route(first_key) else {
+        let first_key = self.key_idx.first().map(|&i| arg(i));
+        let Some((id, route)) = rt.router.route(first_key.unwrap_or(&[])) else {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
-        let shard = match self.key_idx.first() {
-            Some(_) => pool.shard_of(rt.hash_key(first_key)),
-            None => 0,
+        if rt.router.has_prefixes()
+            && self
+                .key_idx
+                .iter()
+                .skip(1)
+                .any(|&i| rt.router.route_id(arg(i)) != Some(id))
+        {
+            return self.sink.push_local(spec.id, CROSSSLOT);
+        }
+        if !route.rewrites() {
+            return self.keyed_to(
+                rt,
+                spec.id,
+                command::is_read(spec),
+                route,
+                args,
+                base,
+                frame,
+                first_key,
+            );
+        }
+        let key_idx = std::mem::take(&mut self.key_idx);
+        let (rbuf, rargs) = self.rewrite(route, args, base, &key_idx);
+        self.key_idx = key_idx;
+        self.keyed_to(
+            rt,
+            spec.id,
+            command::is_read(spec),
+            route,
+            &rargs,
+            &rbuf,
+            None,
+            first_key,
+        );
+        self.give_back(rbuf, rargs);
+    }
+
+    /// Sends a keyed command (keys at `self.key_idx`, already in their forwarded form) to its
+    /// shard of `route`'s pool, then its copies to the route's mirrors. `client_key`: the first
+    /// key as the client sent it, which decides the mirrors' `runtime_fraction`.
+    #[allow(clippy::too_many_arguments)]
+    fn keyed_to(
+        &mut self,
+        rt: &ListenerRuntime,
+        cmd: u16,
+        read: bool,
+        route: &RouteRuntime,
+        args: &[Range<usize>],
+        base: &[u8],
+        frame: Option<&[u8]>,
+        client_key: Option<&[u8]>,
+    ) {
+        let pool = route.pool_for(read);
+        let Some(shard) = self.shard_of_keys(rt, pool, args, base) else {
+            return self.sink.push_local(cmd, CROSSSLOT);
         };
+        self.send_one(cmd, read, pool, shard, args, base, frame);
+        if route.mirrors.is_empty() {
+            return;
+        }
+        for m in &route.mirrors {
+            if !m.admits(read, client_key) {
+                continue;
+            }
+            let Some(shard) = self.shard_of_keys(rt, &m.pool, args, base) else {
+                // The keys share a shard of the primary but not of the mirror: the copy cannot
+                // go whole, and splitting it would change what it does.
+                m.stats.unsendable();
+                continue;
+            };
+            let request = Self::request_bytes(&mut self.encoded, frame, args, base);
+            m.stats.send(
+                &m.pool,
+                Dest::Key(shard),
+                self.id,
+                self.conn.resp3,
+                read,
+                request,
+                cmd,
+            );
+        }
+    }
+
+    /// The shard of `pool` that every key at `self.key_idx` hashes to (0 with no key), or
+    /// `None` when they hash to different shards.
+    fn shard_of_keys(
+        &self,
+        rt: &ListenerRuntime,
+        pool: &ClusterPool,
+        args: &[Range<usize>],
+        base: &[u8],
+    ) -> Option<usize> {
+        let arg = |i: usize| args.get(i).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
+        let Some(&first) = self.key_idx.first() else {
+            return Some(0);
+        };
+        let shard = pool.shard_of(rt.hash_key(arg(first)));
         let cross = self
             .key_idx
             .iter()
             .skip(1)
             .any(|&i| pool.shard_of(rt.hash_key(arg(i))) != shard);
-        if cross {
-            return self.sink.push_local(spec.id, CROSSSLOT);
+        (!cross).then_some(shard)
+    }
+
+    /// The request with the arguments at `keys` rewritten by `route` (`remove_prefix`,
+    /// `key_formatter`), as new argument bytes and ranges (reused buffers: hand them back with
+    /// [`Session::give_back`]).
+    fn rewrite(
+        &mut self,
+        route: &RouteRuntime,
+        args: &[Range<usize>],
+        base: &[u8],
+        keys: &[usize],
+    ) -> (Vec<u8>, Vec<Range<usize>>) {
+        let mut buf = std::mem::take(&mut self.rw_buf);
+        let mut ranges = std::mem::take(&mut self.rw_args);
+        buf.clear();
+        ranges.clear();
+        for (i, r) in args.iter().enumerate() {
+            let a = base.get(r.clone()).unwrap_or(&[]);
+            let at = buf.len();
+            if keys.contains(&i) {
+                route.rewrite(a, &mut buf);
+            } else {
+                buf.extend_from_slice(a);
+            }
+            ranges.push(at..buf.len());
         }
-        self.send_one(
-            spec.id,
-            command::is_read(spec),
-            pool,
-            shard,
-            args,
-            base,
-            frame,
-        );
+        (buf, ranges)
+    }
+
+    /// Returns the buffers [`Session::rewrite`] lent.
+    fn give_back(&mut self, buf: Vec<u8>, ranges: Vec<Range<usize>>) {
+        self.rw_buf = buf;
+        self.rw_args = ranges;
     }
 
     /// A listener `custom_commands` entry: a single-key command routed by argv[1].
@@ -411,11 +533,17 @@ impl Session {
     ) {
         let key = args.get(1).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
         rt.stats.custom_request();
-        let Some(pool) = rt.router.route(key) else {
+        let Some((_, route)) = rt.router.route(key) else {
             return self.sink.push_local(CUSTOM_CMD, NO_UPSTREAM_HOST);
         };
-        let shard = pool.shard_of(rt.hash_key(key));
-        self.send_one(CUSTOM_CMD, false, pool, shard, args, base, frame);
+        self.key_idx.clear();
+        self.key_idx.push(1);
+        if !route.rewrites() {
+            return self.keyed_to(rt, CUSTOM_CMD, false, route, args, base, frame, Some(key));
+        }
+        let (rbuf, rargs) = self.rewrite(route, args, base, &[1]);
+        self.keyed_to(rt, CUSTOM_CMD, false, route, &rargs, &rbuf, None, Some(key));
+        self.give_back(rbuf, rargs);
     }
 
     /// Sends the whole request to one shard; `cmd` is its table id for stats (`CUSTOM_CMD` for
@@ -452,12 +580,13 @@ impl Session {
         }
     }
 
-    /// Sends `parts` (one sub-request each) and merges their replies into one slot. `by_node`:
-    /// each part's `shard` is a fan-out node index rather than a key's shard.
-    fn send_parts(
+    /// Sends `parts` (one sub-request each, part `i` to `pools(i)`) and merges their replies into
+    /// one slot. `by_node`: each part's `shard` is a fan-out node index rather than a key's shard.
+    #[allow(clippy::too_many_arguments)]
+    fn send_parts<'p>(
         &mut self,
         spec: &CommandSpec,
-        pool: &ClusterPool,
+        pools: impl Fn(usize) -> Option<&'p ClusterPool>,
         merge: command::Merge,
         nkeys: usize,
         mut parts: Vec<split::Part>,
@@ -479,7 +608,13 @@ impl Session {
             } else {
                 Dest::Key(part.shard)
             };
-            if let Err(e) = pool.send(dest, self.id, self.conn.resp3, read, &part.request, target) {
+            let sent = match pools(i) {
+                Some(pool) => {
+                    pool.send(dest, self.id, self.conn.resp3, read, &part.request, target)
+                }
+                None => Err(crate::upstream::SendError::NoHost),
+            };
+            if let Err(e) = sent {
                 failed.push((i as u32, e));
             }
             // The request bytes are in the upstream buffer now; only the key map is kept.
@@ -491,7 +626,8 @@ impl Session {
         }
     }
 
-    /// Splits a multi-key command per host and merges the replies (MGET, MSET, DEL, …).
+    /// Splits a multi-key command per route, cluster and host, and merges the replies in the
+    /// client's key order (MGET, MSET, DEL, …).
     fn split(
         &mut self,
         rt: &ListenerRuntime,
@@ -504,13 +640,155 @@ impl Session {
             .iter()
             .map(|r| base.get(r.clone()).unwrap_or(&[]))
             .collect();
-        let Some(pool) = rt.router.route(argv.get(1).copied().unwrap_or(&[])) else {
-            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
-        };
-        let parts = split::split(spec, &argv, &mut |key| pool.shard_of(rt.hash_key(key)));
+        let read = command::is_read(spec);
+        if !rt.router.has_prefixes() && !rt.router.rewrites() {
+            // One route for every key, keys forwarded as sent: as before prefix routes existed.
+            let Some(route) = rt.router.keyless() else {
+                return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
+            };
+            let pool = route.pool_for(read);
+            let parts = split::split(spec, &argv, &mut |key| pool.shard_of(rt.hash_key(key)));
+            let nkeys = parts.iter().map(|p| p.keys.len()).sum();
+            self.send_parts(spec, |_| Some(&**pool), merge, nkeys, parts, false);
+            if rt.router.mirrors() {
+                let keys = split_keys(spec, argv.len());
+                let ids = vec![crate::router::CATCH_ALL; keys.len()];
+                self.mirror_split(rt, spec, read, &argv, &argv, &keys, &ids);
+            }
+            return;
+        }
+        let keys = split_keys(spec, argv.len());
+        let mut ids = Vec::with_capacity(keys.len());
+        for &i in &keys {
+            match rt.router.route_id(argv.get(i).copied().unwrap_or(&[])) {
+                Some(id) => ids.push(id),
+                None => return self.sink.push_local(spec.id, NO_UPSTREAM_HOST),
+            }
+        }
+        // The forwarded arguments: each key rewritten by its own route.
+        let mut buf = std::mem::take(&mut self.rw_buf);
+        let mut ranges = std::mem::take(&mut self.rw_args);
+        buf.clear();
+        ranges.clear();
+        let mut next = keys.iter().zip(&ids).peekable();
+        for (i, a) in argv.iter().enumerate() {
+            let at = buf.len();
+            match next.next_if(|(k, _)| **k == i) {
+                Some((_, &id)) => match rt.router.by_id(id) {
+                    Some(route) => route.rewrite(a, &mut buf),
+                    None => buf.extend_from_slice(a),
+                },
+                None => buf.extend_from_slice(a),
+            }
+            ranges.push(at..buf.len());
+        }
+        let fwd: Vec<&[u8]> = ranges
+            .iter()
+            .map(|r| buf.get(r.clone()).unwrap_or(&[]))
+            .collect();
+        // Group keys by (pool, shard); `split` numbers parts by group.
+        let mut groups: Vec<(&Rc<ClusterPool>, usize)> = Vec::new();
+        let mut group_of = Vec::with_capacity(keys.len());
+        for (&i, &id) in keys.iter().zip(&ids) {
+            let Some(route) = rt.router.by_id(id) else {
+                return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
+            };
+            let pool = route.pool_for(read);
+            let shard = pool.shard_of(rt.hash_key(fwd.get(i).copied().unwrap_or(&[])));
+            let g = match groups
+                .iter()
+                .position(|(p, s)| Rc::ptr_eq(p, pool) && *s == shard)
+            {
+                Some(g) => g,
+                None => {
+                    groups.push((pool, shard));
+                    groups.len() - 1
+                }
+            };
+            group_of.push(g);
+        }
+        let mut n = 0;
+        let mut parts = split::split(spec, &fwd, &mut |_| {
+            let g = group_of.get(n).copied().unwrap_or(usize::MAX);
+            n += 1;
+            g
+        });
+        let mut part_pools = Vec::with_capacity(parts.len());
+        for part in &mut parts {
+            let (pool, shard) = groups.get(part.shard).copied().unzip();
+            part_pools.push(pool);
+            part.shard = shard.unwrap_or(usize::MAX);
+        }
         let nkeys = parts.iter().map(|p| p.keys.len()).sum();
-        let pool = pool.clone();
-        self.send_parts(spec, &pool, merge, nkeys, parts, false);
+        self.send_parts(
+            spec,
+            |i| part_pools.get(i).copied().flatten().map(|p| &**p),
+            merge,
+            nkeys,
+            parts,
+            false,
+        );
+        if rt.router.mirrors() {
+            self.mirror_split(rt, spec, read, &argv, &fwd, &keys, &ids);
+        }
+        drop(fwd);
+        self.give_back(buf, ranges);
+    }
+
+    /// Copies a split command to the mirrors of its keys' routes: per mirror cluster, the keys
+    /// it admits, split by that cluster's own shards. `client` holds the arguments as sent (for
+    /// `runtime_fraction`), `fwd` as forwarded; `keys[k]` is key k's argument index and `ids[k]`
+    /// its route.
+    #[allow(clippy::too_many_arguments)]
+    fn mirror_split(
+        &self,
+        rt: &ListenerRuntime,
+        spec: &CommandSpec,
+        read: bool,
+        client: &[&[u8]],
+        fwd: &[&[u8]],
+        keys: &[usize],
+        ids: &[usize],
+    ) {
+        // Distinct mirror clusters of the routes used (few: a handful of mirrors at most).
+        let mut seen: Vec<&Mirror> = Vec::new();
+        for &id in ids {
+            for m in rt.router.by_id(id).into_iter().flat_map(|r| &r.mirrors) {
+                if !m.excludes(read) && !seen.iter().any(|s| Rc::ptr_eq(&s.stats, &m.stats)) {
+                    seen.push(m);
+                }
+            }
+        }
+        for target in seen {
+            let mut k = 0;
+            let parts = split::split(spec, fwd, &mut |key| {
+                let id = ids.get(k).copied().unwrap_or(usize::MAX);
+                let at = keys.get(k).copied().unwrap_or(0);
+                k += 1;
+                let policy = rt.router.by_id(id).and_then(|r| {
+                    r.mirrors
+                        .iter()
+                        .find(|m| Rc::ptr_eq(&m.stats, &target.stats))
+                });
+                match policy {
+                    Some(m) if m.admits(read, client.get(at).copied()) => {
+                        target.pool.shard_of(rt.hash_key(key))
+                    }
+                    _ => usize::MAX,
+                }
+            });
+            for part in parts.iter().filter(|p| p.shard != usize::MAX) {
+                target.stats.send(
+                    &target.pool,
+                    Dest::Key(part.shard),
+                    self.id,
+                    self.conn.resp3,
+                    read,
+                    &part.request,
+                    spec.id,
+                );
+            }
+        }
     }
 
     /// Sends the request unchanged to every shard and merges the replies (FLUSHALL, DBSIZE, …).
@@ -523,9 +801,10 @@ impl Session {
         base: &[u8],
         frame: Option<&[u8]>,
     ) {
-        let Some(pool) = rt.router.route(&[]).cloned() else {
+        let Some(route) = rt.router.keyless() else {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
+        let pool = &route.pool;
         if pool.fanout_len() == 0 {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         }
@@ -537,7 +816,25 @@ impl Session {
                 keys: Vec::new(),
             })
             .collect();
-        self.send_parts(spec, &pool, merge, 0, parts, true);
+        self.send_parts(spec, |_| Some(&**pool), merge, 0, parts, true);
+        // SCRIPT LOAD counts as a read, but a mirror without the script would fail every EVALSHA.
+        let read = command::is_read(spec) && spec.name != "script";
+        for m in &route.mirrors {
+            if !m.admits(read, None) {
+                continue;
+            }
+            for node in 0..m.pool.fanout_len() {
+                m.stats.send(
+                    &m.pool,
+                    Dest::Node(node),
+                    self.id,
+                    self.conn.resp3,
+                    false,
+                    &request,
+                    spec.id,
+                );
+            }
+        }
     }
 
     /// SCAN: the client's cursor names a shard and that shard's cursor; the reply's cursor is
@@ -549,9 +846,10 @@ impl Session {
         args: &[Range<usize>],
         base: &[u8],
     ) {
-        let Some(pool) = rt.router.route(&[]).cloned() else {
+        let Some(route) = rt.router.keyless() else {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
+        let pool = &route.pool;
         let cursor = args.get(1).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
         let shards = pool.fanout_len();
         if shards == 0 {
@@ -583,7 +881,7 @@ impl Session {
             request,
             keys: Vec::new(),
         };
-        self.send_parts(spec, &pool, merge, 0, vec![part], true);
+        self.send_parts(spec, |_| Some(&**pool), merge, 0, vec![part], true);
     }
 }
 
@@ -642,4 +940,13 @@ fn peer_text(stream: &TcpStream) -> String {
     stream
         .peer_addr()
         .map_or_else(|_| "?".to_owned(), |a| a.to_string())
+}
+
+/// Argument indexes of the keys `split::split` takes from a request of `argc` arguments (a key
+/// whose values are incomplete is left out, as there).
+fn split_keys(spec: &CommandSpec, argc: usize) -> Vec<usize> {
+    let step = spec.step.max(1) as usize;
+    command::key_indices(spec, argc)
+        .take_while(|&i| i + step <= argc)
+        .collect()
 }

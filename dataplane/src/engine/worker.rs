@@ -16,9 +16,10 @@ use super::session;
 use super::sink::Sink;
 use super::stats::ListenerStats;
 use crate::cluster::topology::Registry;
+use crate::config::Route;
 use crate::config::{Config, ListenerConfig};
 use crate::net::{self, TaskHandle, TcpListener};
-use crate::router::Router;
+use crate::router::{Mirror, MirrorStats, RouteRuntime, Router};
 use crate::stats::Store;
 use crate::upstream::{ClusterPool, HostRegistry, PoolSettings};
 
@@ -172,6 +173,9 @@ struct Worker {
     /// Keyed by cluster and connection settings: listeners with the same settings share a pool.
     pools: HashMap<(String, PoolSettings), Rc<ClusterPool>>,
     listener_stats: HashMap<String, Rc<ListenerStats>>,
+    /// Mirror copy stats and in-flight bound per mirror cluster, kept across reloads (copies in
+    /// flight during a reload are still counted against the bound).
+    mirror_stats: HashMap<String, Rc<MirrorStats>>,
 }
 
 /// Starts worker `id` on its own thread and applies `config`; returns once it is serving or
@@ -215,6 +219,7 @@ pub fn spawn(
                     listeners: HashMap::new(),
                     pools: HashMap::new(),
                     listener_stats: HashMap::new(),
+                    mirror_stats: HashMap::new(),
                 };
                 net::spawn(trim_memory(worker.shared.clone()));
                 net::spawn(flush_stats());
@@ -254,6 +259,61 @@ pub fn spawn(
 }
 
 impl Worker {
+    /// The routing table of listener `l` over its pools `pools` (by cluster name).
+    fn router(
+        &mut self,
+        l: &ListenerConfig,
+        pools: &HashMap<&str, Rc<ClusterPool>>,
+    ) -> Result<Router, String> {
+        let pool = |name: &str| {
+            pools
+                .get(name)
+                .cloned()
+                .ok_or_else(|| format!("listener {}: unknown cluster {name}", l.name))
+        };
+        let mut build = |r: &Route| -> Result<RouteRuntime, String> {
+            let mut mirrors = Vec::with_capacity(r.request_mirror_policy.len());
+            for m in &r.request_mirror_policy {
+                let mpool = pool(&m.cluster)?;
+                let limit = mpool.cluster.max_pending_requests;
+                let stats = self
+                    .mirror_stats
+                    .entry(m.cluster.clone())
+                    .or_insert_with(|| {
+                        MirrorStats::new(&self.store, self.shared.id, &m.cluster, limit)
+                    })
+                    .clone();
+                stats.set_limit(limit);
+                mirrors.push(Mirror::new(m, mpool, stats));
+            }
+            let read_pool = match &r.read_command_policy {
+                Some(c) => Some(pool(c)?),
+                None => None,
+            };
+            let strip = if r.remove_prefix { r.prefix.len() } else { 0 };
+            Ok(RouteRuntime::new(
+                pool(&r.cluster)?,
+                read_pool,
+                mirrors,
+                strip,
+                r.key_formatter.as_deref(),
+            ))
+        };
+        let mut routes = Vec::with_capacity(l.prefix_routes.routes.len());
+        for r in &l.prefix_routes.routes {
+            routes.push((r.prefix.as_bytes().to_vec(), build(r)?));
+        }
+        let catch_all = match &l.prefix_routes.catch_all_route {
+            Some(r) => Some(build(r)?),
+            None => None,
+        };
+        Ok(Router::new(
+            routes,
+            catch_all,
+            l.prefix_routes.case_insensitive,
+        ))
+    }
+
     /// Builds routes and pools for `config`, reusing pools whose cluster and settings did not
     /// change (so they keep their connections), binding new listeners and closing removed ones.
     fn apply(&mut self, config: &Config) -> Result<(), String> {
@@ -261,33 +321,33 @@ impl Worker {
         let mut pools = HashMap::new();
         let mut runtimes = Vec::new();
         for l in &config.listeners {
-            let catch_all = match &l.prefix_routes.catch_all_route {
-                Some(route) => {
-                    let cluster = config
-                        .clusters
-                        .iter()
-                        .find(|c| c.name == route.cluster)
-                        .ok_or_else(|| {
-                            format!("listener {}: unknown cluster {}", l.name, route.cluster)
-                        })?;
-                    let settings = PoolSettings::new(l, cluster);
-                    let key = (cluster.name.clone(), settings.clone());
-                    let pool = match pools.get(&key).or_else(|| self.pools.get(&key)) {
-                        Some(p) if p.cluster.same_pool(cluster) => p.clone(),
-                        _ => ClusterPool::start(
-                            cluster,
-                            settings,
-                            &self.store,
-                            wid,
-                            &self.registry,
-                            &self.hosts,
-                        )?,
-                    };
-                    pools.insert(key, pool.clone());
-                    Some(pool)
-                }
-                None => None,
-            };
+            // Every cluster the listener uses, one pool each: a route's primary, a read policy
+            // and a mirror naming the same cluster share it, so one session keeps one connection
+            // per host for all of them and its commands stay in order across a route switch.
+            let mut lpools: HashMap<&str, Rc<ClusterPool>> = HashMap::new();
+            for name in crate::config::clusters_of(&l.prefix_routes) {
+                let cluster = config
+                    .clusters
+                    .iter()
+                    .find(|c| c.name == name)
+                    .ok_or_else(|| format!("listener {}: unknown cluster {name}", l.name))?;
+                let settings = PoolSettings::new(l, cluster);
+                let key = (cluster.name.clone(), settings.clone());
+                let pool = match pools.get(&key).or_else(|| self.pools.get(&key)) {
+                    Some(p) if p.cluster.same_pool(cluster) => p.clone(),
+                    _ => ClusterPool::start(
+                        cluster,
+                        settings,
+                        &self.store,
+                        wid,
+                        &self.registry,
+                        &self.hosts,
+                    )?,
+                };
+                pools.insert(key, pool.clone());
+                lpools.insert(name, pool);
+            }
+            let router = self.router(l, &lpools)?;
             let stats = self
                 .listener_stats
                 .entry(l.stat_prefix.clone())
@@ -298,7 +358,7 @@ impl Worker {
             stats.set_latency_in_micros(l.latency_in_micros);
             runtimes.push(Rc::new(ListenerRuntime {
                 config: l.clone(),
-                router: Router::new(catch_all),
+                router,
                 stats,
                 observer: Observer::new(&self.store, wid, l),
             }));

@@ -1,0 +1,209 @@
+//! Request mirroring (Envoy `Route.request_mirror_policy`): fire-and-forget copies whose replies
+//! are counted and dropped, bounded per worker and mirror cluster so a slow or dead mirror never
+//! holds memory or time of the primary path.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::config::MirrorPolicy;
+use crate::stats::{Counter, Gauge, Store};
+use crate::upstream::{ClusterPool, Deliver, Dest, Target};
+
+/// `runtime_fraction` is applied as `hash(key) % FRACTION_SCALE < fraction × 100`, i.e. with a
+/// resolution of 0.01%.
+const FRACTION_SCALE: u64 = 10_000;
+
+/// This worker's copy counters of one mirror cluster, and its in-flight bound. Shared by every
+/// route (of every listener) that mirrors to the cluster, so the bound is per worker and
+/// cluster, as the stat names are.
+///
+/// Stats: `cluster.<c>.mirror_rq_total` (copies handed to the pool), `mirror_rq_success`,
+/// `mirror_rq_error` (an error reply, timeout, no host, closed connection), `mirror_rq_overflow`
+/// (dropped before sending: `max_pending_requests` copies were already in flight), gauge
+/// `mirror_rq_active`.
+pub struct MirrorStats {
+    total: Arc<Counter>,
+    success: Arc<Counter>,
+    error: Arc<Counter>,
+    overflow: Arc<Counter>,
+    active: Arc<Gauge>,
+    in_flight: Cell<usize>,
+    /// The cluster's `max_pending_requests`; updated when a reload changes it.
+    limit: Cell<usize>,
+}
+
+impl MirrorStats {
+    /// Registers the mirror stats of `cluster` for `worker` (at 0), with at most `limit` copies
+    /// in flight.
+    pub fn new(store: &Store, worker: usize, cluster: &str, limit: usize) -> Rc<MirrorStats> {
+        let c = |n: &str| store.counter(&format!("cluster.{cluster}.{n}"), worker);
+        Rc::new(MirrorStats {
+            total: c("mirror_rq_total"),
+            success: c("mirror_rq_success"),
+            error: c("mirror_rq_error"),
+            overflow: c("mirror_rq_overflow"),
+            active: store.gauge(&format!("cluster.{cluster}.mirror_rq_active"), worker),
+            in_flight: Cell::new(0),
+            limit: Cell::new(limit),
+        })
+    }
+
+    /// Sets the in-flight bound (the mirror cluster's `max_pending_requests`).
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.set(limit.max(1));
+    }
+
+    /// Hands one copy to `pool` unless the bound is reached (then it is dropped and counted as
+    /// overflow). Never waits and never reports to the caller: the primary reply does not
+    /// depend on it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send(
+        self: &Rc<Self>,
+        pool: &ClusterPool,
+        dest: Dest,
+        session: u64,
+        resp3: bool,
+        read: bool,
+        request: &[u8],
+        cmd: u16,
+    ) {
+        let n = self.in_flight.get();
+        if n >= self.limit.get() {
+            self.overflow.inc();
+            return;
+        }
+        self.total.inc();
+        let target = Target {
+            sink: self.clone(),
+            seq: 0,
+            part: 0,
+            cmd,
+        };
+        match pool.send(dest, session, resp3, read, request, target) {
+            Ok(()) => {
+                self.in_flight.set(n + 1);
+                self.active.inc();
+            }
+            Err(_) => self.error.inc(),
+        }
+    }
+}
+
+impl MirrorStats {
+    /// A copy that could not be made (its keys span shards of the mirror but not of the
+    /// primary): counted as handed over and failed.
+    pub fn unsendable(&self) {
+        self.total.inc();
+        self.error.inc();
+    }
+}
+
+impl Deliver for MirrorStats {
+    /// The mirror's reply (or the pool's failure reply): counted, then dropped.
+    fn deliver(&self, _seq: u64, _part: u32, reply: &[u8]) {
+        self.in_flight.set(self.in_flight.get().saturating_sub(1));
+        self.active.dec();
+        if reply.first() == Some(&b'-') {
+            self.error.inc();
+        } else {
+            self.success.inc();
+        }
+    }
+}
+
+/// `runtime_fraction` (a percentage) as a threshold out of [`FRACTION_SCALE`]; not a number:
+/// everything (config validation rejects it anyway).
+fn threshold(pct: f64) -> u64 {
+    let pct = if pct.is_finite() {
+        pct.clamp(0.0, 100.0)
+    } else {
+        100.0
+    };
+    (pct * (FRACTION_SCALE as f64 / 100.0)).round() as u64
+}
+
+#[inline]
+fn fraction_admits(threshold: u64, key: Option<&[u8]>) -> bool {
+    if threshold >= FRACTION_SCALE {
+        return true;
+    }
+    match key {
+        Some(k) => crate::cluster::xxh64(k, 0) % FRACTION_SCALE < threshold,
+        None => true,
+    }
+}
+
+/// One `request_mirror_policy` entry of a route, resolved for a worker.
+pub struct Mirror {
+    pub pool: Rc<ClusterPool>,
+    pub stats: Rc<MirrorStats>,
+    exclude_read_commands: bool,
+    /// Keys with `xxh64(key) % FRACTION_SCALE` below this are mirrored; `FRACTION_SCALE` or
+    /// more: every key, without hashing.
+    threshold: u64,
+}
+
+impl Mirror {
+    /// `policy` resolved to this worker's pool and stats of its cluster.
+    pub fn new(policy: &MirrorPolicy, pool: Rc<ClusterPool>, stats: Rc<MirrorStats>) -> Mirror {
+        Mirror {
+            pool,
+            stats,
+            exclude_read_commands: policy.exclude_read_commands,
+            threshold: threshold(policy.runtime_fraction),
+        }
+    }
+
+    /// Whether a request is copied here: `read` (see [`crate::command::is_read`]) unless reads
+    /// are excluded, and `key` (as the client sent it) within `runtime_fraction`. A keyless
+    /// request passes the fraction: there is nothing to hash, and scripts or FLUSHALL must reach
+    /// the mirror for it to stay a faithful copy.
+    #[inline]
+    pub fn admits(&self, read: bool, key: Option<&[u8]>) -> bool {
+        if read && self.exclude_read_commands {
+            return false;
+        }
+        self.admits_key(key)
+    }
+
+    /// The fraction part of [`Mirror::admits`].
+    #[inline]
+    pub fn admits_key(&self, key: Option<&[u8]>) -> bool {
+        fraction_admits(self.threshold, key)
+    }
+
+    /// True when `read` requests are never copied here.
+    pub fn excludes(&self, read: bool) -> bool {
+        read && self.exclude_read_commands
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admits(pct: f64, key: &[u8]) -> bool {
+        fraction_admits(threshold(pct), Some(key))
+    }
+
+    #[test]
+    fn fraction_is_deterministic_and_proportional() {
+        let n = 4000;
+        let keys: Vec<String> = (0..n).map(|i| format!("key:{i}")).collect();
+        let half = keys.iter().filter(|k| admits(50.0, k.as_bytes())).count();
+        assert!((1700..2300).contains(&half), "half = {half}");
+        let quarter = keys.iter().filter(|k| admits(25.0, k.as_bytes())).count();
+        assert!((800..1200).contains(&quarter), "quarter = {quarter}");
+        for k in &keys {
+            assert_eq!(admits(50.0, k.as_bytes()), admits(50.0, k.as_bytes()));
+            // A key mirrored at 25% is mirrored at 50% too: fractions nest.
+            assert!(!admits(25.0, k.as_bytes()) || admits(50.0, k.as_bytes()));
+        }
+        assert!(keys.iter().all(|k| admits(100.0, k.as_bytes())));
+        assert!(!keys.iter().any(|k| admits(0.0, k.as_bytes())));
+        assert!(fraction_admits(threshold(0.0), None));
+        assert_eq!(threshold(f64::NAN), FRACTION_SCALE);
+        assert_eq!(threshold(250.0), FRACTION_SCALE);
+    }
+}
