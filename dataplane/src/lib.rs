@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod engine;
+pub mod migrate;
 pub mod net;
 pub mod resp;
 pub mod router;

@@ -58,6 +58,9 @@ enum Command {
     /// Live terminal view of a running respite's admin endpoint: req/s, errors and p50/p99 per
     /// command and per upstream host (docs/observability.md).
     Top(respite::top::TopArgs),
+    /// Migration tools: `verify` compares a source deployment with a target key by key,
+    /// `copy` copies keys with DUMP/RESTORE (docs/migration.md).
+    Migrate(respite::migrate::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -79,6 +82,7 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Top(args)) => respite::top::main(&args),
+        Some(Command::Migrate(args)) => respite::migrate::main(&args),
         Some(Command::CheckConfig { file }) => match respite::config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());
