@@ -261,7 +261,11 @@ fn assert_unaffected(what: &str, baseline: &Load, mirrored: &Load, r: &Respite) 
         mirrored.elapsed,
         LOAD_SETS,
     );
-    assert_eq!(baseline.errors, 0, "baseline errors: {:?}", baseline.samples);
+    assert_eq!(
+        baseline.errors, 0,
+        "baseline errors: {:?}",
+        baseline.samples
+    );
     assert_eq!(
         mirrored.errors, 0,
         "primary path errors with the mirror {what}: {:?}",
@@ -527,7 +531,11 @@ fn mirror_runs_each_write_exactly_once() {
     let s = drained(&r);
     println!("exactly once: {sent} INCRs, mirror stats {s:?}");
     for (name, server) in [("primary", &primary), ("mirror", &mirror)] {
-        assert_eq!(calls(server, "incr"), sent as u64, "INCR calls on the {name}");
+        assert_eq!(
+            calls(server, "incr"),
+            sent as u64,
+            "INCR calls on the {name}"
+        );
         let mut d = server.raw();
         for c in 0..CLIENTS {
             for chunk in (0..KEYS).collect::<Vec<_>>().chunks(500) {
@@ -583,8 +591,15 @@ fn runtime_fraction_mirrors_the_same_keys_every_run() {
         let s = drained(&r);
         let keys = mirrored_keys(&mirror, N);
         let share = keys.len() as f64 * 100.0 / N as f64;
-        println!("run {run}: {} of {N} keys mirrored ({share:.1}%), {s:?}", keys.len());
-        assert_eq!(s.total, keys.len() as i64, "mirror_rq_total vs keys on the mirror");
+        println!(
+            "run {run}: {} of {N} keys mirrored ({share:.1}%), {s:?}",
+            keys.len()
+        );
+        assert_eq!(
+            s.total,
+            keys.len() as i64,
+            "mirror_rq_total vs keys on the mirror"
+        );
         assert!(
             (18.0..=32.0).contains(&share),
             "runtime_fraction 25: {share:.1}% of keys mirrored"
@@ -595,10 +610,18 @@ fn runtime_fraction_mirrors_the_same_keys_every_run() {
         let gets: Vec<Vec<Vec<u8>>> = (0..N)
             .map(|i| cmd(&[b"GET", format!("frac:{i}").as_bytes()]))
             .collect();
-        assert!(pipelined(&mut c, &gets, 200).iter().all(|r| r == &bulk(b"x")));
+        assert!(
+            pipelined(&mut c, &gets, 200)
+                .iter()
+                .all(|r| r == &bulk(b"x"))
+        );
         let after = drained(&r);
         assert_eq!(after.total, s.total, "GETs were mirrored");
-        assert_eq!(calls(&mirror, "get"), gets_before, "GETs reached the mirror");
+        assert_eq!(
+            calls(&mirror, "get"),
+            gets_before,
+            "GETs reached the mirror"
+        );
         runs.push(keys);
     }
     let diff: Vec<_> = runs[0].symmetric_difference(&runs[1]).take(10).collect();
