@@ -17,7 +17,7 @@
 //! iteration's writes. Every reply is checked: an INCR/LPUSH reply that is not the previous one
 //! plus one is a lost (or reordered) write, a read that is not the last acknowledged value is a
 //! stale read. At the end every acknowledged write is read back through Respite. While copy and
-//! verify run, the threads skip the two hot keys (queue, hot counter): a key written every
+//! verify run, the threads skip the hot keys (queue, hot counter, `log:0`): a key written every
 //! couple of milliseconds differs on every read of a live verify (docs/migration.md, step 3).
 //!
 //! The hot counters check the ordering fact the switch depends on: across it, a client's writes
@@ -42,6 +42,12 @@ const COUNTERS: usize = 20;
 const STRING_KEYS: usize = 500;
 const HASH_KEYS: usize = 300;
 const HOT_INCRS: usize = 5;
+/// Thread 0 also APPENDs a chunk this big to `log:0` every iteration (and restarts it with SET
+/// every [`LOG_RESET`] iterations). Redis reads a client's bytes 16 KiB at a time, so a copy this
+/// size that sits on another connection than the next request of the same client would be
+/// overtaken by it: the reply length would show it.
+const LOG_CHUNK: usize = 48 * 1024;
+const LOG_RESET: u64 = 20;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Step {
@@ -109,6 +115,8 @@ struct Record {
     stale: Vec<String>,
     counters: Vec<i64>,
     hot: i64,
+    /// Length of `log:0` after the last acknowledged SET/APPEND (thread 0 only).
+    log_len: i64,
     queue_len: i64,
     last_pushed: u64,
     /// key → (value, when acknowledged)
@@ -126,7 +134,7 @@ fn int_reply(r: &[u8]) -> Option<i64> {
 }
 
 /// One load thread: `t` owns every key with `:{t}:` in it. While `quiet` is set it skips the
-/// hot keys (the queue and the hot counter, written every iteration): a key written more often
+/// hot keys (the queue, the hot counter and `log:0`, written every iteration): a key written more often
 /// than verify's re-check pauses differs on every read while writes land, and verify cannot
 /// tell it from a lost write (docs/migration.md, step 3).
 fn load(addr: String, t: usize, stop: Arc<AtomicBool>, quiet: Arc<AtomicBool>) -> Record {
@@ -161,11 +169,19 @@ fn load(addr: String, t: usize, stop: Arc<AtomicBool>, quiet: Arc<AtomicBool>) -
             cmd(&[b"INCR", ckey.as_bytes()]),
         ];
         let hot_part = !quiet.load(Ordering::Relaxed);
+        let log_part = hot_part && t == 0;
         if hot_part {
             cmds.push(cmd(&[b"LPUSH", qkey.as_bytes(), i.to_string().as_bytes()]));
             for _ in 0..HOT_INCRS {
                 cmds.push(cmd(&[b"INCR", hot.as_bytes()]));
             }
+        }
+        let log_reset = i % LOG_RESET == 0 || rec.log_len == 0;
+        if log_part {
+            let mut chunk = format!("[{i}]").into_bytes();
+            chunk.resize(LOG_CHUNK, b'.');
+            let verb: &[u8] = if log_reset { b"SET" } else { b"APPEND" };
+            cmds.push(cmd(&[verb, b"log:0", &chunk]));
         }
         let writes = cmds.len();
         if let Some((pk, _, ph, _)) = &prev {
@@ -221,6 +237,15 @@ fn load(addr: String, t: usize, stop: Arc<AtomicBool>, quiet: Arc<AtomicBool>) -
                 rec.hot = int_reply(r).unwrap_or(0);
             }
         }
+        if log_part {
+            let r = &replies[5 + HOT_INCRS];
+            if log_reset {
+                rec.log_len = LOG_CHUNK as i64;
+            } else {
+                expect("log:0 (APPEND length)", r, rec.log_len + LOG_CHUNK as i64);
+                rec.log_len = int_reply(r).unwrap_or(0);
+            }
+        }
         if let Some((pk, pv, ph, pf)) = &prev {
             rec.reads += 2;
             let (g, h) = (&replies[writes], &replies[writes + 1]);
@@ -241,6 +266,97 @@ fn load(addr: String, t: usize, stop: Arc<AtomicBool>, quiet: Arc<AtomicBool>) -
         std::thread::sleep(Duration::from_millis(1));
     }
     rec
+}
+
+/// What the streaming client saw: INCRs acknowledged, the last reply, gaps.
+struct Streamed {
+    acked: u64,
+    last: i64,
+    gaps: Vec<String>,
+    errors: Vec<String>,
+}
+
+/// A client that pipelines `INCR stream` without waiting for replies (a writer thread keeps up
+/// to 2000 in flight, a reader checks each reply is the previous one plus one). Unlike the
+/// request/reply load above, it always has copies in flight when a reload lands, so it is the
+/// one that would see a mirror copy overtaken by the next primary request across the switch
+/// (mirror and primary on different connections to `new`). Pauses while `quiet` is set.
+fn streamer(addr: String, stop: Arc<AtomicBool>, quiet: Arc<AtomicBool>) -> Streamed {
+    use std::io::Write;
+    use std::sync::atomic::AtomicU64;
+    let mut c = RawClient::connect(&addr);
+    let sent = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let mut w = c.stream().try_clone().expect("clone stream");
+        let (sent, acked, done) = (sent.clone(), acked.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut batch = Vec::new();
+            for _ in 0..50 {
+                RawClient::encode_into(&mut batch, &[b"INCR", b"stream"]);
+            }
+            while !stop.load(Ordering::Relaxed) {
+                let in_flight = sent.load(Ordering::Relaxed) - acked.load(Ordering::Relaxed);
+                if quiet.load(Ordering::Relaxed) || in_flight > 2000 {
+                    std::thread::sleep(Duration::from_micros(200));
+                    continue;
+                }
+                sent.fetch_add(50, Ordering::Relaxed);
+                if w.write_all(&batch).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            done.store(true, Ordering::Relaxed);
+        })
+    };
+    let mut out = Streamed {
+        acked: 0,
+        last: 0,
+        gaps: Vec::new(),
+        errors: Vec::new(),
+    };
+    loop {
+        if done.load(Ordering::Relaxed)
+            && acked.load(Ordering::Relaxed) == sent.load(Ordering::Relaxed)
+        {
+            break;
+        }
+        if acked.load(Ordering::Relaxed) == sent.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        let r = match c.try_read_reply() {
+            Ok(r) => r,
+            Err(e) => {
+                out.errors.push(format!("stream read: {e}"));
+                break;
+            }
+        };
+        acked.fetch_add(1, Ordering::Relaxed);
+        match int_reply(&r) {
+            Some(n) if n == out.last + 1 => {
+                out.last = n;
+                out.acked += 1;
+            }
+            Some(n) => {
+                if out.gaps.len() < 10 {
+                    out.gaps
+                        .push(format!("INCR stream: want {}, got {n}", out.last + 1));
+                }
+                out.last = n;
+                out.acked += 1;
+            }
+            None => {
+                if out.errors.len() < 10 {
+                    out.errors.push(format!("INCR stream: {}", show(&r)));
+                }
+            }
+        }
+    }
+    let _ = writer.join();
+    out
 }
 
 /// Sends `cmds` as one pipeline and reads every reply, returning I/O errors.
@@ -329,6 +445,10 @@ fn four_step_migration_under_load() {
             std::thread::spawn(move || load(addr, t, stop, quiet))
         })
         .collect();
+    let stream = {
+        let (addr, stop, quiet) = (r.addr(), stop.clone(), quiet.clone());
+        std::thread::spawn(move || streamer(addr, stop, quiet))
+    };
     let ttl = Duration::from_secs(TTL_SECS);
     std::thread::sleep(Duration::from_secs(1));
 
@@ -399,6 +519,7 @@ fn four_step_migration_under_load() {
         .into_iter()
         .map(|h| h.join().expect("load thread"))
         .collect();
+    let streamed = stream.join().expect("stream thread");
     phase("load stopped");
 
     // Every acknowledged write, read back through Respite (primary: old again).
@@ -406,6 +527,15 @@ fn four_step_migration_under_load() {
     let mut lost = Vec::new();
     let mut final_reads = 0u64;
     let fresh = Instant::now() - ttl + Duration::from_millis(500);
+    let got = c.cmd(&[b"GET", b"stream"]);
+    final_reads += 1;
+    if got != bulk(streamed.last.to_string().as_bytes()) {
+        lost.push(format!(
+            "GET stream: want {}, got {}",
+            streamed.last,
+            show(&got)
+        ));
+    }
     for (t, rec) in records.iter().enumerate() {
         let mut check = |args: &[&[u8]], want: Vec<u8>| {
             final_reads += 1;
@@ -430,6 +560,9 @@ fn four_step_migration_under_load() {
             bulk(rec.hot.to_string().as_bytes()),
         );
         check(&[b"LLEN", format!("q:{t}").as_bytes()], int(rec.queue_len));
+        if t == 0 {
+            check(&[b"STRLEN", b"log:0"], int(rec.log_len));
+        }
         check(
             &[b"LINDEX", format!("q:{t}").as_bytes(), b"0"],
             bulk(rec.last_pushed.to_string().as_bytes()),
@@ -446,17 +579,23 @@ fn four_step_migration_under_load() {
         }
     }
 
-    let writes: u64 = records.iter().map(|r| r.writes).sum();
+    let writes: u64 = records.iter().map(|r| r.writes).sum::<u64>() + streamed.acked;
     let reads: u64 = records.iter().map(|r| r.reads).sum();
-    let errors: u64 = records.iter().map(|r| r.error_count).sum();
-    let gaps: Vec<&String> = records.iter().flat_map(|r| &r.gaps).collect();
+    let errors: u64 =
+        records.iter().map(|r| r.error_count).sum::<u64>() + streamed.errors.len() as u64;
+    let gaps: Vec<&String> = records
+        .iter()
+        .flat_map(|r| &r.gaps)
+        .chain(&streamed.gaps)
+        .collect();
     let stale: Vec<&String> = records.iter().flat_map(|r| &r.stale).collect();
     println!(
         "migration: {writes} writes and {reads} reads acknowledged over {:.1}s by {THREADS} \
-         clients; {errors} client errors; {} INCR/LPUSH gaps; {} stale reads; {final_reads} \
+         clients and a streaming INCR client ({} INCRs); {errors} client errors; {} INCR/LPUSH gaps; {} stale reads; {final_reads} \
          final reads, {} lost; copy rounds {rounds}; verify checked {verified_old_new} keys old → \
          new and {verified_new_old} new → old",
         started.elapsed().as_secs_f64(),
+        streamed.acked,
         gaps.len(),
         stale.len(),
         lost.len(),
@@ -466,7 +605,11 @@ fn four_step_migration_under_load() {
         mirror_stats(&r, "new"),
         mirror_stats(&r, "old")
     );
-    let errs: Vec<&String> = records.iter().flat_map(|r| &r.errors).collect();
+    let errs: Vec<&String> = records
+        .iter()
+        .flat_map(|r| &r.errors)
+        .chain(&streamed.errors)
+        .collect();
     assert_eq!(errors, 0, "client errors, e.g. {errs:?}");
     assert!(gaps.is_empty(), "lost or reordered writes: {gaps:?}");
     assert!(stale.is_empty(), "stale reads: {stale:?}");
