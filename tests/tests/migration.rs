@@ -176,7 +176,7 @@ fn load(addr: String, t: usize, stop: Arc<AtomicBool>, quiet: Arc<AtomicBool>) -
                 cmds.push(cmd(&[b"INCR", hot.as_bytes()]));
             }
         }
-        let log_reset = i % LOG_RESET == 0 || rec.log_len == 0;
+        let log_reset = i.is_multiple_of(LOG_RESET) || rec.log_len == 0;
         if log_part {
             let mut chunk = format!("[{i}]").into_bytes();
             chunk.resize(LOG_CHUNK, b'.');
