@@ -287,7 +287,10 @@ cluster = "replica"
 "#;
     let respite = start(
         routes,
-        &[("primary", vec![b[0].addr()]), ("replica", vec![b[1].addr()])],
+        &[
+            ("primary", vec![b[0].addr()]),
+            ("replica", vec![b[1].addr()]),
+        ],
     );
     b[1].raw().cmd(&[b"SET", b"k", b"from-replica"]);
     let mut c = respite.raw();
@@ -317,7 +320,10 @@ runtime_fraction = {fraction:.1}
 #[test]
 fn mirror_gets_copies_and_client_sees_primary_only() {
     let b = servers(2);
-    let clusters = [("primary", vec![b[0].addr()]), ("mirror", vec![b[1].addr()])];
+    let clusters = [
+        ("primary", vec![b[0].addr()]),
+        ("mirror", vec![b[1].addr()]),
+    ];
     let respite = start(&mirror_routes(false, 100.0), &clusters);
     b[0].raw().cmd(&[b"SET", b"k", b"primary"]);
     b[1].raw().cmd(&[b"SET", b"k", b"mirror"]);
@@ -367,7 +373,10 @@ fn mirror_gets_copies_and_client_sees_primary_only() {
 #[test]
 fn mirror_excludes_reads_when_asked() {
     let b = servers(2);
-    let clusters = [("primary", vec![b[0].addr()]), ("mirror", vec![b[1].addr()])];
+    let clusters = [
+        ("primary", vec![b[0].addr()]),
+        ("mirror", vec![b[1].addr()]),
+    ];
     let respite = start(&mirror_routes(true, 100.0), &clusters);
     let mut c = respite.raw();
     assert_eq!(c.cmd(&[b"SET", b"k", b"v"]), OK);
@@ -387,7 +396,10 @@ fn mirror_excludes_reads_when_asked() {
 #[test]
 fn runtime_fraction_mirrors_a_deterministic_half() {
     let b = servers(2);
-    let clusters = [("primary", vec![b[0].addr()]), ("mirror", vec![b[1].addr()])];
+    let clusters = [
+        ("primary", vec![b[0].addr()]),
+        ("mirror", vec![b[1].addr()]),
+    ];
     let respite = start(&mirror_routes(false, 50.0), &clusters);
     let keys: Vec<String> = (0..400).map(|i| format!("frac:{i}")).collect();
     let mut c = respite.raw();
@@ -414,7 +426,9 @@ fn runtime_fraction_mirrors_a_deterministic_half() {
         .collect();
     assert!(pipelined(&mut c, &sets2, 50).iter().all(|r| r == OK));
     assert!(wait_until(Duration::from_secs(5), || {
-        first.iter().all(|k| get_on(&b[1], k.as_bytes()) == bulk(b"2"))
+        first
+            .iter()
+            .all(|k| get_on(&b[1], k.as_bytes()) == bulk(b"2"))
     }));
     assert_eq!(keys_on(&b[1]), first);
     // The decision is the documented hash: xxh64(key) % 10000 < 5000.
@@ -477,9 +491,15 @@ cluster = "{mirror}"
         })
     };
     let log_count = |respite: &Respite| respite.log().matches("config reloaded").count();
-    for (i, (p, m)) in [("new", "old"), ("old", "new"), ("new", "old"), ("old", "new"), ("new", "old")]
-        .into_iter()
-        .enumerate()
+    for (i, (p, m)) in [
+        ("new", "old"),
+        ("old", "new"),
+        ("new", "old"),
+        ("old", "new"),
+        ("new", "old"),
+    ]
+    .into_iter()
+    .enumerate()
     {
         std::thread::sleep(Duration::from_millis(200));
         respite.reload(&text(p, m));

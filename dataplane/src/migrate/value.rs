@@ -48,7 +48,7 @@ pub fn fetch(c: &mut KeyClient, key: &[u8]) -> RedisResult<Option<Snapshot>> {
     let mut attempt = 0;
     loop {
         match fetch_once(c, key) {
-            Err(e) if e.kind() == ErrorKind::TypeError && attempt < 3 => attempt += 1,
+            Err(e) if e.code() == Some("WRONGTYPE") && attempt < 3 => attempt += 1,
             other => return other,
         }
     }

@@ -141,13 +141,6 @@ impl Router {
         }
     }
 
-    /// A router with only a catch-all route to `pool` (or none: every key gets
-    /// `no upstream host`).
-    pub fn catch_all_only(pool: Option<Rc<ClusterPool>>) -> Router {
-        let catch_all = pool.map(|p| RouteRuntime::new(p, None, Vec::new(), 0, None));
-        Router::new(Vec::new(), catch_all, false)
-    }
-
     /// The route `key` takes and its id ([`CATCH_ALL`] or the route's index), or `None`: no
     /// route matches and there is no catch-all.
     #[inline]
