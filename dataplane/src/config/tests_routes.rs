@@ -216,7 +216,10 @@ fn fault_errors() {
         "unknown command \"GETT\"",
     );
     assert_err(
-        &edit("commands = [\"GET\", \"set\"]", "commands = [\"GET\", \"select\"]"),
+        &edit(
+            "commands = [\"GET\", \"set\"]",
+            "commands = [\"GET\", \"select\"]",
+        ),
         23,
         "listeners[0].faults[0].commands[1]",
         "SELECT is answered by respite itself, never sent upstream",
