@@ -123,6 +123,9 @@ fn threshold(pct: f64) -> u64 {
     (pct * (FRACTION_SCALE as f64 / 100.0)).round() as u64
 }
 
+/// Whether a request with `key` (`None`: a keyless command such as FLUSHALL, SCRIPT LOAD or EVAL
+/// with no keys) is mirrored. Keyless commands follow a mirror that is on at all: at 0% nothing,
+/// not even a FLUSHALL, reaches the mirror.
 #[inline]
 fn fraction_admits(threshold: u64, key: Option<&[u8]>) -> bool {
     if threshold >= FRACTION_SCALE {
@@ -130,7 +133,7 @@ fn fraction_admits(threshold: u64, key: Option<&[u8]>) -> bool {
     }
     match key {
         Some(k) => crate::cluster::xxh64(k, 0) % FRACTION_SCALE < threshold,
-        None => true,
+        None => threshold > 0,
     }
 }
 
@@ -157,8 +160,8 @@ impl Mirror {
 
     /// Whether a request is copied here: `read` (see [`crate::command::is_read`]) unless reads
     /// are excluded, and `key` (as the client sent it) within `runtime_fraction`. A keyless
-    /// request passes the fraction: there is nothing to hash, and scripts or FLUSHALL must reach
-    /// the mirror for it to stay a faithful copy.
+    /// request passes any fraction above 0: there is nothing to hash, and scripts or FLUSHALL
+    /// must reach the mirror for it to stay a faithful copy; at 0% the mirror is off.
     #[inline]
     pub fn admits(&self, read: bool, key: Option<&[u8]>) -> bool {
         if read && self.exclude_read_commands {
@@ -202,7 +205,10 @@ mod tests {
         }
         assert!(keys.iter().all(|k| admits(100.0, k.as_bytes())));
         assert!(!keys.iter().any(|k| admits(0.0, k.as_bytes())));
-        assert!(fraction_admits(threshold(0.0), None));
+        // Keyless commands (FLUSHALL, …) reach a mirror that is on, and never one at 0%.
+        assert!(!fraction_admits(threshold(0.0), None));
+        assert!(fraction_admits(threshold(0.01), None));
+        assert!(fraction_admits(threshold(50.0), None));
         assert_eq!(threshold(f64::NAN), FRACTION_SCALE);
         assert_eq!(threshold(250.0), FRACTION_SCALE);
     }
