@@ -7,11 +7,44 @@ use std::ops::Range;
 use toml::Spanned;
 
 use super::locate::Source;
-use super::raw::{RawFault, RawPrefixRoutes, RawRoute};
+use super::raw::{RawCluster, RawFault, RawHost, RawPrefixRoutes, RawRoute};
 use super::validate::duration;
 use super::{ClusterType, ConfigError, FaultConfig, FaultType, MirrorPolicy, PrefixRoutes, Route};
 
 type Result<T> = std::result::Result<T, ConfigError>;
+
+/// What route checks need to know of a `[[clusters]]` entry before its body is validated.
+pub(super) struct ClusterRef {
+    /// Position in `[[clusters]]`.
+    pub index: usize,
+    pub cluster_type: ClusterType,
+    /// Host addresses as written, normalised where they parse as `ip:port`.
+    hosts: HashSet<String>,
+}
+
+impl ClusterRef {
+    pub(super) fn new(index: usize, c: &RawCluster) -> ClusterRef {
+        let hosts = c
+            .hosts
+            .get_ref()
+            .iter()
+            .map(|h| {
+                let text = match h.get_ref() {
+                    RawHost::Short(a) => a.as_str(),
+                    RawHost::Full(t) => t.address.get_ref().as_str(),
+                };
+                text.trim()
+                    .parse::<std::net::SocketAddr>()
+                    .map_or_else(|_| text.trim().to_ascii_lowercase(), |a| a.to_string())
+            })
+            .collect();
+        ClusterRef {
+            index,
+            cluster_type: c.cluster_type,
+            hosts,
+        }
+    }
+}
 
 /// Envoy's limit on `Route.prefix`.
 const MAX_PREFIX_BYTES: usize = 1000;
@@ -26,7 +59,7 @@ pub(super) fn prefix_routes(
     path: &str,
     raw: Option<Spanned<RawPrefixRoutes>>,
     listener_span: Range<usize>,
-    clusters: &HashMap<String, (usize, ClusterType)>,
+    clusters: &HashMap<String, ClusterRef>,
 ) -> Result<(PrefixRoutes, bool)> {
     let path = format!("{path}.prefix_routes");
     let Some(raw) = raw else {
@@ -107,7 +140,7 @@ fn route(
     path: &str,
     r: RawRoute,
     span: Range<usize>,
-    clusters: &HashMap<String, (usize, ClusterType)>,
+    clusters: &HashMap<String, ClusterRef>,
     catch_all: bool,
 ) -> Result<(Route, Option<Range<usize>>, bool)> {
     let prefix_span = r.prefix.as_ref().map(|p| p.span());
@@ -198,6 +231,20 @@ fn route(
                 ),
             ));
         }
+        // A differently named cluster over the same servers is the same backend: a mirror to
+        // it would run every write twice there.
+        if let (Some(p), Some(m)) = (clusters.get(&cluster), clusters.get(&mc))
+            && let Some(shared) = p.hosts.intersection(&m.hosts).next()
+        {
+            return Err(src.error(
+                Some(c_span),
+                &format!("{mpath}.cluster"),
+                &format!(
+                    "mirror cluster \"{mc}\" shares host {shared} with the route's cluster \
+                     \"{cluster}\": every command would reach that backend twice"
+                ),
+            ));
+        }
         if mirrors.iter().any(|o| o.cluster == mc) {
             return Err(src.error(
                 Some(c_span),
@@ -235,10 +282,13 @@ fn cluster_ref(
     src: &Source<'_>,
     path: &str,
     name: Spanned<String>,
-    clusters: &HashMap<String, (usize, ClusterType)>,
+    clusters: &HashMap<String, ClusterRef>,
 ) -> Result<(String, bool)> {
     match clusters.get(name.get_ref()) {
-        Some(&(_, t)) => Ok((name.into_inner(), t == ClusterType::RedisCluster)),
+        Some(c) => Ok((
+            name.into_inner(),
+            c.cluster_type == ClusterType::RedisCluster,
+        )),
         None => Err(src.error(
             Some(name.span()),
             path,

@@ -135,6 +135,16 @@ fn route_errors() {
         "listeners[0].prefix_routes.routes[0].request_mirror_policy[1].cluster",
         "already a mirror of this route",
     );
+    // The same server under another cluster name (written differently) is still a self-mirror.
+    assert_err(
+        &edit(
+            "name = \"new\"\nhosts = [\"127.0.0.1:7002\"]",
+            "name = \"new\"\nhosts = [\"127.0.0.1:7009\", { address = \" 127.0.0.1:7001\" }]",
+        ),
+        15,
+        "listeners[0].prefix_routes.routes[0].request_mirror_policy[0].cluster",
+        "mirror cluster \"new\" shares host 127.0.0.1:7001 with the route's cluster \"old\"",
+    );
     assert_err(
         &edit("runtime_fraction = 25.5", "runtime_fraction = 101.0"),
         17,

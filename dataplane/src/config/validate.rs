@@ -11,6 +11,7 @@ use super::raw::{
     RawAccessLog, RawAdmin, RawCluster, RawConfig, RawDuration, RawHealthCheck, RawHost,
     RawHotKeys, RawListener, RawOutlierDetection, RawRuntime, RawTcpKeepalive,
 };
+use super::routes::ClusterRef;
 use super::{
     AccessLogConfig, AdminConfig, ClusterConfig, ClusterType, Config, ConfigError,
     HealthCheckConfig, HostConfig, HotKeysConfig, LbPolicy, ListenerConfig, LogFormat, OnUnhealthy,
@@ -38,11 +39,11 @@ pub(super) fn build(src: &Source<'_>, raw: RawConfig) -> Result<Config> {
 
     // Names first, so routes can be checked; cluster bodies after listeners so that errors come
     // out roughly in file order.
-    let mut cluster_names: HashMap<String, (usize, ClusterType)> = HashMap::new();
+    let mut cluster_names: HashMap<String, ClusterRef> = HashMap::new();
     for (i, c) in raw.clusters.iter().enumerate() {
         let name = c.get_ref().name.get_ref();
-        if let Some((first, _)) = cluster_names.insert(name.clone(), (i, c.get_ref().cluster_type))
-        {
+        let known = ClusterRef::new(i, c.get_ref());
+        if let Some(ClusterRef { index: first, .. }) = cluster_names.insert(name.clone(), known) {
             return Err(src.error(
                 Some(c.get_ref().name.span()),
                 &format!("clusters[{i}].name"),
@@ -178,7 +179,7 @@ fn listener(
     src: &Source<'_>,
     path: &str,
     raw: Spanned<RawListener>,
-    clusters: &HashMap<String, (usize, ClusterType)>,
+    clusters: &HashMap<String, ClusterRef>,
 ) -> Result<ListenerConfig> {
     let span = raw.span();
     let l = raw.into_inner();
