@@ -333,12 +333,13 @@ fn bad_input_and_unreachable_endpoints_exit_2() {
     let bad = tempfile::NamedTempFile::new().expect("tmp");
     std::fs::write(bad.path(), "garbage\n").expect("write");
     let path = bad.path().to_str().expect("utf-8");
+    let b = RedisServer::start();
     let (code, _, stderr) = migrate(&[
         "copy",
         "--from",
         &a.addr(),
         "--to",
-        &a.addr(),
+        &b.addr(),
         "--cursor-file",
         path,
     ]);
@@ -644,5 +645,189 @@ fn rate_limits_hold() {
     for took in [copy_took, verify_took] {
         assert!(took >= Duration::from_millis(1800), "{took:?}");
         assert!(took < Duration::from_secs(20), "{took:?}");
+    }
+}
+
+/// The HyperLogLog at `key`, as GET returns it.
+fn hll_bytes(c: &mut redis::Connection, key: &str) -> Vec<u8> {
+    redis::cmd("GET").arg(key).query(c).expect("GET hll")
+}
+
+#[test]
+fn verify_ignores_the_cached_cardinality_of_hyperloglogs() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let (mut src, mut dst) = (a.client(), b.client());
+    for c in [&mut src, &mut dst] {
+        q(c, &["PFADD", "hll", "a", "b", "c", "d"]);
+        q(c, &["PFADD", "hll:other", "a", "b"]);
+    }
+    // A read on the source only (PFCOUNT is not mirrored) rewrites the cached cardinality.
+    assert_eq!(int(&mut src, &["PFCOUNT", "hll"]), 4);
+    assert_ne!(hll_bytes(&mut src, "hll"), hll_bytes(&mut dst, "hll"));
+    let (code, json) = verify_json(&a.addr(), &b.addr(), &[]);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["equal"], 2);
+
+    // Different registers still differ.
+    q(&mut dst, &["PFADD", "hll:other", "zz"]);
+    let (code, json) = verify_json(&a.addr(), &b.addr(), &[]);
+    assert_eq!(code, 1, "{json}");
+    assert_eq!(json["value_differs"], 1);
+    assert_eq!(json["diffs"][0]["key"], "hll:other");
+
+    // Sparse on the source, dense on the target (promoted at the first add): by PFCOUNT.
+    q(&mut dst, &["CONFIG", "SET", "hll-sparse-max-bytes", "0"]);
+    for c in [&mut src, &mut dst] {
+        q(c, &["DEL", "hll:other"]);
+        q(c, &["PFADD", "hll:enc", "x", "y", "z"]);
+    }
+    assert_eq!(hll_bytes(&mut src, "hll:enc")[4], 1, "sparse");
+    assert_eq!(hll_bytes(&mut dst, "hll:enc")[4], 0, "dense");
+    let (code, json) = verify_json(&a.addr(), &b.addr(), &[]);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["equal"], 2);
+    q(&mut dst, &["PFADD", "hll:enc", "w"]);
+    let (code, json) = verify_json(&a.addr(), &b.addr(), &[]);
+    assert_eq!(code, 1, "{json}");
+    assert_eq!(
+        json["diffs"][0]["detail"], "hyperloglog count (PFCOUNT): 3 vs 4",
+        "{json}"
+    );
+}
+
+#[test]
+fn verify_refuses_sample_0_and_warns_when_it_checked_nothing() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    q(&mut a.client(), &["SET", "k", "v"]);
+    q(&mut b.client(), &["SET", "k", "v"]);
+    let (code, stdout, stderr) = migrate(&[
+        "verify",
+        "--from",
+        &a.addr(),
+        "--to",
+        &b.addr(),
+        "--sample",
+        "0",
+    ]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("--sample"), "{stderr}");
+
+    // Nothing matched: exit 0, but say so.
+    let (code, stdout, stderr) = migrate(&[
+        "verify",
+        "--from",
+        &a.addr(),
+        "--to",
+        &b.addr(),
+        "--match",
+        "nothing:*",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(table_count(&stdout, "checked"), 0);
+    assert!(stderr.contains("checked 0 keys"), "{stderr}");
+    // An empty source too; a run that checked keys does not warn.
+    let c = RedisServer::start();
+    let (code, _, stderr) = migrate(&["verify", "--from", &c.addr(), "--to", &b.addr()]);
+    assert_eq!(code, 0);
+    assert!(stderr.contains("checked 0 keys"), "{stderr}");
+    let (code, _, stderr) = migrate(&["verify", "--from", &a.addr(), "--to", &b.addr()]);
+    assert_eq!(code, 0);
+    assert!(!stderr.contains("checked 0 keys"), "{stderr}");
+}
+
+#[test]
+fn copy_and_verify_refuse_the_same_server_on_both_sides() {
+    let a = RedisServer::start();
+    q(&mut a.client(), &["SET", "k", "v"]);
+    let port = a.addr().rsplit(':').next().expect("port").to_string();
+    let localhost = format!("localhost:{port}");
+    let url = format!("redis://127.0.0.1:{port}/0");
+    for cmd in ["copy", "verify"] {
+        for (from, to) in [
+            (a.addr(), a.addr()),
+            (a.addr(), localhost.clone()),
+            (url.clone(), a.addr()),
+        ] {
+            let (code, stdout, stderr) = migrate(&[cmd, "--from", &from, "--to", &to]);
+            assert_eq!(code, 2, "{cmd} {from} {to}: {stdout}{stderr}");
+            assert!(stderr.contains("same server"), "{stderr}");
+            assert!(stdout.is_empty(), "{stdout}");
+        }
+    }
+    assert_eq!(calls(&a, "restore"), 0);
+    // Another database of the same server is another keyspace.
+    let db1 = format!("redis://127.0.0.1:{port}/1");
+    let (code, table, stderr) = migrate(&["copy", "--from", &a.addr(), "--to", &db1]);
+    assert_eq!(code, 0, "{table}{stderr}");
+    assert_eq!(table_count(&table, "copied"), 1);
+    let (code, json) = verify_json(&a.addr(), &db1, &[]);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["equal"], 1);
+}
+
+#[test]
+fn passwords_never_show_in_messages() {
+    let a = RedisServer::start();
+    q(&mut a.client(), &["SET", "k", "v"]);
+    let dead = format!(
+        "redis://user:s3cret@127.0.0.1:{}",
+        respite_tests::free_port()
+    );
+    // Redis's default user has no password: any password is accepted.
+    let live = format!("redis://default:s3cret@{}", a.addr());
+    let wrong = format!("redis://nobody:s3cret@{}", a.addr());
+    let b = RedisServer::start();
+    let cursor = tempfile::NamedTempFile::new().expect("tmp");
+    // Written for another source: the message names both.
+    cursor_file_for(cursor.path(), "127.0.0.1:1", "127.0.0.1:1");
+    let cursor = cursor.path().to_str().expect("utf-8").to_string();
+    for (args, want) in [
+        (vec!["verify", "--from", &dead, "--to", &b.addr()], 2),
+        (vec!["copy", "--from", &b.addr(), "--to", &dead], 2),
+        (vec!["verify", "--from", &wrong, "--to", &b.addr()], 2),
+        (vec!["copy", "--from", &live, "--to", &a.addr()], 2),
+        (
+            vec![
+                "copy",
+                "--from",
+                &live,
+                "--to",
+                &b.addr(),
+                "--cursor-file",
+                &cursor,
+            ],
+            2,
+        ),
+        (vec!["verify", "--from", &live, "--to", &b.addr()], 1),
+        (
+            vec!["verify", "--from", &live, "--to", &b.addr(), "--json"],
+            1,
+        ),
+        (
+            vec!["verify", "--from", &live, "--to", &live, "--match", "x"],
+            2,
+        ),
+        (vec!["copy", "--from", &live, "--to", &b.addr()], 0),
+        (
+            vec![
+                "verify",
+                "--from",
+                &b.addr(),
+                "--to",
+                "redis://u:s3cret@h:x",
+            ],
+            2,
+        ),
+    ] {
+        let (code, stdout, stderr) = migrate(&args);
+        assert_eq!(code, want, "{args:?}: {stdout}{stderr}");
+        let all = format!("{stdout}{stderr}");
+        assert!(
+            !all.contains("s3cret"),
+            "{args:?} leaks the password: {all}"
+        );
+        if code == 2 {
+            assert!(stderr.contains(":***@"), "{args:?}: {stderr}");
+        }
     }
 }

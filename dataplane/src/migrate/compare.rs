@@ -9,10 +9,16 @@ use super::value::{Data, Snapshot, StreamEntry};
 /// The first difference between `src` and `dst` (`None` = the key is missing on the target),
 /// or `None` when equal. TTLs within `tolerance_ms` of each other are equal; a TTL on one side
 /// only is a difference.
+///
+/// Two HyperLogLogs (strings with the HLL header) of the same encoding are compared without
+/// their cached cardinality (PFCOUNT, a read that is not mirrored, rewrites it on one side
+/// only); of different encodings (sparse vs dense), by `hll_counts` (PFCOUNT on the source and
+/// on the target, read by the caller when [`hll_needs_counts`]), or as a difference without it.
 pub fn compare(
     src: &Snapshot,
     dst: Option<&Snapshot>,
     tolerance_ms: i64,
+    hll_counts: Option<(i64, i64)>,
 ) -> Option<(DiffKind, String)> {
     let Some(dst) = dst else {
         return Some((DiffKind::Missing, "missing on target".to_string()));
@@ -23,10 +29,61 @@ pub fn compare(
             format!("type: {} vs {}", src.kind, dst.kind),
         ));
     }
-    if let Some(detail) = data_diff(&src.data, &dst.data) {
+    let detail = match (&src.data, &dst.data) {
+        (Data::String(x), Data::String(y)) => string_diff(x, y, hll_counts),
+        (x, y) => data_diff(x, y),
+    };
+    if let Some(detail) = detail {
         return Some((DiffKind::Value, detail));
     }
     ttl_diff(src.pttl, dst.pttl, tolerance_ms).map(|d| (DiffKind::Ttl, d))
+}
+
+/// Length of a Redis HyperLogLog header: "HYLL", encoding (0 dense, 1 sparse), 3 unused bytes,
+/// 8 bytes of cached cardinality (Redis src/hyperloglog.c).
+const HLL_HEADER: usize = 16;
+/// Where the cached cardinality sits in the header.
+const HLL_CARD: std::ops::Range<usize> = 8..16;
+
+/// The encoding byte of `v` when it is a HyperLogLog (dense 0 or sparse 1).
+fn hll_encoding(v: &[u8]) -> Option<u8> {
+    match v.get(4) {
+        Some(&e) if v.len() >= HLL_HEADER && v.starts_with(b"HYLL") && e <= 1 => Some(e),
+        _ => None,
+    }
+}
+
+/// Whether `src` and `dst` are HyperLogLogs of different encodings (sparse vs dense), which
+/// only PFCOUNT on both sides can compare.
+pub fn hll_needs_counts(src: &Snapshot, dst: Option<&Snapshot>) -> bool {
+    match (&src.data, dst.map(|d| &d.data)) {
+        (Data::String(x), Some(Data::String(y))) => {
+            matches!((hll_encoding(x), hll_encoding(y)), (Some(a), Some(b)) if a != b)
+        }
+        _ => false,
+    }
+}
+
+/// Strings compared byte for byte, HyperLogLogs as described at [`compare`].
+fn string_diff(x: &[u8], y: &[u8], hll_counts: Option<(i64, i64)>) -> Option<String> {
+    match (hll_encoding(x), hll_encoding(y)) {
+        (Some(a), Some(b)) if a == b => {
+            let equal = x.len() == y.len()
+                && x[..HLL_CARD.start] == y[..HLL_CARD.start]
+                && x[HLL_CARD.end..] == y[HLL_CARD.end..];
+            (!equal).then(|| format!("hyperloglog: {} vs {}", quoted(x), quoted(y)))
+        }
+        (Some(a), Some(b)) => {
+            let name = |e: u8| if e == 0 { "dense" } else { "sparse" };
+            match hll_counts {
+                Some((m, n)) => {
+                    (m != n).then(|| format!("hyperloglog count (PFCOUNT): {m} vs {n}"))
+                }
+                None => Some(format!("hyperloglog encodings: {} vs {}", name(a), name(b))),
+            }
+        }
+        _ => (x != y).then(|| format!("value: {} vs {}", quoted(x), quoted(y))),
+    }
 }
 
 fn ttl_diff(a: i64, b: i64, tolerance_ms: i64) -> Option<String> {
@@ -149,29 +206,71 @@ mod tests {
     #[test]
     fn finds_each_kind() {
         let s = snap("string", -1, Data::String(b"a".to_vec()));
-        assert_eq!(compare(&s, Some(&s), 2000), None);
+        assert_eq!(compare(&s, Some(&s), 2000, None), None);
         assert_eq!(
-            compare(&s, None, 2000).map(|d| d.0),
+            compare(&s, None, 2000, None).map(|d| d.0),
             Some(DiffKind::Missing)
         );
         let h = snap("hash", -1, Data::Hash(BTreeMap::new()));
         assert_eq!(
-            compare(&s, Some(&h), 2000),
+            compare(&s, Some(&h), 2000, None),
             Some((DiffKind::Type, "type: string vs hash".into()))
         );
         let t = snap("string", -1, Data::String(b"b".to_vec()));
         assert_eq!(
-            compare(&s, Some(&t), 2000),
+            compare(&s, Some(&t), 2000, None),
             Some((DiffKind::Value, "value: \"a\" vs \"b\"".into()))
         );
         let ttl = snap("string", 100_000, Data::String(b"a".to_vec()));
         assert_eq!(
-            compare(&ttl, Some(&s), 2000),
+            compare(&ttl, Some(&s), 2000, None),
             Some((DiffKind::Ttl, "ttl: 100.0s vs none".into()))
         );
         let near = snap("string", 99_000, Data::String(b"a".to_vec()));
-        assert_eq!(compare(&ttl, Some(&near), 2000), None);
-        assert!(compare(&ttl, Some(&near), 500).is_some());
+        assert_eq!(compare(&ttl, Some(&near), 2000, None), None);
+        assert!(compare(&ttl, Some(&near), 500, None).is_some());
+    }
+
+    #[test]
+    fn hyperloglogs_ignore_the_cached_cardinality() {
+        let hll = |enc: u8, card: u8, regs: &[u8]| {
+            let mut v = b"HYLL".to_vec();
+            v.extend([enc, 0, 0, 0, card, 0, 0, 0, 0, 0, 0, 0x80]);
+            v.extend_from_slice(regs);
+            snap("string", -1, Data::String(v))
+        };
+        let (a, b) = (hll(1, 4, b"regs"), hll(1, 0, b"regs"));
+        assert_eq!(compare(&a, Some(&b), 2000, None), None);
+        assert!(!hll_needs_counts(&a, Some(&b)));
+        let c = hll(1, 4, b"regz");
+        let d = compare(&a, Some(&c), 2000, None).expect("registers differ");
+        assert_eq!(d.0, DiffKind::Value);
+        assert!(d.1.starts_with("hyperloglog: "), "{}", d.1);
+        // Sparse vs dense: by PFCOUNT.
+        let dense = hll(0, 0, b"other registers");
+        assert!(hll_needs_counts(&a, Some(&dense)));
+        assert_eq!(compare(&a, Some(&dense), 2000, Some((4, 4))), None);
+        assert_eq!(
+            compare(&a, Some(&dense), 2000, Some((4, 5))),
+            Some((
+                DiffKind::Value,
+                "hyperloglog count (PFCOUNT): 4 vs 5".into()
+            ))
+        );
+        assert_eq!(
+            compare(&a, Some(&dense), 2000, None).map(|d| d.1),
+            Some("hyperloglog encodings: sparse vs dense".into())
+        );
+        // TTLs still count.
+        let mut t = hll(1, 0, b"regs");
+        t.pttl = 100_000;
+        assert_eq!(
+            compare(&t, Some(&a), 2000, None).map(|d| d.0),
+            Some(DiffKind::Ttl)
+        );
+        // Not an HLL (too short, or another string starting with HYLL): bytes.
+        let s = |v: &[u8]| snap("string", -1, Data::String(v.to_vec()));
+        assert!(compare(&s(b"HYLL\x01"), Some(&s(b"HYLL\x00")), 2000, None).is_some());
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub fn run(args: &CopyArgs) -> Result<u8> {
     let started = Instant::now();
     let source = Endpoint::open(&args.from)?;
     let target = Endpoint::open(&args.to)?;
+    // RESTORE … REPLACE onto the live source would rewrite every key with its own older dump.
+    super::verify::refuse_same_server(&source, &target)?;
     let mut src = source.key_client()?;
     let mut dst = target.key_client()?;
     let total = source.dbsize()?;

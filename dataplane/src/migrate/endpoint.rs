@@ -15,7 +15,8 @@ const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A source or target deployment.
 pub struct Endpoint {
-    /// As the operator wrote it (for messages and the cursor file).
+    /// As the operator wrote it, password replaced by `***` ([`redacted`]): for messages and
+    /// the cursor file.
     pub text: String,
     info: ConnectionInfo,
     /// Whether the node reported `cluster_enabled:1` in `INFO cluster`.
@@ -79,21 +80,47 @@ impl KeyClient {
     }
 }
 
-/// Parses `host:port` or `redis://[user:pass@]host:port[/db]`.
+/// Parses `host:port` or `redis://[user:pass@]host:port[/db]`. Errors show the endpoint
+/// [`redacted`].
 pub fn parse(text: &str) -> Result<ConnectionInfo> {
+    let shown = redacted(text);
     let url = if text.contains("://") {
         text.to_string()
     } else {
         if !text.contains(':') {
             return Err(format!(
-                "endpoint {text:?}: expected host:port or redis://host:port"
+                "endpoint {shown:?}: expected host:port or redis://host:port"
             ));
         }
         format!("redis://{text}")
     };
     url.as_str()
         .into_connection_info()
-        .map_err(|e| format!("endpoint {text:?}: {e}"))
+        .map_err(|e| format!("endpoint {shown:?}: {e}"))
+}
+
+/// `text` fit to print: the password of a `scheme://user:password@host…` URL replaced by `***`
+/// (the user name is kept). Anything else is returned as is.
+pub fn redacted(text: &str) -> String {
+    let Some(scheme_end) = text.find("://") else {
+        return text.to_string();
+    };
+    let rest_start = scheme_end + 3;
+    let rest = &text[rest_start..];
+    // The last `@`: a password may contain `@` (unencoded); host, port and db cannot.
+    let Some(at) = rest.rfind('@') else {
+        return text.to_string();
+    };
+    let userinfo = &rest[..at];
+    let Some(colon) = userinfo.find(':') else {
+        return text.to_string();
+    };
+    format!(
+        "{}{}:***{}",
+        &text[..rest_start],
+        &userinfo[..colon],
+        &rest[at..]
+    )
 }
 
 impl Endpoint {
@@ -101,6 +128,8 @@ impl Endpoint {
     /// Errors name the endpoint and what failed.
     pub fn open(text: &str) -> Result<Endpoint> {
         let info = parse(text)?;
+        let text = redacted(text);
+        let text = text.as_str();
         let mut conn = connect(&info, text)?;
         let infotext: String = redis::cmd("INFO")
             .arg("cluster")
@@ -152,6 +181,26 @@ impl Endpoint {
         Ok(KeyClient::Cluster(Box::new(conn)))
     }
 
+    /// The first node this endpoint shares with `other`: same `host:port` (both resolved, so
+    /// `localhost` and `127.0.0.1` are the same) and same database number. `Some("host:port db
+    /// N")` when they share one (copying would RESTORE … REPLACE onto the source itself).
+    pub fn same_server(&self, other: &Endpoint) -> Option<String> {
+        for a in &self.nodes {
+            let resolved_a = resolve(&a.info);
+            for b in &other.nodes {
+                if a.info.redis.db != b.info.redis.db {
+                    continue;
+                }
+                let same =
+                    a.addr == b.addr || resolve(&b.info).iter().any(|sa| resolved_a.contains(sa));
+                if same {
+                    return Some(format!("{} db {}", a.addr, a.info.redis.db));
+                }
+            }
+        }
+        None
+    }
+
     /// Keys in the keyspace: `DBSIZE` summed over the nodes (the progress bar's total).
     pub fn dbsize(&self) -> Result<u64> {
         let mut total = 0u64;
@@ -183,6 +232,21 @@ fn addr_text(info: &ConnectionInfo) -> String {
     match &info.addr {
         ConnectionAddr::Tcp(h, p) => format!("{h}:{p}"),
         other => other.to_string(),
+    }
+}
+
+/// The socket addresses a TCP endpoint's host resolves to (none when it does not resolve).
+fn resolve(info: &ConnectionInfo) -> Vec<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    match &info.addr {
+        ConnectionAddr::Tcp(h, p)
+        | ConnectionAddr::TcpTls {
+            host: h, port: p, ..
+        } => (h.as_str(), *p)
+            .to_socket_addrs()
+            .map(Iterator::collect)
+            .unwrap_or_default(),
+        _ => Vec::new(),
     }
 }
 
@@ -253,6 +317,21 @@ mod tests {
         assert_eq!(i.redis.password.as_deref(), Some("p"));
         assert!(parse("localhost").is_err());
         assert!(parse("redis://h:notaport").is_err());
+    }
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redacted("127.0.0.1:7000"), "127.0.0.1:7000");
+        assert_eq!(redacted("redis://h:7000/1"), "redis://h:7000/1");
+        assert_eq!(redacted("redis://u@h:7000"), "redis://u@h:7000");
+        assert_eq!(
+            redacted("redis://user:s3cret@h:7000/2"),
+            "redis://user:***@h:7000/2"
+        );
+        assert_eq!(redacted("redis://:pw@h:7000"), "redis://:***@h:7000");
+        assert_eq!(redacted("rediss://u:p@ss@h:7000"), "rediss://u:***@h:7000");
+        let e = parse("redis://u:s3cret@h:notaport").expect_err("bad port");
+        assert!(!e.contains("s3cret") && e.contains("***"), "{e}");
     }
 
     #[test]

@@ -40,19 +40,23 @@ pub struct MigrateArgs {
 #[derive(clap::Subcommand, Debug)]
 pub enum MigrateCommand {
     /// Compare every key of the source (or a sample) with the target: type, value and TTL.
-    /// Exit 0 when differences <= --max-diffs, 1 above, 2 on error.
+    /// HyperLogLogs are compared without their cached cardinality (PFCOUNT rewrites it on the
+    /// side it runs on), sparse vs dense by PFCOUNT. Warns "checked 0 keys" when nothing was
+    /// compared. Exit 0 when differences <= --max-diffs, 1 above, 2 on error (also when --from
+    /// and --to name the same server).
     Verify(VerifyArgs),
     /// Copy keys from the source to the target with DUMP / RESTORE … REPLACE, keeping TTLs
     /// (for keys a mirror cannot warm: no TTL, never rewritten). Exit 0 when every key was
-    /// copied, 1 when some failed, 2 on error.
+    /// copied, 1 when some failed, 2 on error (also when --from and --to name the same server:
+    /// copying would overwrite the source).
     Copy(CopyArgs),
 }
 
 /// `respite migrate verify` options.
 #[derive(clap::Args, Debug)]
 pub struct VerifyArgs {
-    /// Source: `host:port` or `redis://[user:pass@]host:port` (a server, a Respite listener or
-    /// any node of a Redis Cluster).
+    /// Source: `host:port` or `redis://[user:pass@]host:port[/db]` (a server, a Respite
+    /// listener or any node of a Redis Cluster). Messages show the password as `***`.
     #[arg(long, value_name = "ENDPOINT")]
     pub from: String,
     /// Target, same forms as --from.
@@ -62,8 +66,8 @@ pub struct VerifyArgs {
     #[arg(long = "match", value_name = "PATTERN")]
     pub pattern: Option<String>,
     /// Check about N keys spread over the keyspace (each key with probability N / DBSIZE,
-    /// decided by a hash of the key, so reruns check the same keys).
-    #[arg(long, value_name = "N")]
+    /// decided by a hash of the key, so reruns check the same keys). At least 1.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub sample: Option<u64>,
     /// Exit 1 when more than N keys differ.
     #[arg(long, value_name = "N", default_value_t = 0)]

@@ -7,17 +7,24 @@
 //! difference. The re-checks wait in a queue while the scan goes on, so many real differences
 //! (e.g. verify before copy) do not stall the run. A key that disappears from the source
 //! meanwhile (expired, deleted) is skipped. Re-reads take tokens from `--rate` like first reads.
+//!
+//! HyperLogLogs (strings with Redis's HLL header) are compared without the cardinality cached
+//! in their header: PFCOUNT, a read the mirror does not copy, rewrites it on one side only.
+//! A sparse HLL on one side and a dense one on the other are compared by PFCOUNT on both sides.
+//!
+//! A run that checks no key while the source is not empty (a `--match` that matches nothing)
+//! warns `checked 0 keys` on stderr; `--from` and `--to` naming the same server are refused.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::compare::compare;
+use super::compare::{compare, hll_needs_counts};
 use super::endpoint::{Endpoint, KeyClient};
 use super::progress;
 use super::rate::TokenBucket;
 use super::report::{Diff, DiffKind, VerifySummary, printable};
 use super::scan::{Position, Scanner};
-use super::value::fetch;
+use super::value::{cmd1, fetch};
 use super::{Result, VerifyArgs};
 
 /// Pauses before the re-reads of a key found different.
@@ -52,6 +59,7 @@ pub fn run(args: &VerifyArgs) -> Result<u8> {
     let started = Instant::now();
     let source = Endpoint::open(&args.from)?;
     let target = Endpoint::open(&args.to)?;
+    refuse_same_server(&source, &target)?;
     let total = source.dbsize()?;
     let fraction = args.sample.map(|n| sample_fraction(n, total));
     let mut run = Run {
@@ -89,6 +97,16 @@ pub fn run(args: &VerifyArgs) -> Result<u8> {
 
     let mut summary = run.summary;
     summary.elapsed_seconds = started.elapsed().as_secs_f64();
+    if summary.checked == 0 {
+        eprintln!(
+            "respite migrate verify: warning: checked 0 keys (source {}, {} keys{})",
+            source.text,
+            total,
+            args.pattern
+                .as_ref()
+                .map_or(String::new(), |p| format!(", --match {p:?}"))
+        );
+    }
     if args.json {
         let json = serde_json::to_string(&summary).map_err(|e| format!("JSON: {e}"))?;
         println!("{json}");
@@ -159,10 +177,36 @@ impl Run<'_> {
             return Ok(Outcome::Skipped);
         };
         let b = read(&mut self.dst, "target")?;
-        Ok(match compare(&a, b.as_ref(), self.tolerance_ms) {
+        let counts = if hll_needs_counts(&a, b.as_ref()) {
+            pfcount(&mut self.src, key).zip(pfcount(&mut self.dst, key))
+        } else {
+            None
+        };
+        Ok(match compare(&a, b.as_ref(), self.tolerance_ms, counts) {
             None => Outcome::Equal,
             Some((kind, detail)) => Outcome::Differs(kind, detail),
         })
+    }
+}
+
+/// `PFCOUNT key`; `None` on any error (the key changed type or vanished meanwhile: the
+/// difference is then reported as such and read again like any other).
+fn pfcount(c: &mut KeyClient, key: &[u8]) -> Option<i64> {
+    match c.query(&cmd1("PFCOUNT", key)) {
+        Ok(redis::Value::Int(n)) => Some(n),
+        _ => None,
+    }
+}
+
+/// Refuses `--from` and `--to` naming the same server (same resolved `host:port`, same db).
+pub fn refuse_same_server(source: &Endpoint, target: &Endpoint) -> Result<()> {
+    match source.same_server(target) {
+        Some(node) => Err(format!(
+            "--from {} and --to {} name the same server ({node}): refusing to compare or copy a \
+             keyspace onto itself",
+            source.text, target.text
+        )),
+        None => Ok(()),
     }
 }
 
