@@ -32,7 +32,7 @@ fn err(text: &str) -> String {
 }
 
 /// Asserts the error starts with `t.toml:<line>:` and names `key` and `fragment`.
-fn assert_err(text: &str, line: usize, key: &str, fragment: &str) {
+pub(super) fn assert_err(text: &str, line: usize, key: &str, fragment: &str) {
     let e = err(text);
     let at = format!("t.toml:{line}:");
     assert!(e.starts_with(&at), "{e:?} does not start with {at:?}");

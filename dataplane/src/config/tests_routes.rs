@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::tests::assert_err;
 use super::*;
 
 /// Routes over three clusters; line numbers matter to the error tests below.
@@ -46,20 +47,6 @@ hosts = ["127.0.0.1:7003"]
 fn edit(from: &str, to: &str) -> String {
     assert!(ROUTED.contains(from), "{from:?} not in ROUTED");
     ROUTED.replacen(from, to, 1)
-}
-
-fn assert_err(text: &str, line: usize, key: &str, fragment: &str) {
-    let e = match parse(text, "t.toml") {
-        Ok(c) => panic!("expected an error, parsed {c:?}"),
-        Err(e) => e.to_string(),
-    };
-    let at = format!("t.toml:{line}:");
-    assert!(e.starts_with(&at), "{e:?} does not start with {at:?}");
-    assert!(
-        e.contains(&format!(": {key}: ")),
-        "{e:?} does not name {key:?}"
-    );
-    assert!(e.contains(fragment), "{e:?} does not contain {fragment:?}");
 }
 
 #[test]
