@@ -290,7 +290,7 @@ pub struct ClusterConfig {
     /// TOML key `type`; default `"static"`.
     #[serde(rename = "type")]
     pub cluster_type: ClusterType,
-    /// Required, non-empty; no address twice. TOML items are `"host:port"` or
+    /// Required, non-empty (may be empty for `type = "eds"`); no address twice. TOML items are `"host:port"` or
     /// `{ address = "host:port", weight = 1, name = "..." }`.
     pub hosts: Vec<HostConfig>,
     /// `"ketama"` (default), `"ring_hash"` or `"maglev"`.
@@ -494,6 +494,10 @@ impl Default for RedisClusterConfig {
 pub enum ClusterType {
     /// A fixed host list, resolved at load.
     Static,
+    /// Hosts pushed by the control process from xDS EDS (Envoy `type: EDS`); otherwise like
+    /// `static`, except that `hosts` may be empty: a cluster whose endpoints are all gone answers
+    /// every request with `no upstream host`, as Envoy does.
+    Eds,
     /// A Redis Cluster: `hosts` are seeds; the slot map comes from `CLUSTER SLOTS` (Envoy
     /// `envoy.clusters.redis`). Keys are placed by slot, `crc16(hashtag(key)) % 16384`, with
     /// hash tags always on; `lb_policy` does not apply.
@@ -554,7 +558,16 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
     let src = locate::Source { text, origin };
     let raw: raw::RawConfig = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
-    validate::build(&src, raw)
+    validate::build(&src, raw, validate::Origin::File)
+}
+
+/// [`parse`] for a config pushed by `respite-control` over the control socket: the same checks,
+/// except that zero listeners is valid (xDS can delete every listener; a data plane started
+/// with no config file starts empty).
+pub fn parse_pushed(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let src = locate::Source { text, origin };
+    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    validate::build(&src, raw, validate::Origin::Pushed)
 }
 
 /// Checks and normalises a log filter (`runtime.log_level`, admin `/logging?level=`): a comma

@@ -33,7 +33,14 @@ const DEFAULT_MAX_PENDING_REQUESTS: usize = 16384;
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
-pub(super) fn build(src: &Source<'_>, raw: RawConfig) -> Result<Config> {
+/// Where a config comes from: a pushed one may have no listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin {
+    File,
+    Pushed,
+}
+
+pub(super) fn build(src: &Source<'_>, raw: RawConfig, origin: Origin) -> Result<Config> {
     let admin = admin(src, raw.admin)?;
     let runtime = runtime(src, raw.runtime)?;
 
@@ -52,7 +59,7 @@ pub(super) fn build(src: &Source<'_>, raw: RawConfig) -> Result<Config> {
         }
     }
 
-    if raw.listeners.is_empty() {
+    if raw.listeners.is_empty() && origin == Origin::File {
         return Err(src.error(
             None,
             "listeners",
@@ -456,7 +463,7 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
 
     let hosts_span = c.hosts.span();
     let raw_hosts = c.hosts.into_inner();
-    if raw_hosts.is_empty() {
+    if raw_hosts.is_empty() && c.cluster_type != ClusterType::Eds {
         return Err(src.error(
             Some(hosts_span),
             &format!("{path}.hosts"),

@@ -436,7 +436,7 @@ impl ClusterPool {
     ) -> Result<Rc<ClusterPool>, String> {
         let settings = Rc::new(settings);
         let kind = match cluster.cluster_type {
-            ClusterType::Static => {
+            ClusterType::Static | ClusterType::Eds => {
                 let upstream =
                     UpstreamStats::new(store, worker, &cluster.name, settings.enable_command_stats);
                 let host_stats: Vec<HostStats> = cluster

@@ -1,0 +1,1 @@
+//! respite-control's admin endpoint: `/config_dump` and `/xds`.

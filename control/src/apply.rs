@@ -1,0 +1,1 @@
+//! The applier: resource cache, warming, snapshot building, validation and push.
