@@ -1,1 +1,233 @@
-fn main() {}
+//! `respite-control`: feeds the Respite data plane from a TOML file, an Envoy bootstrap file or
+//! a live xDS management server (see the crate docs and the README "Config sources").
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use respite_control::admin::{self, AdminState};
+use respite_control::apply::{Applier, Options};
+use respite_control::source::{bootstrap, envoy_file};
+use respite_control::translate;
+use respite_control::xds::{self, status::Status};
+
+#[derive(Parser)]
+#[command(
+    name = "respite-control",
+    version,
+    about = "Respite's control process: config from a TOML file, an Envoy bootstrap, or xDS (ADS), pushed to the data plane"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the Respite TOML config an Envoy bootstrap's static_resources translate to, and exit
+    /// (0, or 2 with the error).
+    Translate {
+        /// Envoy bootstrap, YAML or JSON.
+        #[arg(long, value_name = "FILE")]
+        envoy_config: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    source: Source,
+    /// The data plane's control socket (`respite --control-socket`). Without it, configs are
+    /// validated and shown at /config_dump but not pushed (a dry run).
+    #[arg(long, value_name = "SOCKET")]
+    dataplane: Option<PathBuf>,
+    /// Admin HTTP address (/config_dump, /xds).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9902")]
+    admin: SocketAddr,
+    /// Log filter (tracing directive); RUST_LOG wins.
+    #[arg(long, value_name = "FILTER", default_value = "info")]
+    log_level: String,
+}
+
+/// Where config comes from: one of these, else GRPC_XDS_BOOTSTRAP / GRPC_XDS_BOOTSTRAP_CONFIG.
+#[derive(Args)]
+#[group(multiple = false)]
+struct Source {
+    /// A Respite TOML config (the data plane's format); re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// An Envoy bootstrap (YAML/JSON): its static_resources redis_proxy listeners and clusters;
+    /// re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    envoy_config: Option<PathBuf>,
+    /// A gRPC xDS bootstrap (JSON): run the xDS client against its management server.
+    #[arg(long, value_name = "FILE")]
+    bootstrap: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.run.log_level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Some(Command::Translate { envoy_config }) => {
+            translate_file(&envoy_config).map(|text| print!("{text}"))
+        }
+        None => run(cli.run),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("respite-control: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// An Envoy bootstrap file → Respite TOML text.
+fn translate_file(path: &Path) -> Result<String, String> {
+    let resources = envoy_file::load(path)?;
+    translate::static_config(&resources.listeners, &resources.clusters)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The bootstrap to use: `--bootstrap`, else `GRPC_XDS_BOOTSTRAP` (a path), else
+/// `GRPC_XDS_BOOTSTRAP_CONFIG` (the JSON itself) — gRFC A27 and gRPC C-core's precedence.
+fn load_bootstrap(path: Option<&Path>) -> Result<Option<bootstrap::Bootstrap>, String> {
+    let (json, origin) = if let Some(p) = path {
+        (read(p)?, p.display().to_string())
+    } else if let Some(p) = std::env::var_os("GRPC_XDS_BOOTSTRAP") {
+        let p = PathBuf::from(p);
+        (read(&p)?, format!("GRPC_XDS_BOOTSTRAP={}", p.display()))
+    } else if let Ok(inline) = std::env::var("GRPC_XDS_BOOTSTRAP_CONFIG") {
+        (inline, "GRPC_XDS_BOOTSTRAP_CONFIG".to_string())
+    } else {
+        return Ok(None);
+    };
+    bootstrap::parse(&json)
+        .map(Some)
+        .map_err(|e| format!("{origin}: {e}"))
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn run(args: RunArgs) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime.block_on(async move {
+        let status = Status::default();
+        let file = args
+            .source
+            .config
+            .clone()
+            .map(|p| (p, false))
+            .or(args.source.envoy_config.clone().map(|p| (p, true)));
+        if let Some((path, envoy)) = file {
+            let applier = Applier::new(
+                Options {
+                    dataplane: args.dataplane.clone(),
+                    listener_names: Vec::new(),
+                    warming_timeout: Duration::ZERO,
+                },
+                status.clone(),
+            );
+            serve_admin(args.admin, &applier, &status)?;
+            return run_file(&path, envoy, &applier).await;
+        }
+        let Some(b) = load_bootstrap(args.source.bootstrap.as_deref())? else {
+            return Err("no config source: give --config, --envoy-config or --bootstrap (or set \
+                        GRPC_XDS_BOOTSTRAP / GRPC_XDS_BOOTSTRAP_CONFIG)"
+                .into());
+        };
+        if args.dataplane.is_none() {
+            tracing::warn!("no --dataplane: configs are validated but not pushed (dry run)");
+        }
+        let applier = Applier::new(
+            Options {
+                dataplane: args.dataplane.clone(),
+                listener_names: b.listener_names.clone(),
+                warming_timeout: b.warming_timeout,
+            },
+            status.clone(),
+        );
+        serve_admin(args.admin, &applier, &status)?;
+        let ticker = applier.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let t = ticker.clone();
+                let _ = tokio::task::spawn_blocking(move || t.tick()).await;
+            }
+        });
+        tracing::info!(server = %b.server.server_uri, delta = b.server.delta, "xDS client starting");
+        tokio::select! {
+            r = xds::run(b, applier, status) => r,
+            r = shutdown() => r,
+        }
+    })
+}
+
+fn serve_admin(address: SocketAddr, applier: &Applier, status: &Status) -> Result<(), String> {
+    let bound = admin::spawn(
+        address,
+        AdminState {
+            applier: applier.clone(),
+            status: status.clone(),
+        },
+    )?;
+    tracing::info!(admin = %bound, "admin listening");
+    Ok(())
+}
+
+/// Applies a file source, then re-applies it on every SIGHUP until SIGTERM/SIGINT. A start-up
+/// failure is fatal; a reload failure keeps the running config.
+async fn run_file(path: &Path, envoy: bool, applier: &Applier) -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let load = |path: &Path| -> Result<(), String> {
+        let text = if envoy {
+            translate_file(path)?
+        } else {
+            read(path)?
+        };
+        applier.apply_static(&text, &path.display().to_string())
+    };
+    load(path)?;
+    tracing::info!(file = %path.display(), "config applied");
+    let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("SIGHUP: {e}"))?;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => match load(path) {
+                Ok(()) => tracing::info!(file = %path.display(), "config re-applied"),
+                Err(e) => tracing::error!(error = %e, "reload rejected; keeping the running config"),
+            },
+            r = shutdown() => return r,
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown() -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT: {e}"))?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    tracing::info!("stopping");
+    Ok(())
+}

@@ -87,3 +87,11 @@ pub fn render(
     root.insert("clusters".into(), toml::Value::Array(cs));
     toml::to_string(&root).unwrap_or_default()
 }
+
+/// TEMPORARY stub until the translator lands.
+pub fn static_config(
+    _listeners: &[envoy_types::pb::envoy::config::listener::v3::Listener],
+    _clusters: &[envoy_types::pb::envoy::config::cluster::v3::Cluster],
+) -> Result<String, String> {
+    Err("not implemented".into())
+}

@@ -6,7 +6,9 @@
 //! reconnect backoff. What resources *mean* is the [`Applier`]'s business: the client hands it
 //! each response's requested resources and turns its [`Verdict`] into the ACK or NACK.
 
+mod run_stub;
 pub mod status;
+pub use run_stub::run;
 
 use std::collections::BTreeSet;
 
