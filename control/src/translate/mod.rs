@@ -8,9 +8,37 @@
 
 use std::collections::BTreeSet;
 
+mod cluster;
+mod endpoints;
+pub mod fields;
+mod health;
+mod lb;
+mod listener;
+mod redis_cluster;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_cluster;
+#[cfg(test)]
+mod tests_support;
+
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
+
+/// The redis_proxy network filter's name (xds-client.md §3.1).
+pub const REDIS_PROXY_FILTER: &str = "envoy.filters.network.redis_proxy";
+/// The redis_proxy filter config's type URL; the filter is matched by it (xds-client.md §3.1).
+pub const REDIS_PROXY_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProxy";
+/// Upstream AUTH options in `Cluster.typed_extension_protocol_options` (xds-client.md §3.1).
+pub const REDIS_PROTOCOL_OPTIONS_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProtocolOptions";
+/// `Cluster.cluster_type.name` of a Redis Cluster upstream (xds-client.md §3.1).
+pub const REDIS_CLUSTER_TYPE_NAME: &str = "envoy.clusters.redis";
+/// The redis health checker's config type URL (xds-client.md §3.1).
+pub const REDIS_HEALTH_CHECK_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.health_checkers.redis.v3.Redis";
 
 /// A translated Listener: one `[[listeners]]` table and the clusters its routes and mirrors name
 /// (what warming waits for).
@@ -42,38 +70,66 @@ pub enum HostSource {
     Eds(String),
 }
 
-/// Translates a Listener carrying `envoy.filters.network.redis_proxy`.
+/// Translates a Listener carrying `envoy.filters.network.redis_proxy` (rules: `listener.rs`).
+/// The table is checked alone by the data plane's parser (against stand-in clusters), so a
+/// value the data plane refuses (a zero delay fault, an empty password, ...) rejects this
+/// Listener by name instead of the whole config later.
 ///
 /// Errors: the reason the resource is invalid, naming the field.
-pub fn listener(_l: &Listener) -> Result<ListenerDraft, String> {
-    Err("listener translation is not implemented yet".into())
+pub fn listener(l: &Listener) -> Result<ListenerDraft, String> {
+    let draft = listener::translate(l)?;
+    check_listener(&draft)?;
+    Ok(draft)
 }
 
-/// Translates a Cluster.
+/// Translates a Cluster (rules: `cluster.rs`, `lb.rs`, `health.rs`, `redis_cluster.rs`). The
+/// table is checked alone by the data plane's parser (with a stand-in host).
 ///
 /// Errors: the reason the resource is invalid, naming the field.
-pub fn cluster(_c: &Cluster) -> Result<ClusterDraft, String> {
-    Err("cluster translation is not implemented yet".into())
+pub fn cluster(c: &Cluster) -> Result<ClusterDraft, String> {
+    let draft = cluster::translate(c)?;
+    check_cluster(&draft)?;
+    Ok(draft)
 }
 
 /// Translates a ClusterLoadAssignment into `hosts` items (healthy and unknown-health endpoints;
 /// weights from `load_balancing_weight`).
 ///
 /// Errors: the reason the resource is invalid, naming the field.
-pub fn endpoints(_cla: &ClusterLoadAssignment) -> Result<Vec<toml::Value>, String> {
-    Err("endpoint translation is not implemented yet".into())
+pub fn endpoints(cla: &ClusterLoadAssignment) -> Result<Vec<toml::Value>, String> {
+    endpoints::translate(cla)
 }
 
 /// Renders a whole config as TOML text for [`respite::config::parse_pushed`]: every listener,
 /// and every cluster with its `hosts` filled in, in the order given.
+///
+/// A listener none of whose clusters is a `redis_cluster` loses `read_policy` and
+/// `max_upstream_unknown_connections`: Envoy ignores them there ("Redis Cluster only"), while
+/// the data plane refuses them as settings without effect.
 pub fn render(
     listeners: &[&ListenerDraft],
     clusters: &[(&ClusterDraft, &[toml::Value])],
 ) -> String {
     let mut root = toml::Table::new();
+    let redis_clusters: BTreeSet<&str> = clusters
+        .iter()
+        .filter(|(c, _)| c.table.get("type").and_then(|v| v.as_str()) == Some("redis_cluster"))
+        .map(|(c, _)| c.name.as_str())
+        .collect();
     let ls: Vec<toml::Value> = listeners
         .iter()
-        .map(|l| toml::Value::Table(l.table.clone()))
+        .map(|l| {
+            let mut t = l.table.clone();
+            if !l
+                .clusters
+                .iter()
+                .any(|c| redis_clusters.contains(c.as_str()))
+            {
+                t.remove("read_policy");
+                t.remove("max_upstream_unknown_connections");
+            }
+            toml::Value::Table(t)
+        })
         .collect();
     let cs: Vec<toml::Value> = clusters
         .iter()
@@ -88,10 +144,100 @@ pub fn render(
     toml::to_string(&root).unwrap_or_default()
 }
 
-/// TEMPORARY stub until the translator lands.
-pub fn static_config(
-    _listeners: &[envoy_types::pb::envoy::config::listener::v3::Listener],
-    _clusters: &[envoy_types::pb::envoy::config::cluster::v3::Cluster],
-) -> Result<String, String> {
-    Err("not implemented".into())
+/// Translates a whole Envoy `static_resources` (bootstrap file: `respite-control translate`,
+/// `--envoy-config`) and renders it, validated by [`respite::config::parse_pushed`].
+///
+/// Errors: the first invalid resource, named (`listener "redis": ...`, `cluster "cache": ...`);
+/// an EDS cluster (its endpoints need an xDS server); or the data plane's rejection of the whole
+/// config (e.g. a route naming a cluster that does not exist).
+pub fn static_config(listeners: &[Listener], clusters: &[Cluster]) -> Result<String, String> {
+    let ls = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| listener(l).map_err(|e| format!("{}: {e}", resource("listener", i, &l.name))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut cs = Vec::new();
+    for (i, c) in clusters.iter().enumerate() {
+        let name = resource("cluster", i, &c.name);
+        let d = cluster(c).map_err(|e| format!("{name}: {e}"))?;
+        let hosts = match &d.hosts {
+            HostSource::Inline(h) => h.clone(),
+            HostSource::Eds(_) => {
+                return Err(format!(
+                    "{name}: type EDS needs an xDS server for its endpoints; use --bootstrap, or \
+                     STATIC/STRICT_DNS with a load_assignment"
+                ));
+            }
+        };
+        cs.push((d, hosts));
+    }
+    let lrefs: Vec<&ListenerDraft> = ls.iter().collect();
+    let crefs: Vec<(&ClusterDraft, &[toml::Value])> =
+        cs.iter().map(|(d, h)| (d, h.as_slice())).collect();
+    let text = render(&lrefs, &crefs);
+    respite::config::parse_pushed(&text, "translated config").map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// `listener "name"`, or `listeners[i]` for a nameless one.
+fn resource(kind: &str, i: usize, name: &str) -> String {
+    if name.is_empty() {
+        format!("{kind}s[{i}]")
+    } else {
+        format!("{kind} \"{name}\"")
+    }
+}
+
+/// Where the stand-in configs point their hosts: never connected to, never resolved. Each
+/// stand-in cluster gets its own port, since the data plane refuses a mirror that shares a host
+/// with its route's cluster.
+fn stand_in_host(i: usize) -> toml::Value {
+    toml::Value::String(format!("127.0.0.1:{}", 1 + i % 65535))
+}
+
+/// Parses `draft` with stand-in `redis_cluster` clusters (so cluster-only listener settings are
+/// allowed), returning the data plane's message without its location.
+fn check_listener(draft: &ListenerDraft) -> Result<(), String> {
+    let stand_ins: Vec<(ClusterDraft, [toml::Value; 1])> = draft
+        .clusters
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut t = toml::Table::new();
+            t.insert("name".into(), toml::Value::String(name.clone()));
+            t.insert("type".into(), toml::Value::String("redis_cluster".into()));
+            let c = ClusterDraft {
+                name: name.clone(),
+                table: t,
+                hosts: HostSource::Inline(Vec::new()),
+            };
+            (c, [stand_in_host(i)])
+        })
+        .collect();
+    let cs: Vec<(&ClusterDraft, &[toml::Value])> =
+        stand_ins.iter().map(|(c, h)| (c, &h[..])).collect();
+    check(&render(&[draft], &cs))
+}
+
+/// Parses `draft` alone with one stand-in host.
+fn check_cluster(draft: &ClusterDraft) -> Result<(), String> {
+    let host = [stand_in_host(0)];
+    check(&render(&[], &[(draft, &host[..])]))
+}
+
+fn check(text: &str) -> Result<(), String> {
+    const ORIGIN: &str = "translated";
+    respite::config::parse_pushed(text, ORIGIN)
+        .map(|_| ())
+        .map_err(|e| without_location(&e.0, ORIGIN))
+}
+
+/// `translated:3:7: listeners[0].faults[0].delay: msg` → `listeners[0].faults[0].delay: msg`
+/// (the line and column are of the stand-in text, meaningless to the resource's author).
+fn without_location(msg: &str, origin: &str) -> String {
+    let Some(rest) = msg.strip_prefix(origin) else {
+        return msg.to_owned();
+    };
+    let rest = rest.trim_start_matches(|c: char| c == ':' || c.is_ascii_digit());
+    rest.trim_start().to_owned()
 }

@@ -1,0 +1,200 @@
+//! Envoy `Cluster` → one `[[clusters]]` table (without `hosts`) and where its hosts come from.
+//! Field semantics: `cluster.proto`, Envoy's redis docs (`redis.rst` "Configuration") and
+//! xds-client.md §3.3.
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisProtocolOptions;
+
+use super::fields::{data_source, decode, int, positive_duration, s, seconds};
+use super::{ClusterDraft, HostSource, REDIS_CLUSTER_TYPE_NAME, REDIS_PROTOCOL_OPTIONS_TYPE};
+
+/// Envoy's `connect_timeout` default (cluster.proto: "If not set, a default value of 5s will be
+/// used"); written explicitly because Respite's own default is 1s.
+const ENVOY_CONNECT_TIMEOUT: &str = "5s";
+
+/// The `typed_extension_protocol_options` key of the Redis protocol options (redis_proxy.proto,
+/// comment on `RedisProtocolOptions`).
+const REDIS_PROTOCOL_OPTIONS_KEY: &str = "envoy.filters.network.redis_proxy";
+
+/// What kind of cluster the discovery settings make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// STATIC / STRICT_DNS / LOGICAL_DNS: inline hosts.
+    Static,
+    /// EDS: hosts from a ClusterLoadAssignment.
+    Eds,
+    /// `envoy.clusters.redis`: seeds inline, slots from CLUSTER SLOTS.
+    RedisCluster,
+}
+
+/// See [`super::cluster`].
+pub fn translate(c: &Cluster) -> Result<ClusterDraft, String> {
+    if c.name.is_empty() {
+        return Err("name: required".into());
+    }
+    if c.transport_socket.is_some() || !c.transport_socket_matches.is_empty() {
+        return Err("transport_socket: upstream TLS is not supported".into());
+    }
+    let mut t = toml::Table::new();
+    t.insert("name".into(), s(&c.name));
+    let kind = discovery(c, &mut t)?;
+    let timeout = match &c.connect_timeout {
+        Some(d) => positive_duration(d, "connect_timeout")?,
+        None => ENVOY_CONNECT_TIMEOUT.into(),
+    };
+    t.insert("connect_timeout".into(), s(timeout));
+    super::lb::policy(c, kind, &mut t)?;
+    super::health::health_checks(c, &mut t)?;
+    super::health::outlier_detection(c, &mut t)?;
+    protocol_options(c, &mut t)?;
+    limits(c, &mut t)?;
+
+    let hosts = match kind {
+        Kind::Eds => {
+            let service = c
+                .eds_cluster_config
+                .as_ref()
+                .map(|e| e.service_name.as_str())
+                .filter(|n| !n.is_empty())
+                .unwrap_or(&c.name);
+            HostSource::Eds(service.to_owned())
+        }
+        Kind::Static | Kind::RedisCluster => {
+            let Some(cla) = &c.load_assignment else {
+                return Err("load_assignment: required (the cluster's hosts)".into());
+            };
+            let hosts =
+                super::endpoints::translate(cla).map_err(|e| format!("load_assignment.{e}"))?;
+            if hosts.is_empty() {
+                return Err(
+                    "load_assignment: no usable endpoint (a static cluster needs at least \
+                            one host)"
+                        .into(),
+                );
+            }
+            HostSource::Inline(hosts)
+        }
+    };
+    Ok(ClusterDraft {
+        name: c.name.clone(),
+        table: t,
+        hosts,
+    })
+}
+
+/// Discovery type → `type`. STRICT_DNS and LOGICAL_DNS become `static`: the data plane resolves
+/// hostnames once when the config is loaded (each push), not on Envoy's `dns_refresh_rate`.
+fn discovery(c: &Cluster, t: &mut toml::Table) -> Result<Kind, String> {
+    match &c.cluster_discovery_type {
+        // The proto default of `type` is STATIC.
+        None => {
+            t.insert("type".into(), s("static"));
+            Ok(Kind::Static)
+        }
+        Some(ClusterDiscoveryType::Type(v)) => match DiscoveryType::try_from(*v) {
+            Ok(DiscoveryType::Static | DiscoveryType::StrictDns | DiscoveryType::LogicalDns) => {
+                t.insert("type".into(), s("static"));
+                Ok(Kind::Static)
+            }
+            Ok(DiscoveryType::Eds) => {
+                t.insert("type".into(), s("eds"));
+                Ok(Kind::Eds)
+            }
+            Ok(other) => Err(format!(
+                "type: {} is not supported (STATIC, STRICT_DNS, LOGICAL_DNS, EDS or \
+                 cluster_type envoy.clusters.redis)",
+                other.as_str_name()
+            )),
+            Err(_) => Err(format!("type: unknown value {v}")),
+        },
+        Some(ClusterDiscoveryType::ClusterType(ct)) => {
+            if ct.name != REDIS_CLUSTER_TYPE_NAME {
+                return Err(format!(
+                    "cluster_type.name: \"{}\" is not supported (only {REDIS_CLUSTER_TYPE_NAME})",
+                    ct.name
+                ));
+            }
+            t.insert("type".into(), s("redis_cluster"));
+            super::redis_cluster::config(ct.typed_config.as_ref(), t)?;
+            Ok(Kind::RedisCluster)
+        }
+    }
+}
+
+/// `typed_extension_protocol_options["envoy.filters.network.redis_proxy"]` → upstream AUTH.
+/// Other keys are protocol options of other filters (HTTP and so on) and do not apply to Redis.
+fn protocol_options(c: &Cluster, t: &mut toml::Table) -> Result<(), String> {
+    let Some(any) = c
+        .typed_extension_protocol_options
+        .get(REDIS_PROTOCOL_OPTIONS_KEY)
+    else {
+        return Ok(());
+    };
+    let p = format!("typed_extension_protocol_options[\"{REDIS_PROTOCOL_OPTIONS_KEY}\"]");
+    let o: RedisProtocolOptions = decode(any, REDIS_PROTOCOL_OPTIONS_TYPE, &p)?;
+    if o.aws_iam.is_some() {
+        return Err(format!(
+            "{p}.aws_iam: AWS IAM authentication is not supported"
+        ));
+    }
+    if !o.credentials.is_empty() {
+        return Err(format!(
+            "{p}.credentials: per-address credentials are not supported (use auth_password)"
+        ));
+    }
+    if let Some(ds) = &o.auth_password {
+        t.insert(
+            "auth_password".into(),
+            s(data_source(ds, &format!("{p}.auth_password"))?),
+        );
+    }
+    if let Some(ds) = &o.auth_username {
+        t.insert(
+            "auth_username".into(),
+            s(data_source(ds, &format!("{p}.auth_username"))?),
+        );
+    }
+    Ok(())
+}
+
+/// `circuit_breakers` and `upstream_connection_options`.
+///
+/// `circuit_breakers.thresholds[0].max_pending_requests` → `max_pending_requests`, which Respite
+/// counts per host and worker (no shared counter), where Envoy counts per cluster: the same
+/// number admits up to workers × hosts times as many queued requests. The other thresholds
+/// (connections, requests, retries) have no Respite counterpart and are ignored: Respite opens a
+/// fixed `connections_per_host` and does not retry.
+fn limits(c: &Cluster, t: &mut toml::Table) -> Result<(), String> {
+    if let Some(n) = c
+        .circuit_breakers
+        .as_ref()
+        .and_then(|cb| cb.thresholds.first())
+        .and_then(|th| th.max_pending_requests)
+    {
+        if n.value == 0 {
+            return Err(
+                "circuit_breakers.thresholds[0].max_pending_requests: must be at least 1".into(),
+            );
+        }
+        t.insert("max_pending_requests".into(), int(n.value));
+    }
+    if let Some(ka) = c
+        .upstream_connection_options
+        .as_ref()
+        .and_then(|o| o.tcp_keepalive.as_ref())
+    {
+        let mut k = toml::Table::new();
+        if let Some(v) = ka.keepalive_time {
+            k.insert("keepalive_time".into(), s(seconds(v.value)));
+        }
+        if let Some(v) = ka.keepalive_interval {
+            k.insert("keepalive_interval".into(), s(seconds(v.value)));
+        }
+        if let Some(v) = ka.keepalive_probes {
+            k.insert("keepalive_probes".into(), int(v.value));
+        }
+        t.insert("tcp_keepalive".into(), toml::Value::Table(k));
+    }
+    Ok(())
+}

@@ -1,0 +1,611 @@
+//! Listener translation: every mapping checked after the data plane's parser, every rejection
+//! with its reason.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::{
+    DataSource, GrpcService, TransportSocket, address, data_source, socket_address,
+};
+use envoy_types::pb::envoy::config::listener::v3::{
+    Filter, FilterChain, FilterChainMatch, ListenerFilter, filter,
+};
+use envoy_types::pb::envoy::extensions::common::dynamic_forward_proxy::v3::DnsCacheConfig;
+use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisExternalAuthProvider;
+use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_proxy::{
+    PrefixRoutes, RedisFault,
+    prefix_routes::route::{ReadCommandPolicy, RequestMirrorPolicy},
+};
+use envoy_types::pb::google::protobuf::{Any, UInt32Value};
+use respite::config::{FaultType, ReadPolicy};
+
+use super::tests_support::*;
+
+const HUNDRED: i32 = 0;
+const TEN_THOUSAND: i32 = 1;
+const MILLION: i32 = 2;
+
+/// Envoy's documentation example listener (xds-client.md §3.2).
+#[test]
+fn envoy_documentation_example() {
+    let mut p = proxy();
+    p.stat_prefix = "cache".into();
+    if let Some(s) = p.settings.as_mut() {
+        s.op_timeout = Some(ms(500));
+        s.enable_hashtagging = true;
+        s.enable_redirection = true;
+    }
+    p.prefix_routes = Some(PrefixRoutes {
+        routes: vec![route("user:", "redis_users")],
+        catch_all_route: Some(route("", "redis_default")),
+        ..Default::default()
+    });
+    let mut l = listener_with(&p);
+    l.name = "redis_listener".into();
+    l.address = Some(sock("0.0.0.0", 6379));
+
+    let d = super::listener(&l).unwrap();
+    assert_eq!(
+        d.clusters,
+        BTreeSet::from(["redis_default".to_string(), "redis_users".to_string()])
+    );
+    let cfg = parse_listener(&l);
+    let lc = &cfg.listeners[0];
+    assert_eq!(lc.name, "redis_listener");
+    assert_eq!(lc.address.to_string(), "0.0.0.0:6379");
+    assert_eq!(lc.stat_prefix, "cache");
+    assert_eq!(lc.op_timeout, Duration::from_millis(500));
+    assert!(lc.enable_hashtagging);
+    assert_eq!(lc.prefix_routes.routes.len(), 1);
+    assert_eq!(lc.prefix_routes.routes[0].prefix, "user:");
+    assert_eq!(lc.prefix_routes.routes[0].cluster, "redis_users");
+    assert!(!lc.prefix_routes.routes[0].remove_prefix);
+    let catch_all = lc.prefix_routes.catch_all_route.as_ref().unwrap();
+    assert_eq!(catch_all.cluster, "redis_default");
+}
+
+#[test]
+fn connection_settings_map_to_listener_keys() {
+    let mut p = proxy();
+    p.latency_in_micros = true;
+    p.custom_commands = vec!["bf.add".into(), "bf.exists".into()];
+    if let Some(s) = p.settings.as_mut() {
+        s.max_buffer_size_before_flush = 16384;
+        s.buffer_flush_timeout = Some(dur(0, 20_000));
+        s.enable_command_stats = true;
+        s.enable_hashtagging = false;
+    }
+    let cfg = parse_listener(&listener_with(&p));
+    let lc = &cfg.listeners[0];
+    assert_eq!(lc.stat_prefix, "redis");
+    assert_eq!(lc.op_timeout, Duration::from_secs(1));
+    assert!(!lc.enable_hashtagging);
+    assert_eq!(lc.max_buffer_size_before_flush, 16384);
+    assert_eq!(lc.buffer_flush_timeout, Duration::from_micros(20));
+    assert!(lc.enable_command_stats);
+    assert!(lc.latency_in_micros);
+    assert_eq!(lc.custom_commands, vec!["bf.add", "bf.exists"]);
+}
+
+#[test]
+fn durations_render_in_the_largest_exact_unit() {
+    let f = super::fields::duration;
+    assert_eq!(f(&dur(2, 0), "x").unwrap(), "2s");
+    assert_eq!(f(&ms(1500), "x").unwrap(), "1500ms");
+    assert_eq!(f(&dur(0, 20_000), "x").unwrap(), "20us");
+    assert_eq!(f(&dur(0, 7), "x").unwrap(), "7ns");
+    assert_eq!(f(&dur(0, 0), "x").unwrap(), "0s");
+    assert_mentions(
+        &f(&dur(-1, 0), "a.b").unwrap_err(),
+        &["a.b", "non-negative"],
+    );
+}
+
+#[test]
+fn read_policies_map_and_need_a_redis_cluster() {
+    let cases = [
+        (1, "prefer_primary", ReadPolicy::PreferPrimary),
+        (2, "replica", ReadPolicy::Replica),
+        (3, "prefer_replica", ReadPolicy::PreferReplica),
+        (4, "any", ReadPolicy::Any),
+    ];
+    for (v, text, policy) in cases {
+        let mut p = proxy();
+        if let Some(s) = p.settings.as_mut() {
+            s.read_policy = v;
+            s.max_upstream_unknown_connections = Some(UInt32Value { value: 7 });
+        }
+        let d = super::listener(&listener_with(&p)).unwrap();
+        assert_eq!(d.table["read_policy"].as_str(), Some(text));
+        // Routed to a Redis Cluster: kept.
+        let mut rc = static_cluster("cache", &[7000]);
+        rc.cluster_discovery_type = Some(redis_cluster_type(None));
+        rc.lb_policy = 0;
+        let c = super::cluster(&rc).unwrap();
+        let cfg = parse(&[&d], &[c]);
+        assert_eq!(cfg.listeners[0].read_policy, policy);
+        assert_eq!(cfg.listeners[0].max_upstream_unknown_connections, 7);
+        // Routed to a plain cluster: dropped by render (Envoy: "Redis Cluster only").
+        let cfg = parse(
+            &[&d],
+            &[super::cluster(&static_cluster("cache", &[7000])).unwrap()],
+        );
+        assert_eq!(cfg.listeners[0].read_policy, ReadPolicy::Primary);
+        assert_eq!(cfg.listeners[0].max_upstream_unknown_connections, 100);
+    }
+    // MASTER (the default) writes nothing.
+    let d = super::listener(&listener_with(&proxy())).unwrap();
+    assert!(!d.table.contains_key("read_policy"));
+}
+
+fn redis_cluster_type(
+    cfg: Option<Any>,
+) -> envoy_types::pb::envoy::config::cluster::v3::cluster::ClusterDiscoveryType {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+        ClusterDiscoveryType, CustomClusterType,
+    };
+    ClusterDiscoveryType::ClusterType(CustomClusterType {
+        name: "envoy.clusters.redis".into(),
+        typed_config: cfg,
+    })
+}
+
+#[test]
+fn prefix_routes_with_every_route_field() {
+    let mut p = proxy();
+    let mut users = route("user:", "users");
+    users.remove_prefix = true;
+    users.key_formatter = "{%KEY%}".into();
+    users.read_command_policy = Some(ReadCommandPolicy {
+        cluster: "users-replica".into(),
+    });
+    users.request_mirror_policy = vec![
+        RequestMirrorPolicy {
+            cluster: "users-new".into(),
+            runtime_fraction: Some(fraction(50, HUNDRED)),
+            exclude_read_commands: true,
+        },
+        RequestMirrorPolicy {
+            cluster: "users-audit".into(),
+            runtime_fraction: None,
+            exclude_read_commands: false,
+        },
+    ];
+    let mut catch_all = route("", "cache");
+    catch_all.request_mirror_policy = vec![
+        RequestMirrorPolicy {
+            cluster: "cache-a".into(),
+            runtime_fraction: Some(fraction(2500, TEN_THOUSAND)),
+            exclude_read_commands: false,
+        },
+        RequestMirrorPolicy {
+            cluster: "cache-b".into(),
+            runtime_fraction: Some(fraction(1, MILLION)),
+            exclude_read_commands: false,
+        },
+    ];
+    p.prefix_routes = Some(PrefixRoutes {
+        routes: vec![users, route("session:", "sessions")],
+        case_insensitive: true,
+        catch_all_route: Some(catch_all),
+    });
+    let l = listener_with(&p);
+    let d = super::listener(&l).unwrap();
+    let want: BTreeSet<String> = [
+        "users",
+        "users-replica",
+        "users-new",
+        "users-audit",
+        "sessions",
+        "cache",
+        "cache-a",
+        "cache-b",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(d.clusters, want);
+
+    let cfg = parse_listener(&l);
+    let pr = &cfg.listeners[0].prefix_routes;
+    assert!(pr.case_insensitive);
+    let r = &pr.routes[0];
+    assert_eq!(r.prefix, "user:");
+    assert_eq!(r.cluster, "users");
+    assert!(r.remove_prefix);
+    assert_eq!(r.key_formatter.as_deref(), Some("{%KEY%}"));
+    assert_eq!(r.read_command_policy.as_deref(), Some("users-replica"));
+    assert_eq!(r.request_mirror_policy.len(), 2);
+    assert_eq!(r.request_mirror_policy[0].cluster, "users-new");
+    assert!(r.request_mirror_policy[0].exclude_read_commands);
+    assert_eq!(r.request_mirror_policy[0].runtime_fraction, 50.0);
+    assert_eq!(r.request_mirror_policy[1].runtime_fraction, 100.0);
+    assert!(!r.request_mirror_policy[1].exclude_read_commands);
+    assert_eq!(pr.routes[1].prefix, "session:");
+    let ca = pr.catch_all_route.as_ref().unwrap();
+    assert_eq!(ca.cluster, "cache");
+    assert_eq!(ca.request_mirror_policy[0].runtime_fraction, 25.0);
+    assert!((ca.request_mirror_policy[1].runtime_fraction - 0.0001).abs() < 1e-12);
+}
+
+#[test]
+fn fraction_above_its_denominator_is_a_hundred_percent() {
+    let pct = super::fields::runtime_percent(Some(&fraction(250, HUNDRED)), "f").unwrap();
+    assert_eq!(pct, 100.0);
+    let err =
+        super::fields::runtime_percent(Some(&fraction(1, 9)), "m.runtime_fraction").unwrap_err();
+    assert_mentions(&err, &["m.runtime_fraction.default_value.denominator", "9"]);
+}
+
+#[test]
+fn faults_map_type_percent_delay_and_commands() {
+    let mut p = proxy();
+    p.faults = vec![
+        RedisFault {
+            fault_type: 1, // ERROR
+            fault_enabled: Some(fraction(5, HUNDRED)),
+            delay: Some(ms(10)),
+            commands: vec![],
+        },
+        RedisFault {
+            fault_type: 0, // DELAY
+            fault_enabled: Some(fraction(1000, TEN_THOUSAND)),
+            delay: Some(ms(250)),
+            commands: vec!["GET".into(), "SET".into()],
+        },
+    ];
+    let cfg = parse_listener(&listener_with(&p));
+    let f = &cfg.listeners[0].faults;
+    assert_eq!(f.len(), 2);
+    assert_eq!(f[0].fault_type, FaultType::Error);
+    assert_eq!(f[0].fault_enabled, 5.0);
+    assert_eq!(f[0].delay, Some(Duration::from_millis(10)));
+    assert!(f[0].commands.is_empty());
+    assert_eq!(f[1].fault_type, FaultType::Delay);
+    assert_eq!(f[1].fault_enabled, 10.0);
+    assert_eq!(f[1].delay, Some(Duration::from_millis(250)));
+    assert_eq!(f[1].commands, vec!["get", "set"]);
+}
+
+#[test]
+fn downstream_auth_from_every_data_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pw");
+    std::fs::write(&file, "from-file").unwrap();
+    // A variable every test process has, so the test need not change the environment.
+    let from_env = std::env::var("PATH").unwrap();
+    let mut p = proxy();
+    #[allow(deprecated)]
+    {
+        p.downstream_auth_password = Some(inline("deprecated-one"));
+    }
+    p.downstream_auth_passwords = vec![
+        inline("inline"),
+        DataSource {
+            specifier: Some(data_source::Specifier::InlineBytes(b"bytes".to_vec())),
+            ..Default::default()
+        },
+        DataSource {
+            specifier: Some(data_source::Specifier::Filename(file.display().to_string())),
+            ..Default::default()
+        },
+        DataSource {
+            specifier: Some(data_source::Specifier::EnvironmentVariable("PATH".into())),
+            ..Default::default()
+        },
+    ];
+    p.downstream_auth_username = Some(inline("app"));
+    let cfg = parse_listener(&listener_with(&p));
+    let lc = &cfg.listeners[0];
+    assert_eq!(
+        lc.downstream_auth_passwords,
+        vec![
+            "deprecated-one",
+            "inline",
+            "bytes",
+            "from-file",
+            from_env.as_str()
+        ]
+    );
+    assert_eq!(lc.downstream_auth_username.as_deref(), Some("app"));
+}
+
+#[test]
+fn data_source_errors_name_the_field() {
+    let mut p = proxy();
+    p.downstream_auth_passwords = vec![DataSource {
+        specifier: Some(data_source::Specifier::EnvironmentVariable(
+            "RESPITE_TRANSLATE_SURELY_UNSET".into(),
+        )),
+        ..Default::default()
+    }];
+    let err = listener_err(&listener_with(&p));
+    assert_mentions(
+        &err,
+        &[
+            "redis_proxy.downstream_auth_passwords[0].environment_variable",
+            "RESPITE_TRANSLATE_SURELY_UNSET",
+            "not set",
+        ],
+    );
+    let mut p = proxy();
+    p.downstream_auth_passwords = vec![DataSource {
+        specifier: Some(data_source::Specifier::Filename(
+            "/nonexistent/respite/pw".into(),
+        )),
+        ..Default::default()
+    }];
+    let err = listener_err(&listener_with(&p));
+    assert_mentions(
+        &err,
+        &[
+            "downstream_auth_passwords[0].filename",
+            "/nonexistent/respite/pw",
+        ],
+    );
+}
+
+#[test]
+fn ipv6_listener_address_is_bracketed() {
+    let mut l = listener_with(&proxy());
+    l.address = Some(sock("::1", 6390));
+    let d = super::listener(&l).unwrap();
+    assert_eq!(d.table["address"].as_str(), Some("[::1]:6390"));
+    let cfg = parse_listener(&l);
+    assert_eq!(cfg.listeners[0].address.to_string(), "[::1]:6390");
+}
+
+#[test]
+fn listener_address_must_be_a_tcp_socket_address() {
+    let mut l = listener_with(&proxy());
+    l.address = Some(envoy_types::pb::envoy::config::core::v3::Address {
+        address: Some(address::Address::Pipe(
+            envoy_types::pb::envoy::config::core::v3::Pipe {
+                path: "/tmp/redis.sock".into(),
+                mode: 0,
+            },
+        )),
+    });
+    assert_mentions(&listener_err(&l), &["address", "pipe"]);
+
+    let mut l = listener_with(&proxy());
+    let mut a = sock("127.0.0.1", 1);
+    if let Some(address::Address::SocketAddress(sa)) = a.address.as_mut() {
+        sa.port_specifier = Some(socket_address::PortSpecifier::NamedPort("redis".into()));
+    }
+    l.address = Some(a);
+    assert_mentions(
+        &listener_err(&l),
+        &["address.socket_address.named_port", "redis"],
+    );
+
+    let mut l = listener_with(&proxy());
+    l.address = None;
+    assert_mentions(&listener_err(&l), &["address: required"]);
+}
+
+#[test]
+fn filter_chain_shape_is_one_chain_one_redis_filter() {
+    let p = proxy();
+    let base = listener_with(&p);
+
+    let mut l = base.clone();
+    l.filter_chains.clear();
+    assert_mentions(&listener_err(&l), &["filter_chains: required"]);
+
+    let mut l = base.clone();
+    l.filter_chains.push(l.filter_chains[0].clone());
+    assert_mentions(&listener_err(&l), &["filter_chains", "exactly one"]);
+
+    let mut l = base.clone();
+    l.filter_chains[0].filter_chain_match = Some(FilterChainMatch::default());
+    assert_mentions(&listener_err(&l), &["filter_chain_match", "not supported"]);
+
+    let mut l = base.clone();
+    l.filter_chains[0].transport_socket = Some(TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: None,
+    });
+    assert_mentions(
+        &listener_err(&l),
+        &[
+            "filter_chains[0].transport_socket",
+            "downstream TLS is not supported",
+        ],
+    );
+
+    let mut l = base.clone();
+    l.listener_filters = vec![ListenerFilter {
+        name: "envoy.filters.listener.tls_inspector".into(),
+        ..Default::default()
+    }];
+    assert_mentions(&listener_err(&l), &["listener_filters", "not supported"]);
+
+    let tcp_proxy = Filter {
+        name: "envoy.filters.network.tcp_proxy".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(Any {
+            type_url: "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
+                .into(),
+            value: vec![],
+        })),
+    };
+    let mut l = base.clone();
+    l.filter_chains[0].filters.push(tcp_proxy.clone());
+    assert_mentions(
+        &listener_err(&l),
+        &["filters", "envoy.filters.network.tcp_proxy", "alone"],
+    );
+
+    let mut l = base.clone();
+    l.filter_chains[0].filters = vec![tcp_proxy];
+    assert_mentions(
+        &listener_err(&l),
+        &[
+            "filters[0]",
+            "envoy.filters.network.tcp_proxy",
+            "TcpProxy",
+            "not supported",
+        ],
+    );
+
+    let mut l = base.clone();
+    l.filter_chains = vec![FilterChain {
+        filters: vec![Filter {
+            name: "envoy.filters.network.redis_proxy".into(),
+            config_type: None,
+        }],
+        ..Default::default()
+    }];
+    assert_mentions(&listener_err(&l), &["typed_config: required"]);
+
+    // Matched by type URL, not by filter name.
+    let mut l = base;
+    l.filter_chains[0].filters[0].name = "my-redis".into();
+    assert!(super::listener(&l).is_ok());
+}
+
+#[test]
+fn redis_proxy_required_fields() {
+    let mut p = proxy();
+    p.stat_prefix.clear();
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["redis_proxy.stat_prefix: required"],
+    );
+
+    let mut p = proxy();
+    p.settings = None;
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["redis_proxy.settings: required"],
+    );
+
+    let mut p = proxy();
+    if let Some(s) = p.settings.as_mut() {
+        s.op_timeout = None;
+    }
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["redis_proxy.settings.op_timeout: required"],
+    );
+
+    let mut p = proxy();
+    if let Some(s) = p.settings.as_mut() {
+        s.op_timeout = Some(dur(0, 0));
+    }
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["op_timeout", "greater than zero"],
+    );
+
+    let mut p = proxy();
+    p.prefix_routes = None;
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["redis_proxy.prefix_routes: required"],
+    );
+
+    let mut p = proxy();
+    p.prefix_routes = Some(PrefixRoutes::default());
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["prefix_routes", "catch_all_route"],
+    );
+
+    let mut p = proxy();
+    p.prefix_routes = Some(PrefixRoutes {
+        routes: vec![route("a:", "")],
+        ..Default::default()
+    });
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["prefix_routes.routes[0].cluster: required"],
+    );
+
+    let mut l = listener_with(&proxy());
+    l.name.clear();
+    assert_mentions(&listener_err(&l), &["name: required"]);
+}
+
+#[test]
+fn unsupported_behaviour_is_refused_by_name() {
+    let mut p = proxy();
+    if let Some(s) = p.settings.as_mut() {
+        s.dns_cache_config = Some(DnsCacheConfig::default());
+    }
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["dns_cache_config", "not supported"],
+    );
+
+    let mut p = proxy();
+    p.external_auth_provider = Some(RedisExternalAuthProvider {
+        grpc_service: Some(GrpcService::default()),
+        enable_auth_expiration: false,
+    });
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["external_auth_provider", "not supported"],
+    );
+
+    let mut p = proxy();
+    if let Some(s) = p.settings.as_mut() {
+        s.read_policy = 5;
+    }
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["read_policy", "LOCAL_ZONE_AFFINITY", "not supported"],
+    );
+
+    let mut p = proxy();
+    p.protocol_version = 1;
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["protocol_version", "RESP3"],
+    );
+}
+
+#[test]
+fn accepted_and_ignored_settings() {
+    // enable_redirection and connection_rate_limit are accepted (see settings_fields).
+    let mut p = proxy();
+    if let Some(s) = p.settings.as_mut() {
+        s.enable_redirection = true;
+        s.connection_rate_limit = Some(
+            envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_proxy::ConnectionRateLimit {
+                connection_rate_limit_per_sec: 10,
+            },
+        );
+    }
+    let d = super::listener(&listener_with(&p)).unwrap();
+    assert!(!d.table.contains_key("enable_redirection"));
+    assert!(!d.table.contains_key("connection_rate_limit"));
+    parse_listener(&listener_with(&p));
+}
+
+#[test]
+fn data_plane_refusals_name_the_key() {
+    // A DELAY fault without a delay: only the data plane knows it is required.
+    let mut p = proxy();
+    p.faults = vec![RedisFault {
+        fault_type: 0,
+        fault_enabled: Some(fraction(5, HUNDRED)),
+        delay: None,
+        commands: vec![],
+    }];
+    let err = listener_err(&listener_with(&p));
+    assert_mentions(&err, &["listeners[0].faults[0]", "delay"]);
+    assert!(!err.starts_with("translated"), "location left in {err:?}");
+
+    let mut p = proxy();
+    p.faults = vec![RedisFault {
+        fault_type: 1,
+        fault_enabled: None,
+        delay: None,
+        commands: vec![],
+    }];
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &["redis_proxy.faults[0].fault_enabled: required"],
+    );
+}
