@@ -239,3 +239,41 @@ fn push<E: From<Push>>(req: &mut tiny_http::Request, events: &mpsc::Sender<E>) -
         None => text(503, "shutting down; config not applied\n"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_makes_an_owner_only_socket_and_removes_it_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let sock = ControlSocket::bind(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        // Live: a second bind refuses and leaves the file in place.
+        let err = ControlSocket::bind(&path).unwrap_err();
+        assert!(err.contains("another process is listening"), "{err}");
+        assert!(path.exists());
+        drop(sock);
+        assert!(!path.exists(), "the socket file outlived the ControlSocket");
+    }
+
+    #[test]
+    fn a_stale_socket_is_replaced_and_a_regular_file_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        // A socket nobody listens on any more (std does not remove the file on drop).
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let sock = ControlSocket::bind(&path).unwrap();
+        assert!(UnixStream::connect(&path).is_ok());
+        drop(sock);
+
+        let file = dir.path().join("notes.txt");
+        std::fs::write(&file, "keep me").unwrap();
+        let err = ControlSocket::bind(&file).unwrap_err();
+        assert!(err.contains("is not a socket"), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+    }
+}
