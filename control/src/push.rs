@@ -1,33 +1,300 @@
 //! The data plane's control socket, client side: `POST /config` with TOML text over HTTP/1.1 on
-//! a Unix socket; `200` = applied, anything else = rejected with the body as the reason.
+//! a Unix socket; `200` = applied, anything else = rejected with the body as the reason
+//! (server side: `respite::admin::control_socket`).
 
+use std::io::{Read as _, Write as _};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::Duration;
+
+/// How long a push may wait for the data plane's answer. Applying can legitimately take a while
+/// (a new `redis_cluster` cluster waits up to its `cluster_refresh_timeout` for a first slot map),
+/// but a stuck data plane must not hang the control process forever.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long writing the request may block (the data plane reads it before applying anything).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a push did not land.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PushError {
     /// The socket cannot be reached or the exchange failed midway (the data plane may be
-    /// restarting): not the config's fault.
+    /// restarting): not the config's fault. The message names the socket path.
     Unreachable(String),
-    /// The data plane answered and refused the config: its reason.
+    /// The data plane answered and refused the config: its answer's body, trimmed.
     Rejected(String),
 }
 
 impl std::fmt::Display for PushError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PushError::Unreachable(e) => write!(f, "data plane unreachable: {e}"),
-            PushError::Rejected(e) => write!(f, "data plane rejected the config: {e}"),
+            PushError::Unreachable(e) | PushError::Rejected(e) => f.write_str(e),
         }
     }
 }
 
-/// Pushes `toml` to the data plane listening on `socket`.
+/// Pushes `toml` to the data plane listening on `socket`, blocking until it answers.
 ///
-/// Errors: [`PushError`].
-pub fn push(socket: &Path, _toml: &str) -> Result<(), PushError> {
-    Err(PushError::Unreachable(format!(
-        "{}: push is not implemented yet",
-        socket.display()
-    )))
+/// Unix-socket connects do not block on a live listener (they fail at once with `ECONNREFUSED`
+/// or `ENOENT` when nobody listens), so the timeouts that matter are on the write
+/// ([`WRITE_TIMEOUT`]) and on the answer ([`READ_TIMEOUT`]).
+///
+/// Errors: the socket cannot be reached or the exchange failed (the message names the socket
+/// path), or the data plane rejected the config: then the error is its answer's body, trimmed
+/// (`control socket:12:1: clusters[0].lb_policy: …` for an invalid config, the apply error for
+/// one that could not be applied).
+pub fn push(socket: &Path, toml: &str) -> Result<(), PushError> {
+    push_within(socket, toml, READ_TIMEOUT)
+}
+
+/// [`push`] waiting at most `read_timeout` for the answer.
+fn push_within(socket: &Path, toml: &str, read_timeout: Duration) -> Result<(), PushError> {
+    let shown = socket.display();
+    let io = |what: &str, e: std::io::Error| {
+        PushError::Unreachable(format!("control socket {shown}: {what}: {e}"))
+    };
+    let mut stream = UnixStream::connect(socket).map_err(|e| io("connect", e))?;
+    stream
+        .set_read_timeout(Some(read_timeout))
+        .and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT)))
+        .map_err(|e| io("setting timeouts", e))?;
+    let head = format!(
+        "POST /config HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain; charset=UTF-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        toml.len()
+    );
+    stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(toml.as_bytes()))
+        .and_then(|()| stream.flush())
+        .map_err(|e| io("sending the config", e))?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|e| io("reading the answer", e))?;
+    let (status, body) = parse_response(&response).ok_or_else(|| {
+        PushError::Unreachable(format!(
+            "control socket {shown}: not an HTTP answer: {:?}",
+            excerpt(&response)
+        ))
+    })?;
+    if status == 200 {
+        Ok(())
+    } else if body.trim().is_empty() {
+        Err(PushError::Rejected(format!(
+            "control socket {shown}: answered {status}"
+        )))
+    } else {
+        Err(PushError::Rejected(body.trim().to_owned()))
+    }
+}
+
+/// Status code and body of an HTTP/1.x response read to EOF; `None` if it is not one. A
+/// `Transfer-Encoding: chunked` body is de-chunked (tiny_http sends bodies of unknown length
+/// that way; ours have a length, but a proxying server might not).
+fn parse_response(raw: &[u8]) -> Option<(u16, String)> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(raw.get(..split)?).ok()?;
+    let body = raw.get(split + 4..)?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next()?;
+    let mut parts = status_line.split_whitespace();
+    if !parts.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let status: u16 = parts.next()?.parse().ok()?;
+    let chunked = lines.any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding")
+                && v.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_vec()
+    };
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// The payload of a chunked body (RFC 9112 §7.1); `None` if it is malformed.
+fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = raw.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(raw.get(..eol)?).ok()?;
+        let size_text = size_text.split(';').next()?.trim();
+        let size = usize::from_str_radix(size_text, 16).ok()?;
+        raw = raw.get(eol + 2..)?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(raw.get(..size)?);
+        raw = raw.get(size + 2..)?;
+    }
+}
+
+/// The start of an unexpected answer, for an error message.
+fn excerpt(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    text.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+    use std::thread::JoinHandle;
+
+    /// A one-shot server on a fresh socket: reads one request (head + Content-Length body),
+    /// answers `response` and closes; the request it read comes back from the join handle.
+    fn server(
+        response: &'static str,
+    ) -> (tempfile::TempDir, std::path::PathBuf, JoinHandle<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let handle = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                let n = s.read(&mut chunk).unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    if body.len() >= len || n == 0 {
+                        break;
+                    }
+                }
+                assert!(n > 0, "client closed before sending a whole request");
+            }
+            s.write_all(response.as_bytes()).unwrap();
+            String::from_utf8(buf).unwrap()
+        });
+        (dir, path, handle)
+    }
+
+    #[test]
+    fn sends_a_post_with_length_and_close_and_takes_200() {
+        let (_dir, path, handle) = server("HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\napplied\n");
+        let toml = "[[clusters]]\nname = \"c\"\n";
+        assert_eq!(push(&path, toml), Ok(()));
+        let request = handle.join().unwrap();
+        let (head, body) = request.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.lines();
+        assert_eq!(lines.next(), Some("POST /config HTTP/1.1"));
+        let headers: Vec<&str> = lines.collect();
+        assert!(headers.contains(&"Host: localhost"), "{headers:?}");
+        assert!(headers.contains(&"Connection: close"), "{headers:?}");
+        assert!(
+            headers.contains(&format!("Content-Length: {}", toml.len()).as_str()),
+            "{headers:?}"
+        );
+        assert_eq!(body, toml);
+    }
+
+    #[test]
+    fn a_rejection_is_the_trimmed_body() {
+        let reason = "control socket:3:8: clusters[0].lb_policy: unknown variant `nope`";
+        let response: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\n\r\n  {reason}\n",
+                reason.len() + 3
+            )
+            .into_boxed_str(),
+        );
+        let (_dir, path, handle) = server(response);
+        assert_eq!(
+            push(&path, "x = 1"),
+            Err(PushError::Rejected(reason.to_owned()))
+        );
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn a_409_and_an_empty_body_name_the_status() {
+        let (_dir, path, handle) = server("HTTP/1.1 409 Conflict\r\nContent-Length: 0\r\n\r\n");
+        let err = push(&path, "").unwrap_err();
+        assert!(matches!(err, PushError::Rejected(_)), "{err:?}");
+        let err = err.to_string();
+        assert!(err.contains("answered 409"), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn a_chunked_answer_is_read() {
+        let (_dir, path, handle) = server(
+            "HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n\
+             5\r\nbind \r\n6\r\nfailed\r\n0\r\n\r\n",
+        );
+        assert_eq!(
+            push(&path, "a"),
+            Err(PushError::Rejected("bind failed".to_owned()))
+        );
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn no_listener_is_an_error_naming_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nobody.sock");
+        let err = push(&path, "").unwrap_err();
+        assert!(matches!(err, PushError::Unreachable(_)), "{err:?}");
+        let err = err.to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(err.contains("connect"), "{err}");
+        // A socket file nobody listens on: refused, also named.
+        let listener = UnixListener::bind(&path).unwrap();
+        drop(listener);
+        let err = push(&path, "").unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn a_silent_data_plane_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stuck.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        // Accepts (the kernel does, from the backlog) and never answers.
+        let started = std::time::Instant::now();
+        let err = push_within(&path, "a", Duration::from_millis(300))
+            .unwrap_err()
+            .to_string();
+        let took = started.elapsed();
+        println!("timed out after {took:?}: {err}");
+        assert!(err.contains("reading the answer"), "{err}");
+        assert!(took >= Duration::from_millis(250), "{took:?}");
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        drop(listener);
+    }
+
+    #[test]
+    fn garbage_is_not_taken_for_an_answer() {
+        let (_dir, path, handle) = server("SSH-2.0-OpenSSH_9.6\r\n");
+        let err = push(&path, "").unwrap_err().to_string();
+        assert!(err.contains("not an HTTP answer"), "{err}");
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn parse_response_cases() {
+        assert_eq!(
+            parse_response(b"HTTP/1.0 503 Service Unavailable\r\nA: b\r\n\r\nbusy\n"),
+            Some((503, "busy\n".to_owned()))
+        );
+        assert_eq!(parse_response(b"HTTP/1.1 200 OK\r\n"), None);
+        assert_eq!(parse_response(b"HTTP/1.1 abc OK\r\n\r\n"), None);
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+            None
+        );
+    }
 }

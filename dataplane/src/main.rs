@@ -26,6 +26,11 @@ struct Cli {
     /// TOML config file to run with (see deploy/examples/respite.toml).
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Unix socket (created mode 0600) on which respite-control pushes configs (`POST /config`,
+    /// TOML) and the admin endpoints answer too. Without --config, start with no listeners and
+    /// no clusters (admin on 127.0.0.1:9901) and wait for a push.
+    #[arg(long, value_name = "PATH")]
+    control_socket: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -94,11 +99,19 @@ fn main() -> ExitCode {
             }
         },
         None => {
-            let Some(path) = cli.config else {
-                eprintln!("respite: --config FILE is required (or see `respite --help`)");
-                return ExitCode::from(2);
+            let config = match (&cli.config, &cli.control_socket) {
+                (Some(path), _) => respite::config::load(path),
+                // Started empty: everything comes from pushes (zero listeners is valid there).
+                (None, Some(_)) => respite::config::parse_pushed("", "empty config"),
+                (None, None) => {
+                    eprintln!(
+                        "respite: --config FILE or --control-socket PATH is required (or see \
+                         `respite --help`)"
+                    );
+                    return ExitCode::from(2);
+                }
             };
-            let config = match respite::config::load(&path) {
+            let config = match config {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("{e}");
@@ -109,7 +122,7 @@ fn main() -> ExitCode {
                 config.runtime.log_level.as_deref(),
                 config.runtime.log_format,
             );
-            match respite::engine::run(config, Some(path), Some(log)) {
+            match respite::engine::run(config, cli.config, Some(log), cli.control_socket) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");

@@ -2,20 +2,23 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::{RawClient, START_TIMEOUT, free_port, respite_bin, wait_for_port};
 
-/// A running `respite --config <file>`.
+/// A running `respite --config <file>` and/or `respite --control-socket <path>`.
 pub struct Respite {
-    /// The first listener's port.
+    /// The first listener's port (0 for a process started empty).
     pub port: u16,
-    /// The admin HTTP port.
+    /// The admin HTTP port (0 for a process started empty: its admin requests go over the
+    /// control socket instead).
     pub admin_port: u16,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    /// `--control-socket`, when given.
+    control: Option<PathBuf>,
 }
 
 /// A one-listener config over `backends` (ketama unless `lb_policy` says otherwise): the shape
@@ -77,16 +80,96 @@ impl Respite {
             admin_port,
             child: None,
             dir,
+            control: None,
         };
         r.spawn();
         r
     }
 
+    /// Starts `respite --control-socket <control_socket>` with no config file: no listener, no
+    /// cluster, until a [`Respite::push`]. Waits until the socket answers. Its admin requests
+    /// ([`Respite::stats`], [`Respite::admin_get`]) go over the socket.
+    pub fn start_empty(control_socket: &Path) -> Respite {
+        let mut r = Respite {
+            port: 0,
+            admin_port: 0,
+            child: None,
+            dir: tempfile::tempdir().expect("tempdir"),
+            control: Some(control_socket.to_path_buf()),
+        };
+        r.spawn();
+        r
+    }
+
+    /// Like [`Respite::start`], with `--control-socket <control_socket>` too.
+    pub fn start_with_socket(
+        config: &str,
+        port: u16,
+        admin_port: u16,
+        control_socket: &Path,
+    ) -> Respite {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join("respite.toml"), config).expect("write config");
+        let mut r = Respite {
+            port,
+            admin_port,
+            child: None,
+            dir,
+            control: Some(control_socket.to_path_buf()),
+        };
+        r.spawn();
+        r
+    }
+
+    /// Pushes `toml` over the control socket (`respite_control::push::push`): `Err` is the
+    /// data plane's reason.
+    pub fn push(&self, toml: &str) -> Result<(), String> {
+        let socket = self
+            .control
+            .as_deref()
+            .expect("started without --control-socket");
+        respite_control::push::push(socket, toml)
+    }
+
+    /// `method path` (HTTP/1.0, empty body) over the control socket: (status, body).
+    pub fn control_request(&self, method: &str, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let socket = self
+            .control
+            .as_deref()
+            .expect("started without --control-socket");
+        let mut s = std::os::unix::net::UnixStream::connect(socket)
+            .unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
+        s.set_read_timeout(Some(crate::IO_TIMEOUT)).ok();
+        write!(
+            s,
+            "{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"
+        )
+        .expect("write request");
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).expect("read response");
+        let status = resp
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = resp
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
     fn spawn(&mut self) {
         let log = fs::File::create(self.dir.path().join("respite.log")).expect("log file");
-        let child = Command::new(respite_bin())
-            .arg("--config")
-            .arg(self.config_path())
+        let mut cmd = Command::new(respite_bin());
+        if self.config_path().exists() {
+            cmd.arg("--config").arg(self.config_path());
+        }
+        if let Some(socket) = &self.control {
+            cmd.arg("--control-socket").arg(socket);
+        }
+        let child = cmd
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -97,6 +180,21 @@ impl Respite {
             .spawn()
             .expect("spawn respite");
         self.child = Some(child);
+        if self.port == 0 {
+            let socket = self.control.clone().expect("a port or a control socket");
+            let deadline = Instant::now() + START_TIMEOUT;
+            while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+                if Instant::now() > deadline {
+                    panic!(
+                        "respite did not answer on {}: log:\n{}",
+                        socket.display(),
+                        self.log()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            return;
+        }
         if !wait_for_port(self.port, START_TIMEOUT) {
             panic!(
                 "respite did not listen on {}: log:\n{}",
@@ -193,8 +291,12 @@ impl Respite {
         }
     }
 
-    /// `GET <path>` on the admin endpoint: (status, body).
+    /// `GET <path>` on the admin endpoint (over the control socket when there is no admin
+    /// port): (status, body).
     pub fn admin_get(&self, path: &str) -> (u16, String) {
+        if self.admin_port == 0 && self.control.is_some() {
+            return self.control_request("GET", path);
+        }
         admin_get(self.admin_port, path)
     }
 

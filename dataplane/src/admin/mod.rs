@@ -24,9 +24,13 @@
 //! The server is blocking `tiny_http` on one background thread, one request at a time; it never
 //! touches a worker. [`spawn_or_retry`] starts it even while another process (the one being
 //! replaced in a hot restart) still holds the address: it keeps retrying the bind.
+//!
+//! The same endpoints answer on the control socket ([`control_socket`], `respite
+//! --control-socket PATH`), which adds `POST /config` (config push).
 
 pub mod clusters;
 mod config_dump;
+pub mod control_socket;
 pub mod hot_keys;
 mod logging;
 mod query;

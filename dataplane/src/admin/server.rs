@@ -203,18 +203,7 @@ fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext) {
     loop {
         match server.recv() {
             Ok(req) => {
-                // HEAD is a GET without the body (tiny_http leaves the body out); every other
-                // method but POST is refused here, so only POST can change state.
-                let is_get = match req.method() {
-                    tiny_http::Method::Get | tiny_http::Method::Head => Some(true),
-                    tiny_http::Method::Post => Some(false),
-                    _ => None,
-                };
-                let reply = match is_get {
-                    Some(is_get) => route(is_get, req.url(), ctx),
-                    None => text(405, "method not allowed: use GET or POST\n"),
-                };
-                let drain = is_get == Some(false) && reply.status == 200 && is_drain(req.url());
+                let (reply, drain) = answer(&req, ctx);
                 respond(req, reply, drain);
             }
             Err(e) => {
@@ -227,10 +216,28 @@ fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext) {
     }
 }
 
+/// The admin reply to `req`, and whether it started a drain (a `200` to `POST
+/// /drain_listeners`: the caller asks for it once the reply is written).
+pub(super) fn answer(req: &tiny_http::Request, ctx: &AdminContext) -> (Reply, bool) {
+    // HEAD is a GET without the body (tiny_http leaves the body out); every other method but
+    // POST is refused here, so only POST can change state.
+    let is_get = match req.method() {
+        tiny_http::Method::Get | tiny_http::Method::Head => Some(true),
+        tiny_http::Method::Post => Some(false),
+        _ => None,
+    };
+    let reply = match is_get {
+        Some(is_get) => route(is_get, req.url(), ctx),
+        None => text(405, "method not allowed: use GET or POST\n"),
+    };
+    let drain = is_get == Some(false) && reply.status == 200 && is_drain(req.url());
+    (reply, drain)
+}
+
 /// Writes `reply` from a thread of its own: a client that does not read its response must not
 /// hold up the next request (`/ready` probes, scrapes). Writer threads inherit the admin
 /// thread's nice value.
-fn respond(req: tiny_http::Request, reply: Reply, drain: bool) {
+pub(super) fn respond(req: tiny_http::Request, reply: Reply, drain: bool) {
     let response = |reply: Reply| {
         let mut resp = tiny_http::Response::from_string(reply.body).with_status_code(reply.status);
         if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", reply.content_type) {

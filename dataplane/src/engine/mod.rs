@@ -1,5 +1,5 @@
 //! Workers, listeners and downstream sessions, and the process around them: start-up, SIGHUP
-//! reload and SIGTERM drain.
+//! reload, configs pushed on the control socket, and SIGTERM drain.
 
 pub mod access_log;
 mod local;
@@ -22,12 +22,19 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::admin::AdminContext;
+use crate::admin::control_socket::{ControlSocket, Push, PushError};
 use crate::cluster::discovery::Discovery;
 use crate::cluster::health::Checker;
 use crate::cluster::topology::{Registry, TopologyCell};
 use crate::config::{self, ClusterConfig, ClusterType, Config};
 use crate::stats::Store;
 use crate::upstream::HostRegistry;
+
+/// Counter of configs pushed on the control socket and applied (process-wide).
+pub const PUSH_ACCEPTED: &str = "control_socket.push_accepted";
+/// Counter of configs pushed on the control socket and rejected: invalid, or not applicable
+/// (process-wide).
+pub const PUSH_REJECTED: &str = "control_socket.push_rejected";
 
 /// A running data plane: its workers and their control channels.
 pub struct Engine {
@@ -200,6 +207,38 @@ impl Engine {
         self.apply(new)
     }
 
+    /// Applies a config pushed over the control socket: `toml` is parsed with
+    /// [`config::parse_pushed`] (origin `control socket`), keeps the running `[admin]` and
+    /// `[runtime]` (they only change at a restart, and the pusher does not own them), and is
+    /// applied with [`Engine::apply`]. Counts `control_socket.push_accepted` or
+    /// `control_socket.push_rejected`.
+    ///
+    /// Errors: [`PushError::Invalid`] (the config error) or [`PushError::NotApplied`] (the apply
+    /// error); the running config stays.
+    pub fn push(&mut self, toml: &str) -> Result<(), PushError> {
+        let outcome = match config::parse_pushed(toml, "control socket") {
+            Err(e) => Err(PushError::Invalid(e.to_string())),
+            Ok(mut new) => {
+                new.admin = self.config.admin.clone();
+                new.runtime = self.config.runtime.clone();
+                self.apply(new).map_err(PushError::NotApplied)
+            }
+        };
+        // Only this thread (the engine's owner) writes these: shard 0 is theirs alone.
+        match &outcome {
+            Ok(()) => {
+                self.store.counter(PUSH_ACCEPTED, 0).inc();
+                info!("pushed config applied");
+            }
+            Err(e) => {
+                self.store.counter(PUSH_REJECTED, 0).inc();
+                let (PushError::Invalid(e) | PushError::NotApplied(e)) = e;
+                warn!(error = %e, "pushed config rejected; keeping the running config");
+            }
+        }
+        outcome
+    }
+
     /// Applies a new config snapshot to every worker.
     pub fn apply(&mut self, new: Config) -> Result<(), String> {
         if new.runtime.workers != self.config.runtime.workers {
@@ -287,32 +326,90 @@ impl Engine {
     }
 }
 
-/// Runs the data plane until SIGTERM or SIGINT: SIGHUP reloads the config file.
+/// What the engine's one owner (the thread in [`run`]) reacts to, in arrival order.
+enum Event {
+    /// SIGHUP, SIGTERM or SIGINT.
+    Signal(i32),
+    /// A config pushed over the control socket.
+    Push(Push),
+}
+
+impl From<Push> for Event {
+    fn from(p: Push) -> Event {
+        Event::Push(p)
+    }
+}
+
+/// Runs the data plane until SIGTERM or SIGINT: SIGHUP reloads the config file; with
+/// `control_socket`, configs pushed on that socket ([`ControlSocket`]) are applied too.
 ///
-/// Errors: start-up failed (see [`Engine::start`]).
+/// One thread owns the [`Engine`]: it takes signals (from a signal thread) and pushes (from the
+/// control socket's thread) off one channel, one at a time, so a push and a reload never race
+/// and each is applied whole or not at all.
+///
+/// Errors: the control socket cannot be bound (e.g. a live process answers on it), or start-up
+/// failed (see [`Engine::start`]).
 /// `log` is the `/logging` control of the process's subscriber, if it installed one.
 pub fn run(
     config: Config,
     config_path: Option<PathBuf>,
     log: Option<crate::admin::LogControl>,
+    control_socket: Option<PathBuf>,
 ) -> Result<(), String> {
     // Register before the workers exist, so no signal arrives unhandled.
     let mut signals =
         Signals::new([SIGHUP, SIGTERM, SIGINT]).map_err(|e| format!("signals: {e}"))?;
+    // Before any other thread starts (the bind sets the umask for a moment), and before the
+    // listeners: a second process on a live socket refuses without touching anything.
+    let mut control = control_socket
+        .as_deref()
+        .map(ControlSocket::bind)
+        .transpose()?;
     let mut engine = Engine::start(config, config_path, log)?;
-    for sig in signals.forever() {
-        match sig {
-            SIGHUP => match engine.reload() {
+    let (events, rx) = mpsc::channel::<Event>();
+    let signal_handle = signals.handle();
+    let signal_thread = {
+        let events = events.clone();
+        std::thread::Builder::new()
+            .name("respite-signals".to_owned())
+            .spawn(move || {
+                // Keeps running (and the signals registered, so a second SIGTERM during the
+                // drain is not fatal) until `run` closes it after the drain.
+                for sig in signals.forever() {
+                    let _ = events.send(Event::Signal(sig));
+                }
+            })
+            .map_err(|e| format!("signal thread: {e}"))?
+    };
+    if let Some(c) = &mut control {
+        c.serve(engine.admin_ctx.clone(), events.clone())
+            .map_err(|e| format!("control socket {}: {e}", c.path().display()))?;
+        // Listed from the start (at 0), so dashboards and alerts see them before any push.
+        engine.store.counter(PUSH_ACCEPTED, 0);
+        engine.store.counter(PUSH_REJECTED, 0);
+        info!(path = %c.path().display(), "control socket listening");
+    }
+    drop(events);
+    for event in rx.iter() {
+        match event {
+            Event::Signal(SIGHUP) => match engine.reload() {
                 Ok(()) => info!("config reloaded"),
                 Err(e) => error!(error = %e, "config reload rejected; keeping the running config"),
             },
-            _ => {
-                info!("draining");
-                engine.drain();
-                info!("stopped");
-                return Ok(());
+            Event::Signal(_) => break,
+            Event::Push(push) => {
+                let _ = push.reply.send(engine.push(&push.toml));
             }
         }
     }
+    info!("draining");
+    // Pushes still queued are answered 503 (their reply channels go with the receiver); then
+    // the socket closes and its file goes, before the drain that may take `drain_timeout`.
+    drop(rx);
+    drop(control);
+    engine.drain();
+    signal_handle.close();
+    let _ = signal_thread.join();
+    info!("stopped");
     Ok(())
 }

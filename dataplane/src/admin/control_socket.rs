@@ -1,0 +1,279 @@
+//! The control socket (`respite --control-socket PATH`): HTTP/1.1 over a Unix socket, through
+//! which `respite-control` pushes whole configs (DESIGN.md "Processes": "config push / ack over
+//! a local admin socket").
+//!
+//! | method | path | body | response |
+//! |---|---|---|---|
+//! | POST | `/config` | TOML text in the config file format (`deploy/examples/respite.toml`); zero listeners is valid ([`crate::config::parse_pushed`]) | `200 applied`; `400` the config error (`control socket:line:col: key: reason`); `409` the apply failure (e.g. a listener address cannot be bound); `413` over [`MAX_PUSH_BYTES`]; `503` while the process shuts down. On any failure the running config stays. |
+//! | any | anything else | | the admin endpoint's answer ([`super::route`]): `GET /stats`, `/config_dump`, … work here too |
+//!
+//! The process keeps its own `[admin]` and `[runtime]`: those of a pushed config are ignored
+//! (they only take effect at a restart, and the control process does not own them).
+//!
+//! Only the owner may push: the socket file is created mode `0600`. A socket file left by a
+//! dead process is replaced; one that a live process answers on is not (the second process
+//! refuses to start). The file is removed when the [`ControlSocket`] is dropped.
+//!
+//! Pushes are not applied on the socket's thread: each is handed, with a reply channel, to the
+//! one owner of the engine (`engine::run`'s event loop), which also handles SIGHUP and SIGTERM,
+//! so a push and a reload never race. Requests are answered one at a time, in arrival order.
+
+use std::io::{self, Read as _};
+use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+
+use super::server::{answer, respond};
+use super::{AdminContext, Reply, text};
+
+/// Path of the push endpoint on the control socket (`POST` only).
+pub const CONFIG_PATH: &str = "/config";
+
+/// Largest pushed config accepted, in bytes (`413` above): far above any real config (a
+/// thousand clusters render to well under 1 MiB), low enough that a runaway client cannot make
+/// the process buffer gigabytes.
+pub const MAX_PUSH_BYTES: u64 = 64 << 20;
+
+/// Why a pushed config was not applied; the running config stays either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushError {
+    /// The text does not parse or validate (`400`): `control socket:line:col: key: reason`.
+    Invalid(String),
+    /// The config is valid but applying it failed (`409`), e.g. a listener address is in use.
+    NotApplied(String),
+}
+
+/// One pushed config on its way to the engine's owner, which answers on `reply`.
+pub struct Push {
+    /// The request body: TOML text in the config file format.
+    pub toml: String,
+    /// Where the outcome goes; the socket thread waits for it before answering.
+    pub reply: mpsc::Sender<Result<(), PushError>>,
+}
+
+/// A bound control socket; closes and removes its file on drop.
+pub struct ControlSocket {
+    path: PathBuf,
+    server: Arc<tiny_http::Server>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ControlSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlSocket")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ControlSocket {
+    /// Binds `path` with mode `0600`, replacing a socket file that nothing answers on (left by a
+    /// process that died). Requests wait (queued by the kernel and tiny_http) until
+    /// [`ControlSocket::serve`].
+    ///
+    /// Call it before the process starts other threads: the file is created under a
+    /// temporary `umask` of `0177` (so it is never connectable by others, not even for the
+    /// moment before a `chmod`), and the umask is process-wide.
+    ///
+    /// # Errors
+    /// A live process answers on `path`; `path` exists and is not a socket; the bind or
+    /// `chmod` failed. Each names the path.
+    pub fn bind(path: &Path) -> Result<ControlSocket, String> {
+        let shown = path.display();
+        remove_stale(path)?;
+        // SAFETY: umask(2) only swaps the process's file mode mask; it cannot fail.
+        let old = unsafe { libc::umask(0o177) };
+        let server = tiny_http::Server::http_unix(path);
+        // SAFETY: as above, restoring the previous mask.
+        unsafe { libc::umask(old) };
+        let server = server.map_err(|e| format!("control socket {shown}: bind: {e}"))?;
+        // Dropping `server` on an error below removes the file again.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("control socket {shown}: chmod 0600: {e}"))?;
+        Ok(ControlSocket {
+            path: path.to_path_buf(),
+            server: Arc::new(server),
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: None,
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Starts answering on a thread named `respite-control`: pushes go to `events` (as
+    /// `E::from(Push)`), every other request to the admin endpoint over `ctx`. A push the
+    /// receiver no longer takes (the process is shutting down) is answered `503`.
+    ///
+    /// # Errors
+    /// Already serving, or the thread cannot be spawned.
+    pub fn serve<E>(&mut self, ctx: Arc<AdminContext>, events: mpsc::Sender<E>) -> io::Result<()>
+    where
+        E: From<Push> + Send + 'static,
+    {
+        if self.thread.is_some() {
+            return Err(io::Error::other("control socket: already serving"));
+        }
+        let server = Arc::clone(&self.server);
+        let stop = Arc::clone(&self.stop);
+        let thread = std::thread::Builder::new()
+            .name("respite-control".to_owned())
+            .spawn(move || serve(&server, &stop, &ctx, &events))?;
+        self.thread = Some(thread);
+        Ok(())
+    }
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // The last `Arc` of the server goes with `self`: tiny_http's drop removes the file.
+    }
+}
+
+/// Makes room for binding `path`: nothing there is fine; a socket nothing answers on (its
+/// process died without removing it) is removed; anything else is refused.
+fn remove_stale(path: &Path) -> Result<(), String> {
+    let shown = path.display();
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("control socket {shown}: {e}")),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(format!(
+            "control socket {shown}: the path exists and is not a socket; not replacing it"
+        ));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(format!(
+            "control socket {shown}: another process is listening on it (is a respite already \
+             running with --control-socket {shown}?)"
+        )),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            tracing::info!(path = %shown, "replacing a stale control socket (nothing listens on it)");
+            std::fs::remove_file(path)
+                .or_else(|e| match e.kind() {
+                    io::ErrorKind::NotFound => Ok(()),
+                    _ => Err(e),
+                })
+                .map_err(|e| format!("control socket {shown}: removing the stale socket: {e}"))
+        }
+        Err(e) => Err(format!("control socket {shown}: {e}")),
+    }
+}
+
+fn serve<E: From<Push>>(
+    server: &tiny_http::Server,
+    stop: &AtomicBool,
+    ctx: &AdminContext,
+    events: &mpsc::Sender<E>,
+) {
+    loop {
+        match server.recv() {
+            Ok(mut req) => {
+                let url = req.url();
+                if url.split_once('?').map_or(url, |(p, _)| p) == CONFIG_PATH {
+                    let reply = if *req.method() == tiny_http::Method::Post {
+                        push(&mut req, events)
+                    } else {
+                        text(
+                            405,
+                            format!("method not allowed: use POST for {CONFIG_PATH}\n"),
+                        )
+                    };
+                    respond(req, reply, false);
+                } else {
+                    let (reply, drain) = answer(&req, ctx);
+                    respond(req, reply, drain);
+                }
+            }
+            Err(e) => {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                tracing::debug!(error = %e, "control socket: accept failed");
+            }
+        }
+    }
+}
+
+/// Reads the pushed config from `req`, hands it to the engine's owner and waits for the outcome.
+fn push<E: From<Push>>(req: &mut tiny_http::Request, events: &mpsc::Sender<E>) -> Reply {
+    let mut body = Vec::new();
+    if let Err(e) = req
+        .as_reader()
+        .take(MAX_PUSH_BYTES + 1)
+        .read_to_end(&mut body)
+    {
+        return text(400, format!("reading the request body: {e}\n"));
+    }
+    if body.len() as u64 > MAX_PUSH_BYTES {
+        return text(
+            413,
+            format!("config larger than {MAX_PUSH_BYTES} bytes; not applied\n"),
+        );
+    }
+    let Ok(toml) = String::from_utf8(body) else {
+        return text(400, "control socket: the config is not UTF-8 text\n");
+    };
+    let (tx, rx) = mpsc::channel();
+    let outcome = events
+        .send(E::from(Push { toml, reply: tx }))
+        .ok()
+        .and_then(|()| rx.recv().ok());
+    match outcome {
+        Some(Ok(())) => text(200, "applied\n"),
+        Some(Err(PushError::Invalid(e))) => text(400, format!("{e}\n")),
+        Some(Err(PushError::NotApplied(e))) => text(409, format!("{e}\n")),
+        None => text(503, "shutting down; config not applied\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_makes_an_owner_only_socket_and_removes_it_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let sock = ControlSocket::bind(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        // Live: a second bind refuses and leaves the file in place.
+        let err = ControlSocket::bind(&path).unwrap_err();
+        assert!(err.contains("another process is listening"), "{err}");
+        assert!(path.exists());
+        drop(sock);
+        assert!(!path.exists(), "the socket file outlived the ControlSocket");
+    }
+
+    #[test]
+    fn a_stale_socket_is_replaced_and_a_regular_file_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        // A socket nobody listens on any more (std does not remove the file on drop).
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let sock = ControlSocket::bind(&path).unwrap();
+        assert!(UnixStream::connect(&path).is_ok());
+        drop(sock);
+
+        let file = dir.path().join("notes.txt");
+        std::fs::write(&file, "keep me").unwrap();
+        let err = ControlSocket::bind(&file).unwrap_err();
+        assert!(err.contains("is not a socket"), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+    }
+}
