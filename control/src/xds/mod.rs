@@ -6,9 +6,14 @@
 //! reconnect backoff. What resources *mean* is the [`Applier`]'s business: the client hands it
 //! each response's requested resources and turns its [`Verdict`] into the ACK or NACK.
 
-mod run_stub;
+pub mod backoff;
+pub mod channel;
+pub mod state;
 pub mod status;
-pub use run_stub::run;
+pub mod stream;
+pub mod wire;
+
+pub use stream::run;
 
 use std::collections::BTreeSet;
 
