@@ -1,0 +1,174 @@
+//! An Envoy bootstrap file (YAML or JSON, proto3 JSON mapping) → its `static_resources` as
+//! Envoy protos, so an existing Envoy redis_proxy sidecar config runs unchanged.
+//!
+//! envoy-types has no serde, so the mapping is written out per message (`reader` is the proto3
+//! JSON mapping, `core`/`listener`/`cluster`/`redis` the messages, `any` the `@type` dispatch).
+//! Like Envoy's own bootstrap loading, an unknown field is an error; unlike Envoy, only the
+//! fields a Redis proxy listener or cluster can carry are mapped, so an unmapped Envoy field is
+//! reported as unknown too (by its path).
+
+mod any;
+mod cluster;
+mod core;
+mod listener;
+mod reader;
+mod redis;
+mod yaml;
+
+use std::path::Path;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use serde_json::Value;
+
+use reader::{MapErr, Obj};
+
+/// `static_resources` of an Envoy bootstrap.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StaticResources {
+    pub listeners: Vec<Listener>,
+    pub clusters: Vec<Cluster>,
+}
+
+/// Top-level bootstrap keys that configure Envoy itself (its admin, stats, runtime, tracing…):
+/// Respite has its own, so they are ignored with a warning.
+const IGNORED: &[&str] = &[
+    "node",
+    "node_context_params",
+    "admin",
+    "layered_runtime",
+    "runtime",
+    "stats_sinks",
+    "stats_config",
+    "stats_flush_interval",
+    "stats_flush_on_admin",
+    "stats_server_version_override",
+    "overload_manager",
+    "cluster_manager",
+    "watchdog",
+    "watchdogs",
+    "tracing",
+    "hds_config",
+    "flags_path",
+    "enable_dispatcher_stats",
+    "header_prefix",
+    "use_tcp_for_dns_lookups",
+    "dns_resolution_config",
+    "typed_dns_resolver_config",
+    "bootstrap_extensions",
+    "fatal_actions",
+    "default_socket_interface",
+    "inline_headers",
+    "perf_tracing_file_path",
+    "default_regex_engine",
+    "xds_delegate_extension",
+    "xds_config_tracker_extension",
+    "listener_manager",
+    "application_log_config",
+    "grpc_async_client_manager_config",
+    "memory_allocator_manager",
+    "certificate_provider_instances",
+    "default_config_source",
+    "config_sources",
+    "stats_flush_interval",
+];
+
+/// Reads an Envoy bootstrap file: YAML for `.yaml`/`.yml`, JSON otherwise (a JSON file is also
+/// valid YAML, but JSON errors are clearer from the JSON parser).
+///
+/// Errors: unreadable file, bad YAML/JSON (with line), `dynamic_resources` (that is
+/// `--bootstrap`'s job), or a field that cannot be mapped, named by its path and, for YAML, its
+/// line: `static_resources.clusters[1].lb_polcy: unknown field (line 42)`.
+pub fn load(path: &Path) -> Result<StaticResources, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    parse(&text, yaml).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// [`load`] on text already read: `yaml` selects the YAML parser, otherwise JSON.
+pub fn parse(text: &str, yaml: bool) -> Result<StaticResources, String> {
+    let (root, lines) = if yaml {
+        yaml::parse(text)?
+    } else {
+        let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        (v, yaml::Lines::new())
+    };
+    bootstrap(&root).map_err(|e| {
+        let line = line_of(&lines, &e.path).map_or(String::new(), |l| format!(" (line {l})"));
+        if e.path.is_empty() {
+            format!("{}{line}", e.msg)
+        } else {
+            format!("{}: {}{line}", e.path, e.msg)
+        }
+    })
+}
+
+/// The line of `path`, or of its nearest ancestor that has one.
+fn line_of(lines: &yaml::Lines, path: &str) -> Option<usize> {
+    let mut p = path;
+    loop {
+        if let Some(l) = lines.get(p) {
+            return Some(*l);
+        }
+        let cut = p.rfind(['.', '['])?;
+        p = &p[..cut];
+    }
+}
+
+fn bootstrap(root: &Value) -> Result<StaticResources, MapErr> {
+    let map = match root {
+        Value::Object(m) => m,
+        Value::Null => return Err(MapErr::new("", "empty bootstrap (no static_resources)")),
+        other => {
+            return Err(MapErr::new(
+                "",
+                format!("a bootstrap is an object, got {}", reader::kind(other)),
+            ));
+        }
+    };
+    let mut o = Obj::new(root, "")?;
+    for key in map.keys() {
+        let snake = snake(key);
+        if snake == "dynamic_resources" {
+            return Err(MapErr::new(
+                key,
+                "use respite-control --bootstrap for xDS (dynamic_resources)",
+            ));
+        }
+        if IGNORED.contains(&snake.as_str()) {
+            tracing::warn!(key = %key, "Envoy bootstrap: ignored (Respite has its own)");
+            o.skip(key);
+        }
+    }
+    let sr = o.msg("static_resources", |v, p| {
+        let mut s = Obj::new(v, p)?;
+        let r = StaticResources {
+            listeners: s.list("listeners", listener::listener)?,
+            clusters: s.list("clusters", cluster::cluster)?,
+        };
+        s.finish()?;
+        Ok(r)
+    })?;
+    o.finish()?;
+    sr.ok_or_else(|| MapErr::new("", "no static_resources"))
+}
+
+/// `fooBar` → `foo_bar` (the top-level keys may use either spelling).
+fn snake(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 4);
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
