@@ -754,3 +754,21 @@ fn static_config_translates_a_whole_bootstrap() {
     // A route to a cluster that is not there: the data plane's whole-config check.
     assert_mentions(&super::static_config(&[l], &[]).unwrap_err(), &["cache"]);
 }
+
+#[test]
+fn per_address_credentials_are_refused() {
+    use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_protocol_options::Credential;
+    let mut cl = static_cluster("c", &[7001]);
+    with_protocol_options(
+        &mut cl,
+        &RedisProtocolOptions {
+            credentials: vec![Credential {
+                address: Some(sock("127.0.0.1", 7001)),
+                auth_password: Some(inline("x")),
+                auth_username: None,
+            }],
+            ..Default::default()
+        },
+    );
+    assert_mentions(&cluster_err(&cl), &["credentials", "not supported"]);
+}
