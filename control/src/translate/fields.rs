@@ -41,11 +41,11 @@ pub fn seconds(s: u32) -> String {
 fn nanos_text(n: u128) -> String {
     if n == 0 {
         "0s".into()
-    } else if n % 1_000_000_000 == 0 {
+    } else if n.is_multiple_of(1_000_000_000) {
         format!("{}s", n / 1_000_000_000)
-    } else if n % 1_000_000 == 0 {
+    } else if n.is_multiple_of(1_000_000) {
         format!("{}ms", n / 1_000_000)
-    } else if n % 1_000 == 0 {
+    } else if n.is_multiple_of(1_000) {
         format!("{}us", n / 1_000)
     } else {
         format!("{n}ns")

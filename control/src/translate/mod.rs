@@ -5,6 +5,20 @@
 //! A field that changes behaviour and that Respite does not implement (e.g.
 //! `external_auth_provider`, AWS IAM auth, a second network filter, TLS) makes the resource
 //! invalid with a reason naming the field; fields with no effect on a Redis proxy are ignored.
+//!
+//! Choices where Envoy and Respite differ (each documented where it is made):
+//! - `connection_rate_limit` (listener): ignored; Respite limits reconnects per host on the
+//!   cluster (`listener.rs`).
+//! - `enable_redirection`: ignored; redirects are always followed on `redis_cluster` clusters.
+//! - `latency_in_micros`: copied (the data plane has the same switch).
+//! - `runtime_fraction` / `fault_enabled`: the default value only, no runtime layer
+//!   (`fields::runtime_percent`).
+//! - ROUND_ROBIN / LEAST_REQUEST / RANDOM: only on a one-host static cluster (`lb.rs`).
+//! - Ring and Maglev sizes: Envoy's defaults only (`lb.rs`).
+//! - `max_pending_requests`: per host and worker here (`cluster.rs`).
+//! - EDS priorities above 0: invalid (`endpoints.rs`).
+//! - Redis Cluster refresh thresholds: Envoy's defaults (0 = off) when absent
+//!   (`redis_cluster.rs`).
 
 use std::collections::BTreeSet;
 
@@ -92,8 +106,9 @@ pub fn cluster(c: &Cluster) -> Result<ClusterDraft, String> {
     Ok(draft)
 }
 
-/// Translates a ClusterLoadAssignment into `hosts` items (healthy and unknown-health endpoints;
-/// weights from `load_balancing_weight`).
+/// Translates a ClusterLoadAssignment into `hosts` items (UNKNOWN, HEALTHY and DEGRADED
+/// endpoints; weights from `load_balancing_weight`; rules: `endpoints.rs`). An empty assignment
+/// is valid and gives no hosts.
 ///
 /// Errors: the reason the resource is invalid, naming the field.
 pub fn endpoints(cla: &ClusterLoadAssignment) -> Result<Vec<toml::Value>, String> {

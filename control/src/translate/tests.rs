@@ -609,3 +609,28 @@ fn data_plane_refusals_name_the_key() {
         &["redis_proxy.faults[0].fault_enabled: required"],
     );
 }
+
+#[test]
+fn listener_level_features_are_refused_by_name() {
+    use envoy_types::pb::envoy::config::listener::v3::{
+        AdditionalAddress, UdpListenerConfig, listener::InternalListenerConfig,
+        listener::ListenerSpecifier,
+    };
+    let base = listener_with(&proxy());
+    let mut l = base.clone();
+    l.additional_addresses = vec![AdditionalAddress {
+        address: Some(sock("127.0.0.2", 6379)),
+        ..Default::default()
+    }];
+    assert_mentions(&listener_err(&l), &["additional_addresses"]);
+
+    let mut l = base.clone();
+    l.udp_listener_config = Some(UdpListenerConfig::default());
+    assert_mentions(&listener_err(&l), &["udp_listener_config"]);
+
+    let mut l = base;
+    l.listener_specifier = Some(ListenerSpecifier::InternalListener(
+        InternalListenerConfig::default(),
+    ));
+    assert_mentions(&listener_err(&l), &["internal listeners are not supported"]);
+}

@@ -643,7 +643,7 @@ fn endpoints_weights_health_and_duplicates() {
     );
     let hosts = super::endpoints(&cla).unwrap();
     let d = super::cluster(&eds_cluster("")).unwrap();
-    let cfg = parse(&[], &[d.clone()]);
+    let cfg = parse(&[], std::slice::from_ref(&d));
     assert!(cfg.clusters[0].hosts.is_empty());
     let text = super::render(&[], &[(&d, &hosts)]);
     let cfg = respite::config::parse_pushed(&text, "t").unwrap();
@@ -716,7 +716,11 @@ fn endpoints_weights_health_and_duplicates() {
 #[test]
 fn static_config_translates_a_whole_bootstrap() {
     let l = listener_with(&proxy());
-    let text = super::static_config(&[l.clone()], &[static_cluster("cache", &[7001])]).unwrap();
+    let text = super::static_config(
+        std::slice::from_ref(&l),
+        &[static_cluster("cache", &[7001])],
+    )
+    .unwrap();
     let cfg = respite::config::parse_pushed(&text, "t").unwrap();
     assert_eq!(cfg.listeners[0].name, "redis");
     assert_eq!(cfg.clusters[0].name, "cache");
@@ -732,13 +736,13 @@ fn static_config_translates_a_whole_bootstrap() {
         ],
     ));
     assert_mentions(
-        &super::static_config(&[l.clone()], &[bad]).unwrap_err(),
+        &super::static_config(std::slice::from_ref(&l), &[bad]).unwrap_err(),
         &["cluster \"cache\": lb_policy"],
     );
     let mut eds = eds_cluster("");
     eds.name = "cache".into();
     assert_mentions(
-        &super::static_config(&[l.clone()], &[eds]).unwrap_err(),
+        &super::static_config(std::slice::from_ref(&l), &[eds]).unwrap_err(),
         &["cluster \"cache\"", "EDS", "xDS"],
     );
     let mut nameless = l.clone();
@@ -749,4 +753,22 @@ fn static_config_translates_a_whole_bootstrap() {
     );
     // A route to a cluster that is not there: the data plane's whole-config check.
     assert_mentions(&super::static_config(&[l], &[]).unwrap_err(), &["cache"]);
+}
+
+#[test]
+fn per_address_credentials_are_refused() {
+    use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_protocol_options::Credential;
+    let mut cl = static_cluster("c", &[7001]);
+    with_protocol_options(
+        &mut cl,
+        &RedisProtocolOptions {
+            credentials: vec![Credential {
+                address: Some(sock("127.0.0.1", 7001)),
+                auth_password: Some(inline("x")),
+                auth_username: None,
+            }],
+            ..Default::default()
+        },
+    );
+    assert_mentions(&cluster_err(&cl), &["credentials", "not supported"]);
 }
