@@ -212,10 +212,8 @@ fn parse_tls(config: Option<&Json>, field: &str) -> Result<ChannelCreds, String>
             )),
         }
     };
-    if let Some(c) = config {
-        if !c.is_object() {
-            return Err(format!("bootstrap: `{field}.config` must be an object"));
-        }
+    if config.is_some_and(|c| !c.is_object()) {
+        return Err(format!("bootstrap: `{field}.config` must be an object"));
     }
     let certificate_file = path("certificate_file")?;
     let private_key_file = path("private_key_file")?;
