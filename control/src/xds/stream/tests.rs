@@ -26,7 +26,10 @@ type RespTx = UnboundedSender<Result<DiscoveryResponse, tonic::Status>>;
 /// Hands each new stream to the test as (its requests, a sender of its responses).
 struct Server {
     streams: UnboundedSender<(UnboundedReceiver<DiscoveryRequest>, RespTx)>,
+    delta: UnboundedSender<(UnboundedReceiver<DeltaDiscoveryRequest>, DeltaTx)>,
 }
+
+type DeltaTx = UnboundedSender<Result<DeltaDiscoveryResponse, tonic::Status>>;
 
 #[tonic::async_trait]
 impl AggregatedDiscoveryService for Server {
@@ -53,9 +56,20 @@ impl AggregatedDiscoveryService for Server {
         UnboundedReceiverStream<Result<DeltaDiscoveryResponse, tonic::Status>>;
     async fn delta_aggregated_resources(
         &self,
-        _request: tonic::Request<tonic::Streaming<DeltaDiscoveryRequest>>,
+        request: tonic::Request<tonic::Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<tonic::Response<Self::DeltaAggregatedResourcesStream>, tonic::Status> {
-        Err(tonic::Status::unimplemented("sotw only"))
+        let mut incoming = request.into_inner();
+        let (req_tx, req_rx) = unbounded_channel();
+        let (resp_tx, resp_rx) = unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(r)) = incoming.next().await {
+                if req_tx.send(r).is_err() {
+                    break;
+                }
+            }
+        });
+        let _ = self.delta.send((req_rx, resp_tx));
+        Ok(tonic::Response::new(UnboundedReceiverStream::new(resp_rx)))
     }
 }
 
@@ -107,15 +121,23 @@ fn cluster(name: &str, pad: usize) -> Any {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sotw_end_to_end_ack_timer_reconnect_large_message() {
+type Streams<Q, R> = UnboundedReceiver<(UnboundedReceiver<Q>, R)>;
+
+/// Starts the server; returns its address and the SotW and Delta stream feeds.
+fn serve() -> (
+    std::net::SocketAddr,
+    Streams<DiscoveryRequest, RespTx>,
+    Streams<DeltaDiscoveryRequest, DeltaTx>,
+) {
     let incoming =
         tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().expect("addr"))
             .expect("bind");
     let addr = incoming.local_addr().expect("addr");
-    let (streams_tx, mut streams) = unbounded_channel();
+    let (streams_tx, streams) = unbounded_channel();
+    let (delta_tx, delta) = unbounded_channel();
     let svc = AggregatedDiscoveryServiceServer::new(Server {
         streams: streams_tx,
+        delta: delta_tx,
     })
     .max_encoding_message_size(usize::MAX);
     tokio::spawn(
@@ -123,6 +145,66 @@ async fn sotw_end_to_end_ack_timer_reconnect_large_message() {
             .add_service(svc)
             .serve_with_incoming(incoming),
     );
+    (addr, streams, delta)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_end_to_end_subscribe_ack_reconnect_initial_versions() {
+    use envoy_types::pb::envoy::service::discovery::v3::Resource;
+    let (addr, _sotw, mut streams) = serve();
+    let json = format!(
+        r#"{{"xds_servers":[{{"server_uri":"http://{addr}","channel_creds":[{{"type":"insecure"}}],
+            "api_type":"DELTA_GRPC"}}], "node":{{"id":"d1"}}}}"#
+    );
+    let b = bootstrap::parse(&json).expect("bootstrap");
+    let (events_tx, mut events) = unbounded_channel();
+    let client = tokio::spawn(super::run(
+        b,
+        Recorder { events: events_tx },
+        Status::default(),
+    ));
+    let (mut reqs, resp) = next(&mut streams, "first stream").await;
+    let cds = next(&mut reqs, "CDS").await;
+    assert_eq!(cds.type_url, CLUSTER_TYPE);
+    assert_eq!(cds.node.as_ref().map(|n| n.id.as_str()), Some("d1"));
+    assert!(cds.resource_names_subscribe.is_empty(), "wildcard");
+    let eds = next(&mut reqs, "EDS").await;
+    assert_eq!(eds.resource_names_subscribe, vec!["nope".to_string()]);
+    let r = DeltaDiscoveryResponse {
+        system_version_info: "s1".into(),
+        resources: vec![Resource {
+            name: "c1".into(),
+            version: "r7".into(),
+            resource: Some(cluster("c1", 0)),
+            ..Default::default()
+        }],
+        type_url: CLUSTER_TYPE.into(),
+        nonce: "d-n1".into(),
+        ..Default::default()
+    };
+    resp.send(Ok(r)).expect("send");
+    assert_eq!(next(&mut events, "apply").await, "apply s1 c1");
+    let ack = next(&mut reqs, "ACK").await;
+    assert_eq!(
+        (ack.type_url.as_str(), ack.response_nonce.as_str()),
+        (CLUSTER_TYPE, "d-n1")
+    );
+    assert!(ack.error_detail.is_none());
+    drop(resp);
+    let (mut reqs2, _resp2) = next(&mut streams, "second stream").await;
+    let cds2 = next(&mut reqs2, "CDS again").await;
+    assert!(cds2.node.is_some() && cds2.resource_names_subscribe.is_empty());
+    assert_eq!(
+        cds2.initial_resource_versions.get("c1").map(String::as_str),
+        Some("r7")
+    );
+    assert_eq!(cds2.response_nonce, "");
+    client.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sotw_end_to_end_ack_timer_reconnect_large_message() {
+    let (addr, mut streams, _delta) = serve();
 
     let json = format!(
         r#"{{"xds_servers":[{{"server_uri":"{addr}","channel_creds":[{{"type":"insecure"}}]}}],
