@@ -69,7 +69,9 @@ pub const DEFAULT_WARMING_TIMEOUT: Duration = Duration::from_secs(15);
 /// `node.client_features` are ignored: the client fills them (A27).
 pub fn parse(json: &str) -> Result<Bootstrap, String> {
     let root: Json = serde_json::from_str(json).map_err(|e| format!("bootstrap: bad JSON: {e}"))?;
-    let root = root.as_object().ok_or("bootstrap: the top level must be a JSON object")?;
+    let root = root
+        .as_object()
+        .ok_or("bootstrap: the top level must be a JSON object")?;
     let servers = root
         .get("xds_servers")
         .ok_or("bootstrap: `xds_servers` is missing")?
@@ -91,7 +93,9 @@ pub fn parse(json: &str) -> Result<Bootstrap, String> {
         warming_timeout: DEFAULT_WARMING_TIMEOUT,
     };
     if let Some(ext) = root.get("respite") {
-        let ext = ext.as_object().ok_or("bootstrap: `respite` must be an object")?;
+        let ext = ext
+            .as_object()
+            .ok_or("bootstrap: `respite` must be an object")?;
         if let Some(v) = ext.get("listener_names") {
             b.listener_names = strings(v, "respite.listener_names")?;
             if b.listener_names.iter().any(String::is_empty) {
@@ -142,7 +146,9 @@ pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<Bootst
 }
 
 fn parse_server(v: &Json) -> Result<XdsServer, String> {
-    let o = v.as_object().ok_or("bootstrap: `xds_servers[0]` must be an object")?;
+    let o = v
+        .as_object()
+        .ok_or("bootstrap: `xds_servers[0]` must be an object")?;
     let server_uri = o
         .get("server_uri")
         .and_then(Json::as_str)
@@ -188,7 +194,12 @@ fn parse_server(v: &Json) -> Result<XdsServer, String> {
             );
         }
     };
-    Ok(XdsServer { server_uri, channel_creds, server_features, delta })
+    Ok(XdsServer {
+        server_uri,
+        channel_creds,
+        server_features,
+        delta,
+    })
 }
 
 fn parse_tls(config: Option<&Json>, field: &str) -> Result<ChannelCreds, String> {
@@ -196,13 +207,13 @@ fn parse_tls(config: Option<&Json>, field: &str) -> Result<ChannelCreds, String>
         match config.and_then(|c| c.get(k)) {
             None | Some(Json::Null) => Ok(None),
             Some(Json::String(s)) if !s.is_empty() => Ok(Some(PathBuf::from(s))),
-            Some(_) => Err(format!("bootstrap: `{field}.config.{k}` must be a non-empty string")),
+            Some(_) => Err(format!(
+                "bootstrap: `{field}.config.{k}` must be a non-empty string"
+            )),
         }
     };
-    if let Some(c) = config {
-        if !c.is_object() {
-            return Err(format!("bootstrap: `{field}.config` must be an object"));
-        }
+    if config.is_some_and(|c| !c.is_object()) {
+        return Err(format!("bootstrap: `{field}.config` must be an object"));
     }
     let certificate_file = path("certificate_file")?;
     let private_key_file = path("private_key_file")?;
@@ -227,9 +238,15 @@ fn parse_node(v: &Json) -> Result<Node, String> {
             Some(_) => Err(format!("bootstrap: `node.{k}` must be a string")),
         }
     };
-    let mut node = Node { id: string("id")?, cluster: string("cluster")?, ..Node::default() };
+    let mut node = Node {
+        id: string("id")?,
+        cluster: string("cluster")?,
+        ..Node::default()
+    };
     if let Some(l) = o.get("locality") {
-        let l = l.as_object().ok_or("bootstrap: `node.locality` must be an object")?;
+        let l = l
+            .as_object()
+            .ok_or("bootstrap: `node.locality` must be an object")?;
         let part = |k: &str| -> Result<String, String> {
             match l.get(k) {
                 None | Some(Json::Null) => Ok(String::new()),
@@ -237,8 +254,11 @@ fn parse_node(v: &Json) -> Result<Node, String> {
                 Some(_) => Err(format!("bootstrap: `node.locality.{k}` must be a string")),
             }
         };
-        node.locality =
-            Some(Locality { region: part("region")?, zone: part("zone")?, sub_zone: part("sub_zone")? });
+        node.locality = Some(Locality {
+            region: part("region")?,
+            zone: part("zone")?,
+            sub_zone: part("sub_zone")?,
+        });
     }
     match o.get("metadata") {
         None | Some(Json::Null) => {}
@@ -259,7 +279,9 @@ fn to_value(v: &Json) -> Value {
         Json::Bool(b) => Kind::BoolValue(*b),
         Json::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
         Json::String(s) => Kind::StringValue(s.clone()),
-        Json::Array(a) => Kind::ListValue(ListValue { values: a.iter().map(to_value).collect() }),
+        Json::Array(a) => Kind::ListValue(ListValue {
+            values: a.iter().map(to_value).collect(),
+        }),
         Json::Object(m) => Kind::StructValue(Struct {
             fields: m.iter().map(|(k, v)| (k.clone(), to_value(v))).collect(),
         }),
@@ -268,7 +290,9 @@ fn to_value(v: &Json) -> Value {
 }
 
 fn strings(v: &Json, field: &str) -> Result<Vec<String>, String> {
-    let a = v.as_array().ok_or(format!("bootstrap: `{field}` must be an array of strings"))?;
+    let a = v
+        .as_array()
+        .ok_or(format!("bootstrap: `{field}` must be an array of strings"))?;
     a.iter()
         .map(|s| s.as_str().map(str::to_string))
         .collect::<Option<Vec<_>>>()
@@ -285,7 +309,11 @@ fn duration(v: &Json, field: &str) -> Result<Duration, String> {
             .filter(|f| f.is_finite() && *f >= 0.0)
             .and_then(|f| Duration::try_from_secs_f64(f).ok())
             .ok_or(format!("bootstrap: `{field}`: bad number of seconds"))?,
-        _ => return Err(format!("bootstrap: `{field}` must be a duration string like \"15s\"")),
+        _ => {
+            return Err(format!(
+                "bootstrap: `{field}` must be a duration string like \"15s\""
+            ));
+        }
     };
     if d.is_zero() {
         return Err(format!("bootstrap: `{field}` must be greater than zero"));

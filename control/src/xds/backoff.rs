@@ -60,8 +60,14 @@ mod tests {
             let lo = b.clone().next_delay_with(0.0).as_secs_f64();
             let hi = b.clone().next_delay_with(1.0).as_secs_f64();
             let d = b.next_delay().as_secs_f64();
-            assert!((lo - expected * 0.8).abs() < 1e-6, "attempt {i}: low {lo} vs {expected}");
-            assert!((hi - expected * 1.2).abs() < 1e-6, "attempt {i}: high {hi} vs {expected}");
+            assert!(
+                (lo - expected * 0.8).abs() < 1e-6,
+                "attempt {i}: low {lo} vs {expected}"
+            );
+            assert!(
+                (hi - expected * 1.2).abs() < 1e-6,
+                "attempt {i}: high {hi} vs {expected}"
+            );
             assert!(d >= lo && d <= hi, "attempt {i}: {d} outside [{lo}, {hi}]");
             expected = (expected * 1.6).min(120.0);
         }
@@ -78,6 +84,10 @@ mod tests {
         for _ in 0..50 {
             seen.insert(Backoff::default().next_delay().as_millis());
         }
-        assert!(seen.len() > 10, "jitter produced only {} distinct delays", seen.len());
+        assert!(
+            seen.len() > 10,
+            "jitter produced only {} distinct delays",
+            seen.len()
+        );
     }
 }

@@ -27,12 +27,16 @@ pub fn uri(server: &XdsServer) -> Result<String, String> {
     } else if let Some(rest) = raw.strip_prefix("dns:") {
         // dns://resolver/host:port: the resolver authority is not supported; plain dns:host:port is.
         if rest.starts_with("//") {
-            return Err(format!("server_uri {raw:?}: a DNS resolver authority is not supported"));
+            return Err(format!(
+                "server_uri {raw:?}: a DNS resolver authority is not supported"
+            ));
         }
         rest
     } else if raw.starts_with("http://") || raw.starts_with("https://") {
         if raw.starts_with("http://") && tls {
-            return Err(format!("server_uri {raw:?}: http:// with `tls` channel_creds"));
+            return Err(format!(
+                "server_uri {raw:?}: http:// with `tls` channel_creds"
+            ));
         }
         return Ok(raw.to_string());
     } else if raw.contains("://") || raw.starts_with("unix:") {
@@ -64,7 +68,11 @@ pub fn endpoint(server: &XdsServer) -> Result<Endpoint, String> {
     if uri.starts_with("https://") {
         let mut tls = ClientTlsConfig::new();
         match &server.channel_creds {
-            ChannelCreds::Tls { ca_certificate_file, certificate_file, private_key_file } => {
+            ChannelCreds::Tls {
+                ca_certificate_file,
+                certificate_file,
+                private_key_file,
+            } => {
                 tls = match ca_certificate_file {
                     Some(ca) => tls.ca_certificate(Certificate::from_pem(read(ca)?)),
                     None => tls.with_native_roots(),
@@ -75,7 +83,9 @@ pub fn endpoint(server: &XdsServer) -> Result<Endpoint, String> {
             }
             ChannelCreds::Insecure => tls = tls.with_native_roots(),
         }
-        ep = ep.tls_config(tls).map_err(|e| format!("server_uri {:?}: TLS: {e}", server.server_uri))?;
+        ep = ep
+            .tls_config(tls)
+            .map_err(|e| format!("server_uri {:?}: TLS: {e}", server.server_uri))?;
     }
     Ok(ep)
 }
@@ -92,7 +102,11 @@ mod tests {
         XdsServer {
             server_uri: uri.into(),
             channel_creds: if tls {
-                ChannelCreds::Tls { ca_certificate_file: None, certificate_file: None, private_key_file: None }
+                ChannelCreds::Tls {
+                    ca_certificate_file: None,
+                    certificate_file: None,
+                    private_key_file: None,
+                }
             } else {
                 ChannelCreds::Insecure
             },
@@ -103,11 +117,26 @@ mod tests {
 
     #[test]
     fn uri_forms() {
-        assert_eq!(uri(&server("127.0.0.1:18000", false)).as_deref(), Ok("http://127.0.0.1:18000"));
-        assert_eq!(uri(&server("dns:///xds.local:1", false)).as_deref(), Ok("http://xds.local:1"));
-        assert_eq!(uri(&server("dns:xds.local:1", true)).as_deref(), Ok("https://xds.local:1"));
-        assert_eq!(uri(&server("http://h:1", false)).as_deref(), Ok("http://h:1"));
-        assert_eq!(uri(&server("https://h:1", false)).as_deref(), Ok("https://h:1"));
+        assert_eq!(
+            uri(&server("127.0.0.1:18000", false)).as_deref(),
+            Ok("http://127.0.0.1:18000")
+        );
+        assert_eq!(
+            uri(&server("dns:///xds.local:1", false)).as_deref(),
+            Ok("http://xds.local:1")
+        );
+        assert_eq!(
+            uri(&server("dns:xds.local:1", true)).as_deref(),
+            Ok("https://xds.local:1")
+        );
+        assert_eq!(
+            uri(&server("http://h:1", false)).as_deref(),
+            Ok("http://h:1")
+        );
+        assert_eq!(
+            uri(&server("https://h:1", false)).as_deref(),
+            Ok("https://h:1")
+        );
         assert_eq!(uri(&server("h:1", true)).as_deref(), Ok("https://h:1"));
         assert!(uri(&server("unix:/tmp/s", false)).is_err());
         assert!(uri(&server("xds:///x", false)).is_err());

@@ -134,8 +134,9 @@ impl State {
     /// implement none; item 51/52: never advertise resource-in-sotw or TTL).
     pub fn new(mode: Mode, mut node: Node, resource_timeout: Duration, status: Status) -> Self {
         node.user_agent_name = USER_AGENT_NAME.into();
-        node.user_agent_version_type =
-            Some(UserAgentVersionType::UserAgentVersion(env!("CARGO_PKG_VERSION").into()));
+        node.user_agent_version_type = Some(UserAgentVersionType::UserAgentVersion(
+            env!("CARGO_PKG_VERSION").into(),
+        ));
         node.client_features.clear();
         let types = TYPES.iter().map(|t| TypeState::new(t)).collect();
         status.with(|s| {
@@ -163,21 +164,30 @@ impl State {
     /// (issue 4, item 25); gone names: cache, timer and status row dropped (item 24, 28).
     pub fn set_interest(&mut self, interest: Vec<(&'static str, Interest)>) {
         for (type_url, want) in interest {
-            let Some(i) = self.idx(type_url) else { continue };
+            let Some(i) = self.idx(type_url) else {
+                continue;
+            };
             let ts = &mut self.types[i];
             if ts.want == want {
                 continue;
             }
             let old = std::mem::replace(&mut ts.want, want.clone());
             let (added, gone): (Vec<String>, Vec<String>) = match (&old, &want) {
-                (Interest::Names(o), Interest::Names(n)) => {
-                    (n.difference(o).cloned().collect(), o.difference(n).cloned().collect())
-                }
+                (Interest::Names(o), Interest::Names(n)) => (
+                    n.difference(o).cloned().collect(),
+                    o.difference(n).cloned().collect(),
+                ),
                 (Interest::Wildcard, Interest::Names(n)) => {
-                    let gone = ts.cache.keys().filter(|k| !n.contains(*k)).cloned().collect();
+                    let gone = ts
+                        .cache
+                        .keys()
+                        .filter(|k| !n.contains(*k))
+                        .cloned()
+                        .collect();
                     (n.iter().cloned().collect(), gone)
                 }
-                (Interest::Names(_), Interest::Wildcard) | (Interest::Wildcard, Interest::Wildcard) => {
+                (Interest::Names(_), Interest::Wildcard)
+                | (Interest::Wildcard, Interest::Wildcard) => {
                     // No timers under wildcard (issue 6): the server decides the set.
                     ts.timers.clear();
                     (vec![], vec![])
@@ -336,7 +346,11 @@ impl State {
 
     /// A SotW request for type `i`: the full current name set (item 8), the last accepted version
     /// (item 6), the stream's last nonce of the type (item 7), and `error_detail` for a NACK.
-    fn sotw_request(&mut self, i: usize, error: Option<envoy_types::pb::google::rpc::Status>) -> DiscoveryRequest {
+    fn sotw_request(
+        &mut self,
+        i: usize,
+        error: Option<envoy_types::pb::google::rpc::Status>,
+    ) -> DiscoveryRequest {
         let node = self.take_node();
         let ts = &mut self.types[i];
         let resource_names = match &ts.want {
@@ -380,8 +394,11 @@ impl State {
                 if let Interest::Names(n) = want {
                     req.resource_names_subscribe = n.iter().cloned().collect();
                 }
-                req.initial_resource_versions =
-                    ts.cache.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                req.initial_resource_versions = ts
+                    .cache
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
             }
             (Some(Interest::Names(old)), Interest::Names(new)) => {
                 req.resource_names_subscribe = new.difference(old).cloned().collect();
@@ -403,7 +420,12 @@ impl State {
 
     /// One response: filter (issue 3), apply, record state (issue 2), answer exactly one ACK or
     /// NACK (issue 1), then the requests the applier's new interest calls for.
-    pub fn on_response<A: Applier>(&mut self, msg: Inbound, applier: &mut A, now: Instant) -> Vec<Outbound> {
+    pub fn on_response<A: Applier>(
+        &mut self,
+        msg: Inbound,
+        applier: &mut A,
+        now: Instant,
+    ) -> Vec<Outbound> {
         let (type_url, nonce) = match &msg {
             Inbound::Sotw(r) => (r.type_url.clone(), r.nonce.clone()),
             Inbound::Delta(r) => (r.type_url.clone(), r.nonce.clone()),
@@ -429,7 +451,15 @@ impl State {
             Inbound::Sotw(r) => self.read_sotw(i, r),
             Inbound::Delta(r) => self.read_delta(i, r),
         };
-        let Read { version, kept, versions, mut rejected, present, removed, .. } = read;
+        let Read {
+            version,
+            kept,
+            versions,
+            mut rejected,
+            present,
+            removed,
+            ..
+        } = read;
         {
             // An answer, even an invalid one, cancels the timer (item 33).
             let ts = &mut self.types[i];
@@ -438,18 +468,30 @@ impl State {
             }
         }
         let kept_names: Vec<String> = kept.iter().map(|(n, _)| n.clone()).collect();
-        let update = Update { type_url: type_url.clone(), version: version.clone(), resources: kept, removed: removed.clone() };
+        let update = Update {
+            type_url: type_url.clone(),
+            version: version.clone(),
+            resources: kept,
+            removed: removed.clone(),
+        };
         let verdict: Verdict = applier.apply(update);
         rejected.extend(verdict.rejected.iter().cloned());
         let ack = rejected.is_empty() && verdict.error.is_none();
-        let rejected_map: BTreeMap<&str, &str> = rejected.iter().map(|(n, w)| (n.as_str(), w.as_str())).collect();
+        let rejected_map: BTreeMap<&str, &str> = rejected
+            .iter()
+            .map(|(n, w)| (n.as_str(), w.as_str()))
+            .collect();
         let whole = verdict.error.as_deref();
         let ts = &mut self.types[i];
         let mut rows: Vec<(String, ResourceState, Option<String>)> = Vec::new();
         for n in &kept_names {
             match (rejected_map.get(n.as_str()), whole) {
-                (Some(why), _) => rows.push((n.clone(), ResourceState::Nacked, Some(why.to_string()))),
-                (None, Some(e)) => rows.push((n.clone(), ResourceState::Nacked, Some(e.to_string()))),
+                (Some(why), _) => {
+                    rows.push((n.clone(), ResourceState::Nacked, Some(why.to_string())))
+                }
+                (None, Some(e)) => {
+                    rows.push((n.clone(), ResourceState::Nacked, Some(e.to_string())))
+                }
                 (None, None) => {
                     let v = versions.get(n).cloned().unwrap_or_else(|| version.clone());
                     ts.cache.insert(n.clone(), v);
@@ -475,7 +517,10 @@ impl State {
         if let Some(e) = &error {
             // One NACK per response, never a reconnect (item 18); the log line is rate-limited.
             ts.nacks_unlogged += 1;
-            if ts.last_nack_log.is_none_or(|t| now.duration_since(t) >= NACK_LOG_INTERVAL) {
+            if ts
+                .last_nack_log
+                .is_none_or(|t| now.duration_since(t) >= NACK_LOG_INTERVAL)
+            {
                 tracing::warn!(%type_url, nacks = ts.nacks_unlogged, "xDS NACK: {}", e.message);
                 ts.last_nack_log = Some(now);
                 ts.nacks_unlogged = 0;
@@ -498,12 +543,16 @@ impl State {
             }
             for (n, state, why) in rows {
                 let key = (type_url.clone(), n.clone());
-                let r = s.resources.entry(key).or_insert_with(|| row(&type_url, &n, state, None));
+                let r = s
+                    .resources
+                    .entry(key)
+                    .or_insert_with(|| row(&type_url, &n, state, None));
                 r.state = state;
                 r.version = cache.get(&n).cloned();
                 r.updated = now_rfc3339();
                 if state == ResourceState::Nacked {
-                    r.rejected_version = Some(versions.get(&n).cloned().unwrap_or_else(|| version.clone()));
+                    r.rejected_version =
+                        Some(versions.get(&n).cloned().unwrap_or_else(|| version.clone()));
                     r.error = why;
                 } else {
                     r.rejected_version = None;
@@ -569,7 +618,10 @@ impl State {
         let mut removed = BTreeSet::new();
         for res in r.resources {
             let name = if res.name.is_empty() {
-                res.resource_name.as_ref().map(|n| n.name.clone()).unwrap_or_default()
+                res.resource_name
+                    .as_ref()
+                    .map(|n| n.name.clone())
+                    .unwrap_or_default()
             } else {
                 res.name
             };
@@ -623,7 +675,14 @@ impl Read {
         }
     }
 
-    fn add(&mut self, ts: &TypeState, type_url: &str, name: String, body: Any, version: Option<String>) {
+    fn add(
+        &mut self,
+        ts: &TypeState,
+        type_url: &str,
+        name: String,
+        body: Any,
+        version: Option<String>,
+    ) {
         // Not requested and not wildcard: dropped, not validated, not cached (item 19).
         if !ts.wants(&name) {
             tracing::debug!(%type_url, %name, "unrequested xDS resource dropped");
@@ -635,7 +694,13 @@ impl Read {
         }
         if body.type_url != type_url {
             // Item 16 (discovery.proto DiscoveryResponse.type_url).
-            self.rejected.push((name, format!("resource type {} is not the response's type {type_url}", body.type_url)));
+            self.rejected.push((
+                name,
+                format!(
+                    "resource type {} is not the response's type {type_url}",
+                    body.type_url
+                ),
+            ));
             return;
         }
         if let Some(v) = version {
@@ -653,12 +718,20 @@ impl Read {
         self.kept.retain(|(n, _)| !d.contains(n));
         self.rejected.retain(|(n, _)| !d.contains(n));
         for n in d {
-            self.rejected.push((n, "duplicate resource name in one response (xds_protocol.rst)".into()));
+            self.rejected.push((
+                n,
+                "duplicate resource name in one response (xds_protocol.rst)".into(),
+            ));
         }
     }
 }
 
-fn row(type_url: &str, name: &str, state: ResourceState, version: Option<String>) -> ResourceStatus {
+fn row(
+    type_url: &str,
+    name: &str,
+    state: ResourceState,
+    version: Option<String>,
+) -> ResourceStatus {
     ResourceStatus {
         type_url: type_url.to_string(),
         name: name.to_string(),

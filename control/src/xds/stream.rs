@@ -22,19 +22,44 @@ type Opening = Pin<Box<dyn Future<Output = Result<Responses, tonic::Status>> + S
 /// Runs the ADS client until the task is dropped. Connection and stream errors are retried
 /// forever with backoff (gRFC A57) and shown in `Status.stream`; only a bootstrap the client
 /// cannot use at all (bad `server_uri`, unreadable TLS files) is returned as an error.
-pub async fn run<A: Applier>(bootstrap: Bootstrap, mut applier: A, status: Status) -> Result<(), String> {
+pub async fn run<A: Applier>(
+    bootstrap: Bootstrap,
+    mut applier: A,
+    status: Status,
+) -> Result<(), String> {
     let endpoint = channel::endpoint(&bootstrap.server)?;
-    let mode = if bootstrap.server.delta { Mode::Delta } else { Mode::Sotw };
+    let mode = if bootstrap.server.delta {
+        Mode::Delta
+    } else {
+        Mode::Sotw
+    };
     status.with(|s| {
         s.stream.server_uri = bootstrap.server.server_uri.clone();
-        s.stream.api = if bootstrap.server.delta { "delta" } else { "sotw" }.into();
+        s.stream.api = if bootstrap.server.delta {
+            "delta"
+        } else {
+            "sotw"
+        }
+        .into();
     });
-    let mut state = State::new(mode, bootstrap.node.clone(), bootstrap.resource_timeout, status.clone());
+    let mut state = State::new(
+        mode,
+        bootstrap.node.clone(),
+        bootstrap.resource_timeout,
+        status.clone(),
+    );
     state.set_interest(applier.interest());
     let mut backoff = Backoff::default();
     loop {
-        let (got_response, error) =
-            one_stream(&endpoint, mode, bootstrap.max_message_bytes, &mut state, &mut applier, &status).await;
+        let (got_response, error) = one_stream(
+            &endpoint,
+            mode,
+            bootstrap.max_message_bytes,
+            &mut state,
+            &mut applier,
+            &status,
+        )
+        .await;
         state.end_stream();
         status.with(|s| {
             s.stream.connected = false;
@@ -168,3 +193,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests;

@@ -55,7 +55,11 @@ pub fn error_detail(
     if msg.ends_with(';') {
         msg.pop();
     }
-    rpc::Status { code: INVALID_ARGUMENT, message: bound(msg, MAX_ERROR_BYTES), details: vec![] }
+    rpc::Status {
+        code: INVALID_ARGUMENT,
+        message: bound(msg, MAX_ERROR_BYTES),
+        details: vec![],
+    }
 }
 
 /// `msg` cut to at most `max` bytes on a char boundary, marked when cut.
@@ -85,22 +89,42 @@ mod tests {
 
     #[test]
     fn names_and_wrapper() {
-        let c = Cluster { name: "c1".into(), ..Default::default() };
-        let any = Any { type_url: crate::xds::CLUSTER_TYPE.into(), value: c.encode_to_vec() };
+        let c = Cluster {
+            name: "c1".into(),
+            ..Default::default()
+        };
+        let any = Any {
+            type_url: crate::xds::CLUSTER_TYPE.into(),
+            value: c.encode_to_vec(),
+        };
         let (name, body) = sotw_resource(any.clone()).expect("reads");
         assert_eq!(name, "c1");
         assert_eq!(body, Some(any.clone()));
-        let wrapped = Resource { name: "w".into(), resource: Some(any.clone()), ..Default::default() };
-        let w = Any { type_url: RESOURCE_WRAPPER_TYPE.into(), value: wrapped.encode_to_vec() };
-        assert_eq!(sotw_resource(w).expect("reads"), ("w".to_string(), Some(any)));
-        let junk = Any { type_url: crate::xds::CLUSTER_TYPE.into(), value: vec![0xff, 0xff] };
+        let wrapped = Resource {
+            name: "w".into(),
+            resource: Some(any.clone()),
+            ..Default::default()
+        };
+        let w = Any {
+            type_url: RESOURCE_WRAPPER_TYPE.into(),
+            value: wrapped.encode_to_vec(),
+        };
+        assert_eq!(
+            sotw_resource(w).expect("reads"),
+            ("w".to_string(), Some(any))
+        );
+        let junk = Any {
+            type_url: crate::xds::CLUSTER_TYPE.into(),
+            value: vec![0xff, 0xff],
+        };
         assert!(sotw_resource(junk).is_err());
     }
 
     #[test]
     fn error_detail_is_bounded_and_names_resources() {
-        let rejected: Vec<(String, String)> =
-            (0..1000).map(|i| (format!("cluster-{i}"), "bad lb_policy".to_string())).collect();
+        let rejected: Vec<(String, String)> = (0..1000)
+            .map(|i| (format!("cluster-{i}"), "bad lb_policy".to_string()))
+            .collect();
         let s = error_detail(crate::xds::CLUSTER_TYPE, "v2", &rejected[..2], None);
         assert_eq!(s.code, 3);
         assert_eq!(
@@ -108,7 +132,11 @@ mod tests {
             "Cluster rejected, version \"v2\": cluster-0: bad lb_policy; cluster-1: bad lb_policy"
         );
         let big = error_detail(crate::xds::CLUSTER_TYPE, "v2", &rejected, Some("whole"));
-        assert!(big.message.len() <= MAX_ERROR_BYTES, "{}", big.message.len());
+        assert!(
+            big.message.len() <= MAX_ERROR_BYTES,
+            "{}",
+            big.message.len()
+        );
         assert!(big.message.ends_with("(truncated)"));
         assert!(big.message.contains("whole; cluster-0"));
     }

@@ -36,9 +36,19 @@ fn good_file() {
     assert_eq!(b.node.cluster, "resp");
     assert_eq!(b.node.user_agent_name, "");
     let loc = b.node.locality.as_ref().expect("locality");
-    assert_eq!((loc.region.as_str(), loc.zone.as_str(), loc.sub_zone.as_str()), ("eu", "eu-b", ""));
+    assert_eq!(
+        (
+            loc.region.as_str(),
+            loc.zone.as_str(),
+            loc.sub_zone.as_str()
+        ),
+        ("eu", "eu-b", "")
+    );
     let md = b.node.metadata.as_ref().expect("metadata");
-    assert_eq!(md.fields["ROLE"].kind, Some(Kind::StringValue("redis-proxy".into())));
+    assert_eq!(
+        md.fields["ROLE"].kind,
+        Some(Kind::StringValue("redis-proxy".into()))
+    );
     assert_eq!(md.fields["n"].kind, Some(Kind::NumberValue(2.0)));
     assert_eq!(b.listener_names, vec!["l1"]);
     assert_eq!(b.resource_timeout, Duration::from_secs(3));
@@ -48,8 +58,10 @@ fn good_file() {
 
 #[test]
 fn defaults() {
-    let b = parse(r#"{"xds_servers":[{"server_uri":"127.0.0.1:1","channel_creds":[{"type":"insecure"}]}]}"#)
-        .expect("parses");
+    let b = parse(
+        r#"{"xds_servers":[{"server_uri":"127.0.0.1:1","channel_creds":[{"type":"insecure"}]}]}"#,
+    )
+    .expect("parses");
     assert_eq!(b.server.channel_creds, ChannelCreds::Insecure);
     assert!(!b.server.delta);
     assert_eq!(b.node, Node::default());
@@ -68,12 +80,18 @@ fn errors_name_the_field() {
     assert!(err("{").contains("bad JSON"));
     assert!(err("{}").contains("`xds_servers` is missing"));
     assert!(err(r#"{"xds_servers": []}"#).contains("`xds_servers` is empty"));
-    assert!(err(r#"{"xds_servers": [{"channel_creds":[{"type":"insecure"}]}]}"#).contains("server_uri"));
     assert!(
-        err(r#"{"xds_servers": [{"server_uri":"a:1","channel_creds":[{"type":"google_default"}]}]}"#)
-            .contains("no supported type")
+        err(r#"{"xds_servers": [{"channel_creds":[{"type":"insecure"}]}]}"#).contains("server_uri")
     );
-    assert!(err(r#"{"xds_servers": [{"server_uri":"a:1"}]}"#).contains("channel_creds` is missing"));
+    assert!(
+        err(
+            r#"{"xds_servers": [{"server_uri":"a:1","channel_creds":[{"type":"google_default"}]}]}"#
+        )
+        .contains("no supported type")
+    );
+    assert!(
+        err(r#"{"xds_servers": [{"server_uri":"a:1"}]}"#).contains("channel_creds` is missing")
+    );
     assert!(
         err(r#"{"xds_servers": [{"server_uri":"a:1","channel_creds":[{"type":"insecure"}],"api_type":"REST"}]}"#)
             .contains("api_type")
@@ -83,11 +101,28 @@ fn errors_name_the_field() {
             .contains("go together")
     );
     let base = r#"{"xds_servers": [{"server_uri":"a:1","channel_creds":[{"type":"insecure"}]}], "#;
-    assert!(err(&format!(r#"{base}"respite": {{"resource_timeout": "soon"}}}}"#)).contains("respite.resource_timeout"));
-    assert!(err(&format!(r#"{base}"respite": {{"resource_timeout": "0s"}}}}"#)).contains("greater than zero"));
-    assert!(err(&format!(r#"{base}"respite": {{"max_message_bytes": -1}}}}"#)).contains("max_message_bytes"));
+    assert!(
+        err(&format!(
+            r#"{base}"respite": {{"resource_timeout": "soon"}}}}"#
+        ))
+        .contains("respite.resource_timeout")
+    );
+    assert!(
+        err(&format!(
+            r#"{base}"respite": {{"resource_timeout": "0s"}}}}"#
+        ))
+        .contains("greater than zero")
+    );
+    assert!(
+        err(&format!(
+            r#"{base}"respite": {{"max_message_bytes": -1}}}}"#
+        ))
+        .contains("max_message_bytes")
+    );
     assert!(err(&format!(r#"{base}"node": {{"id": 5}}}}"#)).contains("node.id"));
-    assert!(err(&format!(r#"{base}"respite": {{"listener_names": [1]}}}}"#)).contains("listener_names"));
+    assert!(
+        err(&format!(r#"{base}"respite": {{"listener_names": [1]}}}}"#)).contains("listener_names")
+    );
 }
 
 #[test]
@@ -95,7 +130,8 @@ fn env_path_then_inline() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("b.json");
     std::fs::write(&path, GOOD).expect("write");
-    let inline = r#"{"xds_servers":[{"server_uri":"inline:1","channel_creds":[{"type":"insecure"}]}]}"#;
+    let inline =
+        r#"{"xds_servers":[{"server_uri":"inline:1","channel_creds":[{"type":"insecure"}]}]}"#;
     let p = path.to_string_lossy().to_string();
     // The path wins over the inline JSON (C-core GetBootstrapContents order).
     let both = from_lookup(|k| match k {
@@ -115,9 +151,11 @@ fn env_path_then_inline() {
     .expect("some");
     assert_eq!(only_inline.server.server_uri, "inline:1");
     assert_eq!(from_lookup(|_| None), Ok(None));
-    let missing = from_lookup(|k| (k == "GRPC_XDS_BOOTSTRAP").then(|| "/nonexistent/b.json".into()))
-        .expect_err("unreadable file");
+    let missing =
+        from_lookup(|k| (k == "GRPC_XDS_BOOTSTRAP").then(|| "/nonexistent/b.json".into()))
+            .expect_err("unreadable file");
     assert!(missing.contains("/nonexistent/b.json"), "{missing}");
-    let bad = from_lookup(|k| (k == "GRPC_XDS_BOOTSTRAP_CONFIG").then(|| "{}".into())).expect_err("bad");
+    let bad =
+        from_lookup(|k| (k == "GRPC_XDS_BOOTSTRAP_CONFIG").then(|| "{}".into())).expect_err("bad");
     assert!(bad.starts_with("GRPC_XDS_BOOTSTRAP_CONFIG:"), "{bad}");
 }
