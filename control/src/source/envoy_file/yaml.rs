@@ -83,7 +83,10 @@ impl Builder {
                         Value::Number(n) => n.to_string(),
                         Value::Bool(b) => b.to_string(),
                         _ => {
-                            return Err(format!("line {}: a map key must be a string", mark.line()));
+                            return Err(format!(
+                                "line {}: a map key must be a string",
+                                mark.line()
+                            ));
                         }
                     };
                     if map.contains_key(&k) {
