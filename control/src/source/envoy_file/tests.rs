@@ -469,7 +469,6 @@ fn lb_configs_and_keepalive_decode() {
     }
     let ka = sr.clusters[0]
         .upstream_connection_options
-        .clone()
         .unwrap()
         .tcp_keepalive
         .unwrap();

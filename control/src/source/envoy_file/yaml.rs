@@ -171,10 +171,10 @@ impl Builder {
 
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
-        if self.error.is_none() {
-            if let Err(e) = self.event(ev, mark) {
-                self.error = Some(e);
-            }
+        if self.error.is_none()
+            && let Err(e) = self.event(ev, mark)
+        {
+            self.error = Some(e);
         }
     }
 }
