@@ -26,7 +26,9 @@ use reader::{MapErr, Obj};
 /// `static_resources` of an Envoy bootstrap.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StaticResources {
+    /// `static_resources.listeners`, in file order.
     pub listeners: Vec<Listener>,
+    /// `static_resources.clusters`, in file order.
     pub clusters: Vec<Cluster>,
 }
 

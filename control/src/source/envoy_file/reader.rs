@@ -15,7 +15,9 @@ use serde_json::{Map, Value};
 /// `static_resources.clusters[1].lb_policy`) and what.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MapErr {
+    /// Dotted path with `[i]` list indices; empty for the document itself.
     pub path: String,
+    /// What is wrong there.
     pub msg: String,
 }
 
@@ -28,6 +30,7 @@ impl MapErr {
     }
 }
 
+/// A mapping result.
 pub type Res<T> = Result<T, MapErr>;
 
 /// `foo_bar_baz` → `fooBarBaz` (protoc's default json_name).
@@ -112,10 +115,12 @@ impl<'a> Obj<'a> {
             .any(|k| self.map.get(*k).is_some_and(|v| !v.is_null()))
     }
 
+    /// A `string` field (default "").
     pub fn string(&mut self, name: &str) -> Res<String> {
         Ok(self.opt_string(name)?.unwrap_or_default())
     }
 
+    /// A `string` field, `None` when absent.
     pub fn opt_string(&mut self, name: &str) -> Res<Option<String>> {
         match self.get(name)? {
             None => Ok(None),
@@ -133,10 +138,12 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// A `bool` field (default false).
     pub fn bool(&mut self, name: &str) -> Res<bool> {
         Ok(self.opt_bool(name)?.unwrap_or_default())
     }
 
+    /// A `bool` field, `None` when absent.
     pub fn opt_bool(&mut self, name: &str) -> Res<Option<bool>> {
         match self.get(name)? {
             None => Ok(None),
@@ -144,10 +151,12 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// A `uint32` field (default 0).
     pub fn u32(&mut self, name: &str) -> Res<u32> {
         Ok(self.opt_u32(name)?.unwrap_or_default())
     }
 
+    /// A `uint32` field, `None` when absent.
     pub fn opt_u32(&mut self, name: &str) -> Res<Option<u32>> {
         match self.get(name)? {
             None => Ok(None),
@@ -155,6 +164,7 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// A `uint64` field (number or decimal string), `None` when absent.
     pub fn opt_u64(&mut self, name: &str) -> Res<Option<u64>> {
         match self.get(name)? {
             None => Ok(None),
@@ -162,6 +172,7 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// A `double` field (default 0).
     pub fn f64(&mut self, name: &str) -> Res<f64> {
         match self.get(name)? {
             None => Ok(0.0),
@@ -224,6 +235,7 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// A `repeated string` field.
     pub fn strings(&mut self, name: &str) -> Res<Vec<String>> {
         self.list(name, string)
     }
@@ -290,6 +302,7 @@ pub fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// A `string` (a YAML number where a string is expected is its text).
 pub fn string(v: &Value, path: &str) -> Res<String> {
     match v {
         Value::String(s) => Ok(s.clone()),
@@ -346,6 +359,7 @@ fn float(v: &Value, path: &str) -> Res<f64> {
     }
 }
 
+/// An enum value by name (via the prost enum's `from_str_name`) or by number.
 pub fn enum_value<E: Into<i32>>(v: &Value, path: &str, from: fn(&str) -> Option<E>) -> Res<i32> {
     match v {
         Value::String(s) => from(s)

@@ -112,12 +112,7 @@ fn example_clusters_decode_field_by_field() {
     );
     assert_eq!(ring.lb_policy, LbPolicy::RingHash as i32);
     assert_eq!(ring.connect_timeout, dur(1, 0));
-    match &ring.lb_config {
-        Some(LbConfig::RingHashLbConfig(c)) => {
-            assert_eq!(c.minimum_ring_size, Some(UInt64Value { value: 1024 }))
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(ring.lb_config, None);
     let la = ring.load_assignment.as_ref().unwrap();
     assert_eq!(la.cluster_name, "redis_ring");
     let hosts: Vec<(String, u32)> = la.endpoints[0]
@@ -441,4 +436,55 @@ fn typed_struct_is_unwrapped_into_its_message() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn lb_configs_and_keepalive_decode() {
+    let y = "static_resources:
+  clusters:
+  - name: a
+    lb_policy: RING_HASH
+    ring_hash_lb_config: { minimum_ring_size: 1024, maximumRingSize: \"8388608\", hash_function: MURMUR_HASH_2 }
+    upstream_connection_options: { tcp_keepalive: { keepalive_time: 30, keepalive_probes: 3 } }
+    circuit_breakers: { thresholds: [{ priority: HIGH, max_connections: 7 }] }
+  - name: b
+    load_balancing_policy:
+      policies:
+      - typed_extension_config:
+          name: envoy.load_balancing_policies.maglev
+          typed_config:
+            \"@type\": type.googleapis.com/envoy.extensions.load_balancing_policies.maglev.v3.Maglev
+            table_size: 65537
+";
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::ring_hash_lb_config::HashFunction;
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::maglev::v3::Maglev;
+    let sr = parse(y, true).unwrap();
+    match &sr.clusters[0].lb_config {
+        Some(LbConfig::RingHashLbConfig(c)) => {
+            assert_eq!(c.minimum_ring_size, Some(UInt64Value { value: 1024 }));
+            assert_eq!(c.maximum_ring_size, Some(UInt64Value { value: 8388608 }));
+            assert_eq!(c.hash_function, HashFunction::MurmurHash2 as i32);
+        }
+        other => panic!("{other:?}"),
+    }
+    let ka = sr.clusters[0]
+        .upstream_connection_options
+        .unwrap()
+        .tcp_keepalive
+        .unwrap();
+    assert_eq!(ka.keepalive_time, Some(UInt32Value { value: 30 }));
+    assert_eq!(ka.keepalive_probes, Some(UInt32Value { value: 3 }));
+    assert_eq!(ka.keepalive_interval, None);
+    let t = &sr.clusters[0].circuit_breakers.as_ref().unwrap().thresholds[0];
+    assert_eq!(t.priority, 1);
+    assert_eq!(t.max_connections, Some(UInt32Value { value: 7 }));
+    let p = &sr.clusters[1]
+        .load_balancing_policy
+        .as_ref()
+        .unwrap()
+        .policies[0];
+    let tec = p.typed_extension_config.as_ref().unwrap();
+    assert_eq!(tec.name, "envoy.load_balancing_policies.maglev");
+    let m = Maglev::decode(tec.typed_config.as_ref().unwrap().value.as_slice()).unwrap();
+    assert_eq!(m.table_size, Some(UInt64Value { value: 65537 }));
 }

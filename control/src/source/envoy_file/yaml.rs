@@ -83,7 +83,10 @@ impl Builder {
                         Value::Number(n) => n.to_string(),
                         Value::Bool(b) => b.to_string(),
                         _ => {
-                            return Err(format!("line {}: a map key must be a string", mark.line()));
+                            return Err(format!(
+                                "line {}: a map key must be a string",
+                                mark.line()
+                            ));
                         }
                     };
                     if map.contains_key(&k) {
@@ -168,10 +171,10 @@ impl Builder {
 
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
-        if self.error.is_none() {
-            if let Err(e) = self.event(ev, mark) {
-                self.error = Some(e);
-            }
+        if self.error.is_none()
+            && let Err(e) = self.event(ev, mark)
+        {
+            self.error = Some(e);
         }
     }
 }
