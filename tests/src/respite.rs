@@ -128,7 +128,7 @@ impl Respite {
             .control
             .as_deref()
             .expect("started without --control-socket");
-        respite_control::push::push(socket, toml)
+        respite_control::push::push(socket, toml).map_err(|e| e.to_string())
     }
 
     /// `method path` (HTTP/1.0, empty body) over the control socket: (status, body).
