@@ -608,8 +608,10 @@ mod tests {
 
     const T: Duration = Duration::from_secs(5);
 
+    /// Multi-thread, so the client's connection makes progress between `block_on`s.
     fn client_rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()
             .expect("client runtime")
