@@ -161,9 +161,9 @@ impl AggregatedDiscoveryService for Service {
         let (tx, rx) = mpsc::unbounded_channel();
         let id = self.open(|| StreamTx::Sotw(tx))?;
         self.read_requests(id, request.into_inner(), Req::Sotw);
-        Ok(tonic::Response::new(Box::pin(UnboundedReceiverStream::new(
-            rx,
-        ))))
+        Ok(tonic::Response::new(Box::pin(
+            UnboundedReceiverStream::new(rx),
+        )))
     }
 
     async fn delta_aggregated_resources(
@@ -173,9 +173,9 @@ impl AggregatedDiscoveryService for Service {
         let (tx, rx) = mpsc::unbounded_channel();
         let id = self.open(|| StreamTx::Delta(tx))?;
         self.read_requests(id, request.into_inner(), Req::Delta);
-        Ok(tonic::Response::new(Box::pin(UnboundedReceiverStream::new(
-            rx,
-        ))))
+        Ok(tonic::Response::new(Box::pin(
+            UnboundedReceiverStream::new(rx),
+        )))
     }
 }
 
@@ -295,7 +295,10 @@ impl XdsServer {
     /// hot loop).
     pub fn expect_none(&self, dur: Duration) {
         if let Some(r) = self.recv(dur) {
-            panic!("expected no request for {dur:?}, got one on stream {}: {:?}", r.stream, r.req);
+            panic!(
+                "expected no request for {dur:?}, got one on stream {}: {:?}",
+                r.stream, r.req
+            );
         }
     }
 
@@ -432,7 +435,11 @@ pub fn control_bin() -> PathBuf {
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        });
     target.join("release").join("respite-control")
 }
 
@@ -544,7 +551,11 @@ impl ControlProcess {
 }
 
 /// The row of (`type_url`, `name`) in a `/xds` document.
-pub fn resource_row(xds: &serde_json::Value, type_url: &str, name: &str) -> Option<serde_json::Value> {
+pub fn resource_row(
+    xds: &serde_json::Value,
+    type_url: &str,
+    name: &str,
+) -> Option<serde_json::Value> {
     xds["resources"]
         .as_array()?
         .iter()
@@ -559,7 +570,12 @@ pub fn applied_of(dump: &serde_json::Value, what: &str) -> BTreeMap<String, serd
         .map(|items| {
             items
                 .iter()
-                .map(|i| (i["name"].as_str().unwrap_or_default().to_string(), i.clone()))
+                .map(|i| {
+                    (
+                        i["name"].as_str().unwrap_or_default().to_string(),
+                        i.clone(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -608,8 +624,10 @@ mod tests {
 
     const T: Duration = Duration::from_secs(5);
 
+    /// Multi-thread, so the client's connection makes progress between `block_on`s.
     fn client_rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()
             .expect("client runtime")
@@ -663,7 +681,10 @@ mod tests {
 
         let c = static_cluster("c1", &["127.0.0.1:7001".parse().unwrap()]);
         server.send(sotw(CLUSTER, "v1", "n1", vec![any(c.clone())]));
-        let got = rt.block_on(inbound.next()).expect("a response").expect("ok");
+        let got = rt
+            .block_on(inbound.next())
+            .expect("a response")
+            .expect("ok");
         assert_eq!(got.version_info, "v1");
         assert_eq!(got.nonce, "n1");
         assert_eq!(got.type_url, CLUSTER);
@@ -672,13 +693,22 @@ mod tests {
         // A 6 MiB response goes through (encoding limit raised).
         let big = padded_cluster("big", &["127.0.0.1:7001".parse().unwrap()], 6 << 20);
         server.send(sotw(CLUSTER, "v2", "n2", vec![any(big)]));
-        let got = rt.block_on(inbound.next()).expect("a response").expect("ok");
+        let got = rt
+            .block_on(inbound.next())
+            .expect("a response")
+            .expect("ok");
         assert_eq!(got.version_info, "v2");
         assert!(prost::Message::encoded_len(&got) > 6 << 20);
 
         req_tx.send(req(CLUSTER, "v2", "n2", &[])).unwrap();
         let ack = server.recv(T).expect("ack");
-        assert_eq!((ack.sotw().version_info.as_str(), ack.sotw().response_nonce.as_str()), ("v2", "n2"));
+        assert_eq!(
+            (
+                ack.sotw().version_info.as_str(),
+                ack.sotw().response_nonce.as_str()
+            ),
+            ("v2", "n2")
+        );
 
         server.close_stream(tonic::Status::unavailable("bye"));
         let end = rt.block_on(inbound.next()).expect("the close");
@@ -696,8 +726,11 @@ mod tests {
         server.refuse_streams(2);
         for n in 1..=2u64 {
             let (_tx, rx) = mpsc::unbounded_channel::<DiscoveryRequest>();
-            let r = rt.block_on(client.stream_aggregated_resources(UnboundedReceiverStream::new(rx)));
-            let status = r.err().unwrap_or_else(|| panic!("stream {n} should be refused"));
+            let r =
+                rt.block_on(client.stream_aggregated_resources(UnboundedReceiverStream::new(rx)));
+            let status = r
+                .err()
+                .unwrap_or_else(|| panic!("stream {n} should be refused"));
             assert_eq!(status.code(), tonic::Code::Unavailable);
             assert_eq!(server.streams_opened(), n);
         }
@@ -731,10 +764,19 @@ mod tests {
         let r = server.recv(T).expect("delta request");
         let d = r.delta();
         assert_eq!(d.resource_names_subscribe, vec!["*".to_string()]);
-        assert_eq!(d.initial_resource_versions.get("l1").map(String::as_str), Some("a1"));
+        assert_eq!(
+            d.initial_resource_versions.get("l1").map(String::as_str),
+            Some("a1")
+        );
 
         let l = listener("l1", "127.0.0.1:7000".parse().unwrap(), "c1");
-        server.send_delta(delta_resp(LISTENER, "s1", "d1", vec![("l1", "a2", any(l.clone()))], &["l0"]));
+        server.send_delta(delta_resp(
+            LISTENER,
+            "s1",
+            "d1",
+            vec![("l1", "a2", any(l.clone()))],
+            &["l0"],
+        ));
         let got = rt.block_on(inbound.next()).expect("response").expect("ok");
         assert_eq!(got.nonce, "d1");
         assert_eq!(got.removed_resources, vec!["l0".to_string()]);

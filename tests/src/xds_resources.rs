@@ -218,7 +218,9 @@ pub fn eds_cluster(name: &str) -> Cluster {
         eds_cluster_config: Some(EdsClusterConfig {
             eds_config: Some(ConfigSource {
                 resource_api_version: ApiVersion::V3 as i32,
-                config_source_specifier: Some(ConfigSourceSpecifier::Ads(AggregatedConfigSource {})),
+                config_source_specifier: Some(ConfigSourceSpecifier::Ads(
+                    AggregatedConfigSource {},
+                )),
                 ..Default::default()
             }),
             service_name: String::new(),
