@@ -28,9 +28,13 @@ struct Cli {
     config: Option<PathBuf>,
     /// Unix socket (created mode 0600) on which respite-control pushes configs (`POST /config`,
     /// TOML) and the admin endpoints answer too. Without --config, start with no listeners and
-    /// no clusters (admin on 127.0.0.1:9901) and wait for a push.
+    /// no clusters (admin on --admin, default 127.0.0.1:9901) and wait for a push.
     #[arg(long, value_name = "PATH")]
     control_socket: Option<PathBuf>,
+    /// Admin endpoint address of a process started with --control-socket and no --config (a
+    /// config file's `[admin]` says it otherwise; a pushed `[admin]` is ignored). Port 0 = any.
+    #[arg(long, value_name = "ADDR", requires = "control_socket", conflicts_with = "config")]
+    admin: Option<SocketAddr>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -112,7 +116,12 @@ fn main() -> ExitCode {
                 }
             };
             let config = match config {
-                Ok(c) => c,
+                Ok(mut c) => {
+                    if let Some(admin) = cli.admin {
+                        c.admin.address = admin;
+                    }
+                    c
+                }
                 Err(e) => {
                     eprintln!("{e}");
                     return ExitCode::from(2);

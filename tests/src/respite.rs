@@ -168,6 +168,10 @@ impl Respite {
         }
         if let Some(socket) = &self.control {
             cmd.arg("--control-socket").arg(socket);
+            if !self.config_path().exists() {
+                // Started empty: an admin port of its own, so parallel tests never share 9901.
+                cmd.arg("--admin").arg("127.0.0.1:0");
+            }
         }
         let child = cmd
             .env(

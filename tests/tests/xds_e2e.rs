@@ -34,6 +34,7 @@ impl DataPlane {
         let child = Command::new(respite_bin())
             .arg("--control-socket")
             .arg(sock)
+            .args(["--admin", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
