@@ -187,10 +187,10 @@ impl Applier {
     /// Call about once a second.
     pub fn tick(&self) {
         let mut st = self.lock();
-        if let Some((text, config)) = st.unpushed.take() {
-            if let Err(e) = st.push(text, config) {
-                tracing::error!(error = %e, "retried push refused; the data plane keeps its config");
-            }
+        if let Some((text, config)) = st.unpushed.take()
+            && let Err(e) = st.push(text, config)
+        {
+            tracing::error!(error = %e, "retried push refused; the data plane keeps its config");
         }
         let now = Instant::now();
         let timeout = st.options.warming_timeout;

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
     RedisProxy, redis_proxy,
 };
 use envoy_types::pb::google::protobuf::Any;
-use prost::{Message as _, Name};
+use prost::Name;
 
 use super::{Applier, Options};
 use crate::xds::status::Status;

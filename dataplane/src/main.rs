@@ -33,7 +33,12 @@ struct Cli {
     control_socket: Option<PathBuf>,
     /// Admin endpoint address of a process started with --control-socket and no --config (a
     /// config file's `[admin]` says it otherwise; a pushed `[admin]` is ignored). Port 0 = any.
-    #[arg(long, value_name = "ADDR", requires = "control_socket", conflicts_with = "config")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        requires = "control_socket",
+        conflicts_with = "config"
+    )]
     admin: Option<SocketAddr>,
     #[command(subcommand)]
     command: Option<Command>,
