@@ -98,6 +98,9 @@ struct State {
     applied_text: String,
     /// Text accepted by the validator but not yet taken by an unreachable data plane.
     unpushed: Option<(String, Arc<Config>)>,
+    /// Identity of the control socket file at the last push that landed: a data plane that
+    /// restarted (and so starts empty) has a new socket file, and gets the config again.
+    socket_id: Option<SocketId>,
 }
 
 /// What a snapshot is made of, and which listeners wait.
@@ -122,6 +125,7 @@ impl Applier {
                 applied: None,
                 applied_text: String::new(),
                 unpushed: None,
+                socket_id: None,
             })),
             status,
         }
@@ -174,8 +178,17 @@ impl Applier {
                 serde_json::json!({"name": c.name, "eds_service_name": eds, "hosts": hosts})
             })
             .collect();
+        // `[admin]` and `[runtime]` of a pushed config are the data plane's own, never ours.
+        let applied = st.applied.as_deref().map(|c| {
+            let mut v = serde_json::to_value(c).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("admin");
+                o.remove("runtime");
+            }
+            v
+        });
         serde_json::json!({
-            "applied": st.applied.as_deref().map(|c| serde_json::to_value(c).unwrap_or_default()),
+            "applied": applied,
             "dataplane": st.options.dataplane.as_ref().map(|p| p.display().to_string()),
             "push_pending": st.unpushed.is_some(),
             "listeners": listeners,
@@ -187,6 +200,18 @@ impl Applier {
     /// Call about once a second.
     pub fn tick(&self) {
         let mut st = self.lock();
+        if st.unpushed.is_none()
+            && let (Some(socket), Some(config), Some(seen)) = (
+                st.options.dataplane.clone(),
+                st.applied.clone(),
+                st.socket_id,
+            )
+            && socket_id(&socket).is_some_and(|now| now != seen)
+        {
+            tracing::warn!(socket = %socket.display(), "the data plane restarted; pushing the config again");
+            let text = st.applied_text.clone();
+            st.unpushed = Some((text, config));
+        }
         if let Some((text, config)) = st.unpushed.take()
             && let Err(e) = st.push(text, config)
         {
@@ -319,6 +344,11 @@ impl State {
         if plan.text == self.applied_text && self.unpushed.is_none() {
             return Ok(());
         }
+        // Envoy serves nothing until its first listeners have warmed; pushing an empty config
+        // before that would close the listeners a data plane started from a file is serving.
+        if self.applied.is_none() && config.listeners.is_empty() {
+            return Ok(());
+        }
         self.push(plan.text, Arc::new(config))
     }
 
@@ -342,6 +372,7 @@ impl State {
                 self.unpushed = None;
                 self.applied = Some(config);
                 self.applied_text = text;
+                self.socket_id = socket_id(&socket);
                 Ok(())
             }
             Err(PushError::Rejected(reason)) => {
@@ -433,6 +464,18 @@ impl State {
             _ => {}
         }
     }
+}
+
+/// (inode, ctime s, ctime ns) of a socket file: tmpfs reuses a freed inode number at once, so
+/// the creation time tells a new file from the old one.
+type SocketId = (u64, i64, i64);
+
+/// The socket file's [`SocketId`], if it exists.
+fn socket_id(socket: &std::path::Path) -> Option<SocketId> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(socket)
+        .ok()
+        .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// The resource's own name must be the name it is delivered under.
@@ -568,6 +611,7 @@ impl State {
             applied: None,
             applied_text: String::new(),
             unpushed: None,
+            socket_id: None,
         }
     }
 }
@@ -581,12 +625,18 @@ impl Applier {
     /// rejected it or cannot be reached.
     pub fn apply_static(&self, text: &str, origin: &str) -> Result<(), String> {
         let config = respite::config::parse_pushed(text, origin).map_err(|e| e.to_string())?;
+        self.lock().push(text.to_string(), Arc::new(config))
+    }
+
+    /// Pushes the applied config again (SIGHUP in xDS mode: an operator's way to resync a data
+    /// plane by hand).
+    pub fn repush(&self) {
         let mut st = self.lock();
-        if let Some(socket) = st.options.dataplane.clone() {
-            push::push(&socket, text).map_err(|e| e.to_string())?;
+        if let Some(config) = st.applied.clone() {
+            let text = st.applied_text.clone();
+            if let Err(e) = st.push(text, config) {
+                tracing::error!(error = %e, "re-push refused; the data plane keeps its config");
+            }
         }
-        st.applied = Some(Arc::new(config));
-        st.applied_text = text.to_string();
-        Ok(())
     }
 }

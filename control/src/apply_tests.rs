@@ -165,6 +165,41 @@ fn applied_hosts(a: &Applier, cluster: &str) -> Option<Vec<String>> {
     })
 }
 
+/// A listener `s` on cluster `c`: nothing is applied before some listener can serve.
+fn serve_something(a: &mut Applier) {
+    a.apply(update(
+        CLUSTER_TYPE,
+        vec![("c", any(&static_cluster("c", &[7100])))],
+        &[],
+    ));
+    a.apply(update(
+        LISTENER_TYPE,
+        vec![("s", any(&listener("s", 7009, "c")))],
+        &[],
+    ));
+    assert_eq!(applied_listeners(a), vec![("s".into(), "c".into())]);
+}
+
+#[test]
+fn nothing_is_applied_before_a_listener_can_serve() {
+    let mut a = applier(Duration::from_secs(60));
+    a.apply(update(
+        CLUSTER_TYPE,
+        vec![("c", any(&static_cluster("c", &[7100])))],
+        &[],
+    ));
+    assert!(a.applied().is_none(), "clusters alone pushed");
+    a.apply(update(
+        LISTENER_TYPE,
+        vec![("l", any(&listener("l", 7001, "d")))],
+        &[],
+    ));
+    assert!(
+        a.applied().is_none(),
+        "an empty config pushed while l warms"
+    );
+}
+
 #[test]
 fn a_listener_waits_for_its_cluster_then_applies() {
     let mut a = applier(Duration::from_secs(60));
@@ -304,6 +339,7 @@ fn a_bad_resource_is_rejected_by_name_and_the_others_apply() {
 #[test]
 fn deleting_a_cluster_drops_its_endpoints_and_its_eds_interest() {
     let mut a = applier(Duration::from_secs(60));
+    serve_something(&mut a);
     a.apply(update(
         CLUSTER_TYPE,
         vec![("e", any(&eds_cluster("e")))],

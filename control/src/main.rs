@@ -64,7 +64,9 @@ struct Source {
     /// re-read on SIGHUP.
     #[arg(long, value_name = "FILE")]
     envoy_config: Option<PathBuf>,
-    /// A gRPC xDS bootstrap (JSON): run the xDS client against its management server.
+    /// A gRPC xDS bootstrap (JSON): run the xDS client against its management server. Without
+    /// any of the three, GRPC_XDS_BOOTSTRAP (a path) or GRPC_XDS_BOOTSTRAP_CONFIG (the JSON) is
+    /// read. SIGHUP pushes the applied config to the data plane again.
     #[arg(long, value_name = "FILE")]
     bootstrap: Option<PathBuf>,
 }
@@ -76,6 +78,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
@@ -146,6 +149,7 @@ fn run(args: RunArgs) -> Result<(), String> {
                 status.clone(),
             );
             serve_admin(args.admin, &applier, &status)?;
+            spawn_ticker(&applier);
             return run_file(&path, envoy, &applier).await;
         }
         let Some(b) = load_bootstrap(args.source.bootstrap.as_deref())? else {
@@ -165,12 +169,17 @@ fn run(args: RunArgs) -> Result<(), String> {
             status.clone(),
         );
         serve_admin(args.admin, &applier, &status)?;
-        let ticker = applier.clone();
+        spawn_ticker(&applier);
+        let hup_applier = applier.clone();
         tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let t = ticker.clone();
-                let _ = tokio::task::spawn_blocking(move || t.tick()).await;
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut hup) = signal(SignalKind::hangup()) else {
+                return;
+            };
+            while hup.recv().await.is_some() {
+                tracing::info!("SIGHUP: pushing the applied config again");
+                let a = hup_applier.clone();
+                let _ = tokio::task::spawn_blocking(move || a.repush()).await;
             }
         });
         tracing::info!(server = %b.server.server_uri, delta = b.server.delta, "xDS client starting");
@@ -179,6 +188,19 @@ fn run(args: RunArgs) -> Result<(), String> {
             r = shutdown() => r,
         }
     })
+}
+
+/// Once a second: retry a push an unreachable data plane missed, re-push to a restarted one,
+/// apply listeners whose warming time is up.
+fn spawn_ticker(applier: &Applier) {
+    let ticker = applier.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let t = ticker.clone();
+            let _ = tokio::task::spawn_blocking(move || t.tick()).await;
+        }
+    });
 }
 
 fn serve_admin(address: SocketAddr, applier: &Applier, status: &Status) -> Result<(), String> {

@@ -462,11 +462,62 @@ impl ControlProcess {
             .expect("tempdir");
         let boot = dir.path().join("bootstrap.json");
         fs::write(&boot, bootstrap_json).expect("write bootstrap");
+        Self::spawn_in(dir, "--bootstrap", boot, dataplane_socket)
+    }
+
+    /// `respite-control <flag> FILE` with `text` as the file (`--config` for a Respite TOML,
+    /// `--envoy-config` for an Envoy YAML), else as [`ControlProcess::start`]. Returns the
+    /// process and the file's path (rewrite it, then [`ControlProcess::signal`] `HUP`).
+    pub fn start_file(
+        flag: &str,
+        text: &str,
+        dataplane_socket: Option<&Path>,
+    ) -> (ControlProcess, PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix("respite-control-")
+            .tempdir()
+            .expect("tempdir");
+        let ext = if flag == "--envoy-config" {
+            "yaml"
+        } else {
+            "toml"
+        };
+        let file = dir.path().join(format!("source.{ext}"));
+        fs::write(&file, text).expect("write source");
+        (
+            Self::spawn_in(dir, flag, file.clone(), dataplane_socket),
+            file,
+        )
+    }
+
+    /// Sends `sig` (e.g. "HUP") with kill(1).
+    pub fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let ok = Command::new("kill")
+                .arg(format!("-{sig}"))
+                .arg(c.id().to_string())
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill -{sig} respite-control");
+        }
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    fn spawn_in(
+        dir: tempfile::TempDir,
+        flag: &str,
+        source: PathBuf,
+        dataplane_socket: Option<&Path>,
+    ) -> ControlProcess {
         let admin_port = free_port();
         let log = fs::File::create(dir.path().join("control.log")).expect("log file");
         let mut cmd = Command::new(control_bin());
-        cmd.arg("--bootstrap")
-            .arg(&boot)
+        cmd.arg(flag)
+            .arg(&source)
             .arg("--admin")
             .arg(format!("127.0.0.1:{admin_port}"));
         if let Some(sock) = dataplane_socket {

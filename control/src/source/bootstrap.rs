@@ -96,6 +96,20 @@ pub fn parse(json: &str) -> Result<Bootstrap, String> {
         let ext = ext
             .as_object()
             .ok_or("bootstrap: `respite` must be an object")?;
+        // Respite's own object: a typo here would silently keep a default, so unknown keys are
+        // errors (gRPC ignores unknown keys only so that *its* format can grow).
+        const KNOWN: [&str; 4] = [
+            "listener_names",
+            "resource_timeout",
+            "warming_timeout",
+            "max_message_bytes",
+        ];
+        if let Some(unknown) = ext.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+            return Err(format!(
+                "bootstrap: `respite.{unknown}`: unknown key (known: {})",
+                KNOWN.join(", ")
+            ));
+        }
         if let Some(v) = ext.get("listener_names") {
             b.listener_names = strings(v, "respite.listener_names")?;
             if b.listener_names.iter().any(String::is_empty) {

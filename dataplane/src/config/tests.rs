@@ -445,10 +445,10 @@ fn bad_types() {
         "unknown variant `random`, expected one of `ketama`, `ring_hash`, `maglev`",
     );
     assert_err(
-        &format!("{MINIMAL}type = \"eds\"\n"),
+        &format!("{MINIMAL}type = \"strict_dns\"\n"),
         10,
         "clusters[0].type",
-        "unknown variant `eds`",
+        "unknown variant `strict_dns`",
     );
 }
 
@@ -1127,4 +1127,20 @@ fn stat_names_have_no_dots() {
         .replace("name = \"cache\"", "name = \"rc.v2\"")
         .replace("cluster = \"cache\"", "cluster = \"rc.v2\"");
     assert_err(&e, 8, "clusters[0].name", "contains a dot");
+}
+
+/// `type = "eds"`: hosts come from respite-control and may be none at all (every request then
+/// answers `no upstream host`); `parse_pushed` takes a config with no listeners, `parse` not.
+#[test]
+fn eds_clusters_may_be_empty_and_pushed_configs_may_have_no_listeners() {
+    let text = "[[clusters]]\nname = \"e\"\ntype = \"eds\"\nhosts = []\n";
+    let c = parse_pushed(text, "push").expect("eds with no hosts");
+    assert_eq!(c.clusters[0].cluster_type, ClusterType::Eds);
+    assert!(c.clusters[0].hosts.is_empty());
+    assert!(c.listeners.is_empty());
+    let e = parse(text, "t.toml").expect_err("a file needs a listener");
+    assert!(e.0.contains("at least one [[listeners]]"), "{e}");
+    let static_empty = "[[clusters]]\nname = \"s\"\nhosts = []\n";
+    let e = parse_pushed(static_empty, "push").expect_err("static needs hosts");
+    assert!(e.0.contains("a cluster needs at least one host"), "{e}");
 }

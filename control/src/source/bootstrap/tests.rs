@@ -120,6 +120,11 @@ fn errors_name_the_field() {
         .contains("max_message_bytes")
     );
     assert!(err(&format!(r#"{base}"node": {{"id": 5}}}}"#)).contains("node.id"));
+    // A typo in Respite's own object is an error, not a silent default.
+    assert!(
+        err(&format!(r#"{base}"respite": {{"warming_timout": "1s"}}}}"#))
+            .contains("`respite.warming_timout`: unknown key")
+    );
     assert!(
         err(&format!(r#"{base}"respite": {{"listener_names": [1]}}}}"#)).contains("listener_names")
     );
