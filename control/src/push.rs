@@ -7,6 +7,8 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use respite::top::http::parse_response;
+
 /// How long a push may wait for the data plane's answer. Applying can legitimately take a while
 /// (a new `redis_cluster` cluster waits up to its `cluster_refresh_timeout` for a first slot map),
 /// but a stuck data plane must not hang the control process forever.
@@ -72,7 +74,8 @@ fn push_within(socket: &Path, toml: &str, read_timeout: Duration) -> Result<(), 
     stream
         .read_to_end(&mut response)
         .map_err(|e| io("reading the answer", e))?;
-    let (status, body) = parse_response(&response).ok_or_else(|| {
+    // The same reader `respite top` uses for the admin endpoint (plain or chunked bodies).
+    let (status, body) = parse_response(&response).map_err(|_| {
         PushError::Unreachable(format!(
             "control socket {shown}: not an HTTP answer: {:?}",
             excerpt(&response)
@@ -86,51 +89,6 @@ fn push_within(socket: &Path, toml: &str, read_timeout: Duration) -> Result<(), 
         )))
     } else {
         Err(PushError::Rejected(body.trim().to_owned()))
-    }
-}
-
-/// Status code and body of an HTTP/1.x response read to EOF; `None` if it is not one. A
-/// `Transfer-Encoding: chunked` body is de-chunked (tiny_http sends bodies of unknown length
-/// that way; ours have a length, but a proxying server might not).
-fn parse_response(raw: &[u8]) -> Option<(u16, String)> {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(raw.get(..split)?).ok()?;
-    let body = raw.get(split + 4..)?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next()?;
-    let mut parts = status_line.split_whitespace();
-    if !parts.next()?.starts_with("HTTP/1.") {
-        return None;
-    }
-    let status: u16 = parts.next()?.parse().ok()?;
-    let chunked = lines.any(|l| {
-        l.split_once(':').is_some_and(|(k, v)| {
-            k.trim().eq_ignore_ascii_case("transfer-encoding")
-                && v.trim().eq_ignore_ascii_case("chunked")
-        })
-    });
-    let body = if chunked {
-        dechunk(body)?
-    } else {
-        body.to_vec()
-    };
-    Some((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
-/// The payload of a chunked body (RFC 9112 §7.1); `None` if it is malformed.
-fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = raw.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(raw.get(..eol)?).ok()?;
-        let size_text = size_text.split(';').next()?.trim();
-        let size = usize::from_str_radix(size_text, 16).ok()?;
-        raw = raw.get(eol + 2..)?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(raw.get(..size)?);
-        raw = raw.get(size + 2..)?;
     }
 }
 
@@ -288,13 +246,12 @@ mod tests {
     fn parse_response_cases() {
         assert_eq!(
             parse_response(b"HTTP/1.0 503 Service Unavailable\r\nA: b\r\n\r\nbusy\n"),
-            Some((503, "busy\n".to_owned()))
+            Ok((503, "busy\n".to_owned()))
         );
-        assert_eq!(parse_response(b"HTTP/1.1 200 OK\r\n"), None);
-        assert_eq!(parse_response(b"HTTP/1.1 abc OK\r\n\r\n"), None);
-        assert_eq!(
-            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
-            None
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
+        assert!(parse_response(b"HTTP/1.1 abc OK\r\n\r\n").is_err());
+        assert!(
+            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err()
         );
     }
 }

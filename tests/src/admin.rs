@@ -21,6 +21,11 @@ pub fn try_request(port: u16, method: &str, path: &str) -> std::io::Result<(u16,
     )?;
     let mut resp = String::new();
     s.read_to_string(&mut resp)?;
+    Ok(split_response(&resp))
+}
+
+/// (status, body) of an HTTP/1.x response read to EOF; status 0 if the status line is bad.
+pub fn split_response(resp: &str) -> (u16, String) {
     let status = resp
         .split_whitespace()
         .nth(1)
@@ -30,7 +35,7 @@ pub fn try_request(port: u16, method: &str, path: &str) -> std::io::Result<(u16,
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
-    Ok((status, body))
+    (status, body)
 }
 
 /// `POST path`: (status, body).

@@ -595,6 +595,17 @@ impl Drop for Nutcracker {
 
 // ---- the respite binary ------------------------------------------------------------------
 
+/// Cargo's target directory: `$CARGO_TARGET_DIR`, else the workspace's `target/`.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        })
+}
+
 /// Path of the built `respite` binary: `$RESPITE_BIN` if set; otherwise the newer of
 /// `target/release/respite` and `target/debug/respite` under `$CARGO_TARGET_DIR` or the
 /// workspace's `target/`. Panics if neither exists (build it with `cargo build -p respite`).
@@ -602,13 +613,7 @@ pub fn respite_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("RESPITE_BIN") {
         return PathBuf::from(p);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join("target")
-        });
+    let target = target_dir();
     let newest = ["release", "debug"]
         .iter()
         .map(|profile| target.join(profile).join("respite"))

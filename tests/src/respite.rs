@@ -148,16 +148,7 @@ impl Respite {
         .expect("write request");
         let mut resp = String::new();
         s.read_to_string(&mut resp).expect("read response");
-        let status = resp
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = resp
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
+        crate::admin::split_response(&resp)
     }
 
     fn spawn(&mut self) {

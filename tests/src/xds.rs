@@ -433,14 +433,7 @@ pub fn control_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("RESPITE_CONTROL_BIN") {
         return PathBuf::from(p);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join("target")
-        });
-    target.join("release").join("respite-control")
+    crate::target_dir().join("release").join("respite-control")
 }
 
 /// A running `respite-control --bootstrap FILE --admin 127.0.0.1:PORT [--dataplane SOCK]`,
