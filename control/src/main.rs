@@ -355,9 +355,10 @@ fn spawn_ticker(applier: &Applier, accelerator: Option<Accelerator>, dataplane: 
                 t.tick();
                 if let Some(a) = a {
                     let stats = a.tick(t.applied().as_deref());
-                    if let Some(socket) = d {
-                        // TODO(i10-dp): push_stats
-                        let _ = (socket, stats);
+                    if let Some(socket) = d
+                        && let Err(e) = respite_control::push::push_stats(&socket, &stats)
+                    {
+                        tracing::debug!(error = %e, "sockmap: stats not pushed");
                     }
                 }
             })
