@@ -14,8 +14,8 @@ use crate::pinned::{Counters, Maps, Settings};
 use crate::{PIN_DIR, PortFilter, names};
 
 /// The loaded programs and their maps. Attached or not ([`Sockmap::attach`],
-/// [`Sockmap::detach`]); dropping it switches redirecting off ([`Settings`]) and detaches both
-/// programs, and leaves the pinned maps for the sockets still in them.
+/// [`Sockmap::detach`]); dropping it switches redirecting off ([`Settings`]) if it ever attached,
+/// detaches both programs, and leaves the pinned maps for the sockets still in them.
 pub struct Sockmap {
     ebpf: Ebpf,
     maps: Maps,
@@ -24,6 +24,12 @@ pub struct Sockmap {
     sockops: Option<SockOpsLinkId>,
     sk_msg: Option<SkMsgLinkId>,
     filter: PortFilter,
+    /// Whether this loader ever attached the programs, i.e. owns the pins' switch.
+    owner: bool,
+    /// An exclusive `flock` on the pin directory, held for the loader's life: one loader per
+    /// set of pins. A second one would replace the first one's sk_msg program on the shared
+    /// SOCKHASH and switch it off on exit.
+    _lock: nix::fcntl::Flock<File>,
 }
 
 impl Sockmap {
@@ -32,13 +38,22 @@ impl Sockmap {
     /// attached. `bpffs` must be a mounted bpf file system ([`crate::ensure_bpffs`]), `cgroup` a
     /// cgroup v2 directory ([`crate::ensure_cgroup`]).
     ///
-    /// Errors, each a sentence for the log: the build has no object, no privileges (CAP_BPF and
-    /// CAP_NET_ADMIN, or root), a kernel without sockmap or sk_storage, a pinned map of another
-    /// shape (from another version: remove `<bpffs>/respite`).
+    /// Errors, each a sentence for the log: the build has no object, another loader holds the
+    /// pins, no privileges (CAP_BPF and CAP_NET_ADMIN, or root), a kernel without sockmap or
+    /// sk_storage, a pinned map of another shape (from another version: remove
+    /// `<bpffs>/respite`).
     pub fn load(bpffs: &Path, cgroup: &Path) -> Result<Sockmap, String> {
         let object = crate::object().map_err(str::to_string)?;
         let pins = bpffs.join(PIN_DIR);
         std::fs::create_dir_all(&pins).map_err(|e| format!("creating {}: {e}", pins.display()))?;
+        let dir = File::open(&pins).map_err(|e| format!("opening {}: {e}", pins.display()))?;
+        let lock = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| {
+                format!(
+                    "{} is in use by another respite-control ({e}); one loader per bpffs",
+                    pins.display()
+                )
+            })?;
         let mut ebpf = EbpfLoader::new()
             .default_map_pin_directory(&pins)
             .load(object)
@@ -73,6 +88,8 @@ impl Sockmap {
             sockops: None,
             sk_msg: None,
             filter: PortFilter::default(),
+            owner: false,
+            _lock: lock,
         };
         // A reused pin holds the last run's ports: start from what the kernel has.
         sockmap.filter = sockmap.maps.read_ports()?;
@@ -83,17 +100,16 @@ impl Sockmap {
     /// the cgroup attach is a BPF link, which runs alongside other programs on the cgroup (links
     /// take no flags: `Single` asks for none).
     ///
-    /// Errors: another process (another respite-control) has a program on the pinned SOCKHASH.
+    /// Errors: the kernel refused an attach (privileges, cgroup).
     pub fn attach(&mut self) -> Result<(), String> {
         if self.sk_msg.is_none() {
             let fd = self.maps.socks.fd();
             let p: &mut SkMsg = program(&mut self.ebpf, names::SK_MSG)?;
-            self.sk_msg = Some(p.attach(fd).map_err(|e| {
-                format!(
-                    "attaching sk_msg to the SOCKHASH: {} (is another respite-control running?)",
-                    chain(&e)
-                )
-            })?);
+            self.sk_msg = Some(
+                p.attach(fd)
+                    .map_err(|e| format!("attaching sk_msg to the SOCKHASH: {}", chain(&e)))?,
+            );
+            self.owner = true;
         }
         if self.sockops.is_none() {
             let p: &mut SockOps = program(&mut self.ebpf, names::SOCKOPS)?;
@@ -169,7 +185,9 @@ impl Drop for Sockmap {
     fn drop(&mut self) {
         // Off first, so sockets still in the (pinned) map send through TCP from now on; aya
         // detaches the programs when `ebpf` drops.
-        if let Err(e) = self.maps.set_enabled(false) {
+        if self.owner
+            && let Err(e) = self.maps.set_enabled(false)
+        {
             tracing::warn!(error = %e, "sockmap: could not switch redirecting off");
         }
         if let Err(e) = self.detach() {

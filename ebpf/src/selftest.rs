@@ -85,7 +85,7 @@ fn echo(listener: TcpListener) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 64 << 10];
     loop {
-        let n = s
+        let n = Patient(&s)
             .read(&mut buf)
             .map_err(|e| format!("self-test echo read: {e}"))?;
         if n == 0 {
@@ -110,7 +110,8 @@ fn client(addr: std::net::SocketAddr) -> Result<(f64, u64), String> {
         ping.fill(i as u8);
         s.write_all(&ping)
             .map_err(|e| format!("self-test ping {i}: {e}"))?;
-        s.read_exact(&mut pong)
+        Patient(&s)
+            .read_exact(&mut pong)
             .map_err(|e| format!("self-test pong {i}: {e}"))?;
         if pong != ping {
             return Err(format!("self-test: round trip {i} came back altered"));
@@ -132,7 +133,7 @@ fn client(addr: std::net::SocketAddr) -> Result<(f64, u64), String> {
             .map_err(|e| e.to_string())
     });
     let mut got = Vec::with_capacity(BULK_BYTES);
-    let read = s.read_to_end(&mut got);
+    let read = Patient(&s).read_to_end(&mut got);
     let wrote = send
         .join()
         .map_err(|_| "self-test: the writer thread panicked".to_string())?;
@@ -150,6 +151,28 @@ fn client(addr: std::net::SocketAddr) -> Result<(f64, u64), String> {
         ));
     }
     Ok((rtt, BULK_BYTES as u64))
+}
+
+/// A reader that takes a spurious `EAGAIN` as "try again" until [`STALL`] passes without
+/// progress. A blocking read on a redirected socket returns `EAGAIN` when something else wakes
+/// it with nothing to read (`tcp_bpf_recvmsg` waits only once), e.g. another thread's write on
+/// the same socket, as in the bulk transfer.
+struct Patient<'a>(&'a TcpStream);
+
+impl Read for Patient<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let start = Instant::now();
+        loop {
+            match (&mut &*self.0).read(buf) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) && start.elapsed() < STALL => {}
+                other => return other,
+            }
+        }
+    }
 }
 
 /// Bytes that are not all alike, so a reordered or duplicated chunk changes the checksum.

@@ -104,8 +104,19 @@ fn round_trips(port_filter_hit: bool, sockmap: &mut Sockmap) -> (u64, u64) {
 fn load_selftest_filter_and_kill_switch() {
     let Some(env) = setup() else { return };
     let mut sockmap = Sockmap::load(&env.bpffs, &env.cgroup).expect("load");
-    sockmap.set_enabled(true).unwrap();
     sockmap.attach().expect("attach");
+    sockmap.set_enabled(true).unwrap();
+    let second = Sockmap::load(&env.bpffs, &env.cgroup)
+        .err()
+        .expect("one loader per bpffs");
+    assert!(
+        second.contains("in use by another respite-control"),
+        "{second}"
+    );
+    assert!(
+        Pinned::open(&env.bpffs).unwrap().enabled().unwrap(),
+        "the refused loader left the switch alone"
+    );
     let report = respite_ebpf::selftest::run(&mut sockmap, &BTreeSet::new()).expect("self-test");
     eprintln!("self-test: {report:?}");
     assert!(report.redirects >= 2000);

@@ -233,8 +233,10 @@ fn setup(options: &Options) -> Result<(Sockmap, selftest::Report), String> {
         respite_ebpf::join_cgroup(&cgroup, std::process::id()).map_err(hint)?;
     }
     let mut sockmap = Sockmap::load(&options.bpffs, &cgroup).map_err(hint)?;
-    sockmap.set_enabled(true).map_err(hint)?;
+    // Attach before switching on: if another respite-control holds these pins, attaching fails
+    // and its switch is left alone.
     sockmap.attach().map_err(hint)?;
+    sockmap.set_enabled(true).map_err(hint)?;
     let base = ports::wanted(None, &options.extra_ports, false);
     let report = selftest::run(&mut sockmap, &base)
         .map_err(|e| format!("self-test failed, not enabled: {e}"))?;
