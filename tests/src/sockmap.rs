@@ -18,8 +18,9 @@ use crate::{START_TIMEOUT, free_port};
 /// Environment variable that turns "skip with a printed reason" into a failure (CI sets it).
 pub const REQUIRE_ENV: &str = "RESPITE_REQUIRE_SOCKMAP";
 
-/// The default bpffs the pinned maps live under.
-pub const BPFFS: &str = "/sys/fs/bpf";
+/// Environment variable naming the bpffs the tests use instead of a private one (e.g.
+/// `/sys/fs/bpf`, the default of respite-control).
+pub const BPFFS_ENV: &str = "RESPITE_SOCKMAP_BPFFS";
 
 /// Handles a missing precondition: panics with `reason` when [`REQUIRE_ENV`] is `1`, else
 /// prints it (the caller then returns: the test is skipped).
@@ -62,6 +63,100 @@ pub fn missing_privileges() -> Option<String> {
         return Some("no cgroup2 mount in /proc/self/mounts".into());
     }
     None
+}
+
+// ---- a private bpffs ----------------------------------------------------------------------
+
+/// Where a test's pinned maps live: an empty temp dir that respite-control mounts a bpffs
+/// instance on (it mounts one where none is), so the kill switch, the port filter and the
+/// counters are this test's alone, whatever else on the node uses the default
+/// `/sys/fs/bpf/respite/` (another respite-control, a benchmark switching it off and on). With
+/// [`BPFFS_ENV`] set, that path instead (nothing unmounted then). Dropping it unmounts the
+/// private instance, which frees its maps.
+pub struct Bpffs {
+    /// The mount point to pass as `--bpffs`.
+    pub path: PathBuf,
+    private: Option<tempfile::TempDir>,
+}
+
+impl Bpffs {
+    /// A private mount point (mounted by the first respite-control given it), or [`BPFFS_ENV`].
+    pub fn new() -> Bpffs {
+        if let Some(p) = std::env::var_os(BPFFS_ENV) {
+            return Bpffs {
+                path: PathBuf::from(p),
+                private: None,
+            };
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("respite-test-bpffs-")
+            .tempdir()
+            .expect("tempdir");
+        Bpffs {
+            path: dir.path().to_path_buf(),
+            private: Some(dir),
+        }
+    }
+
+    /// The path as a string.
+    pub fn arg(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// Runs `respite-control sockmap <verb> --bpffs PATH` (the kill switch).
+    pub fn kill_switch(&self, verb: &str) -> Output {
+        Command::new(control_bin())
+            .args(["sockmap", verb, "--bpffs"])
+            .arg(&self.path)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("run respite-control sockmap {verb}: {e}"))
+    }
+
+    /// `respite-control sockmap status` parsed; panics (with its output) if it fails.
+    pub fn status(&self) -> Counters {
+        let out = self.kill_switch("status");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "respite-control sockmap status: {}: {text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Counters::from_status(&text)
+            .unwrap_or_else(|| panic!("respite-control sockmap status printed:\n{text}"))
+    }
+
+    /// `respite-control sockmap off|on`; panics (with its output) if it fails.
+    pub fn switch(&self, verb: &str) {
+        let out = self.kill_switch(verb);
+        assert!(
+            out.status.success(),
+            "respite-control sockmap {verb}: {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Default for Bpffs {
+    fn default() -> Self {
+        Bpffs::new()
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        if self.private.is_some() {
+            // Lazy: a process still holding a map fd does not keep the mount point busy.
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&self.path)
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
 }
 
 // ---- the test cgroup ---------------------------------------------------------------------
@@ -498,41 +593,6 @@ impl Counters {
             redirect_fail: *map.get("redirect_fail")?,
         })
     }
-}
-
-/// Runs `respite-control sockmap <verb> --bpffs /sys/fs/bpf` (the kill switch).
-pub fn kill_switch(verb: &str) -> Output {
-    Command::new(control_bin())
-        .args(["sockmap", verb, "--bpffs", BPFFS])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run respite-control sockmap {verb}: {e}"))
-}
-
-/// `respite-control sockmap status` parsed; panics (with its output) if it fails.
-pub fn status() -> Counters {
-    let out = kill_switch("status");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "respite-control sockmap status: {}: {text}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Counters::from_status(&text)
-        .unwrap_or_else(|| panic!("respite-control sockmap status printed:\n{text}"))
-}
-
-/// `respite-control sockmap off|on`; panics (with its output) if it fails.
-pub fn switch(verb: &str) {
-    let out = kill_switch(verb);
-    assert!(
-        out.status.success(),
-        "respite-control sockmap {verb}: {}: {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// A `[[listeners]]` on `port` whose catch-all goes to a static ketama cluster `cache` over
