@@ -1,6 +1,7 @@
-//! The data plane's control socket, client side: `POST /config` with TOML text over HTTP/1.1 on
-//! a Unix socket; `200` = applied, anything else = rejected with the body as the reason
-//! (server side: `respite::admin::control_socket`).
+//! The data plane's control socket, client side: `POST /config` with TOML text, and
+//! `POST /stats/external` with stat lines, over HTTP/1.1 on a Unix socket; `200` = applied,
+//! anything else = rejected with the body as the reason (server side:
+//! `respite::admin::control_socket`).
 
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
@@ -49,8 +50,32 @@ pub fn push(socket: &Path, toml: &str) -> Result<(), PushError> {
     push_within(socket, toml, READ_TIMEOUT)
 }
 
+/// Pushes stats that this process owns (the sockmap totals) to the data plane listening on
+/// `socket`: `body` is one `counter <name> <u64>` or `gauge <name> <i64>` per line, names under
+/// `sockmap.` (`respite::stats::external`). The data plane SETS each value, so send totals.
+/// Same timeouts as [`push`].
+///
+/// Errors: as [`push`]: [`PushError::Unreachable`] naming the socket path, or
+/// [`PushError::Rejected`] with the data plane's answer (`line N: "…": reason; nothing
+/// applied`); a rejected push sets none of its values.
+pub fn push_stats(socket: &Path, body: &str) -> Result<(), PushError> {
+    post(socket, "/stats/external", "the stats", body, READ_TIMEOUT)
+}
+
 /// [`push`] waiting at most `read_timeout` for the answer.
 fn push_within(socket: &Path, toml: &str, read_timeout: Duration) -> Result<(), PushError> {
+    post(socket, "/config", "the config", toml, read_timeout)
+}
+
+/// `POST target` with `body` (`what` names it in errors), waiting at most `read_timeout` for
+/// the answer; `200` is success, any other answer a [`PushError::Rejected`].
+fn post(
+    socket: &Path,
+    target: &str,
+    what: &str,
+    body: &str,
+    read_timeout: Duration,
+) -> Result<(), PushError> {
     let shown = socket.display();
     let io = |what: &str, e: std::io::Error| {
         PushError::Unreachable(format!("control socket {shown}: {what}: {e}"))
@@ -61,21 +86,21 @@ fn push_within(socket: &Path, toml: &str, read_timeout: Duration) -> Result<(), 
         .and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT)))
         .map_err(|e| io("setting timeouts", e))?;
     let head = format!(
-        "POST /config HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain; charset=UTF-8\r\n\
+        "POST {target} HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain; charset=UTF-8\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n",
-        toml.len()
+        body.len()
     );
     stream
         .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(toml.as_bytes()))
+        .and_then(|()| stream.write_all(body.as_bytes()))
         .and_then(|()| stream.flush())
-        .map_err(|e| io("sending the config", e))?;
+        .map_err(|e| io(&format!("sending {what}"), e))?;
     let mut response = Vec::new();
     stream
         .read_to_end(&mut response)
         .map_err(|e| io("reading the answer", e))?;
     // The same reader `respite top` uses for the admin endpoint (plain or chunked bodies).
-    let (status, body) = parse_response(&response).map_err(|_| {
+    let (status, answer) = parse_response(&response).map_err(|_| {
         PushError::Unreachable(format!(
             "control socket {shown}: not an HTTP answer: {:?}",
             excerpt(&response)
@@ -83,12 +108,12 @@ fn push_within(socket: &Path, toml: &str, read_timeout: Duration) -> Result<(), 
     })?;
     if status == 200 {
         Ok(())
-    } else if body.trim().is_empty() {
+    } else if answer.trim().is_empty() {
         Err(PushError::Rejected(format!(
             "control socket {shown}: answered {status}"
         )))
     } else {
-        Err(PushError::Rejected(body.trim().to_owned()))
+        Err(PushError::Rejected(answer.trim().to_owned()))
     }
 }
 
@@ -156,6 +181,45 @@ mod tests {
             "{headers:?}"
         );
         assert_eq!(body, toml);
+    }
+
+    #[test]
+    fn push_stats_posts_the_lines_to_stats_external() {
+        let (_dir, path, handle) = server("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
+        let body = "counter sockmap.redirect_total 7\ngauge sockmap.enabled 1\n";
+        assert_eq!(push_stats(&path, body), Ok(()));
+        let request = handle.join().unwrap();
+        let (head, sent) = request.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.lines();
+        assert_eq!(lines.next(), Some("POST /stats/external HTTP/1.1"));
+        let headers: Vec<&str> = lines.collect();
+        assert!(headers.contains(&"Connection: close"), "{headers:?}");
+        assert!(
+            headers.contains(&format!("Content-Length: {}", body.len()).as_str()),
+            "{headers:?}"
+        );
+        assert_eq!(sent, body);
+
+        let reason = "line 1: \"counter x 1\": the name must start with \"sockmap.\"";
+        let response: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\n\r\n{reason}\n",
+                reason.len() + 1
+            )
+            .into_boxed_str(),
+        );
+        let (_dir, path, handle) = server(response);
+        assert_eq!(
+            push_stats(&path, "counter x 1\n"),
+            Err(PushError::Rejected(reason.to_owned()))
+        );
+        handle.join().unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let nobody = dir.path().join("nobody.sock");
+        let err = push_stats(&nobody, "").unwrap_err();
+        assert!(matches!(err, PushError::Unreachable(_)), "{err:?}");
+        assert!(err.to_string().contains("connect"), "{err}");
     }
 
     #[test]

@@ -387,3 +387,94 @@ fn the_socket_is_owner_only_unique_replaced_when_stale_and_removed_on_exit() {
     assert!(!sock.exists(), "the socket file was left behind");
     drop(r);
 }
+
+/// (Issue 10) respite-control's sockmap totals pushed over the real socket
+/// (`POST /stats/external` with its own client) show in the admin endpoint's `/stats`, JSON and
+/// Prometheus renders; a bad line is refused naming it, and nothing of that push is applied.
+/// The `[sockmap]` table of the file is accepted, dumped and logged as ignored.
+#[test]
+fn external_stats_pushed_over_the_socket_show_in_admin_stats() {
+    let backend = RedisServer::start();
+    let (_dir, sock) = socket_path();
+    let (port, admin_port) = (free_port(), free_port());
+    let cfg = respite_tests::respite::simple_config(port, admin_port, &[backend.addr()], 1, "")
+        + "[sockmap]\nenabled = true\nports = [6379, \"7000-7005\"]\n";
+    let r = Respite::start_with_socket(&cfg, port, admin_port, &sock);
+    let push = |body: &str| respite_control::push::push_stats(&sock, body);
+
+    push("counter sockmap.redirect_total 40\ngauge sockmap.sockets 3\n").expect("first push");
+    // Totals: the next push replaces them.
+    push(
+        "counter sockmap.redirect_total 41\ncounter sockmap.redirect_fail 2\n\n\
+         gauge sockmap.sockets 5\ngauge sockmap.enabled 1\n",
+    )
+    .expect("second push");
+
+    // The admin TCP endpoint, not the socket.
+    let (status, text) = respite_tests::admin::request(admin_port, "GET", "/stats");
+    assert_eq!(status, 200, "{text}");
+    for line in [
+        "sockmap.enabled: 1",
+        "sockmap.redirect_fail: 2",
+        "sockmap.redirect_total: 41",
+        "sockmap.sockets: 5",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    let (status, json) = respite_tests::admin::request(admin_port, "GET", "/stats?format=json");
+    assert_eq!(status, 200, "{json}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("stats JSON");
+    let stats = json["stats"].as_array().expect("stats array");
+    assert!(
+        stats.contains(&serde_json::json!({"name": "sockmap.redirect_total", "value": 41})),
+        "{json}"
+    );
+    assert!(
+        stats.contains(&serde_json::json!({"name": "sockmap.sockets", "value": 5})),
+        "{json}"
+    );
+    let (status, prom) = respite_tests::admin::request(admin_port, "GET", "/stats/prometheus");
+    assert_eq!(status, 200, "{prom}");
+    for want in [
+        "# TYPE envoy_sockmap_redirect_total counter\nenvoy_sockmap_redirect_total 41\n",
+        "# TYPE envoy_sockmap_sockets gauge\nenvoy_sockmap_sockets 5\n",
+    ] {
+        assert!(prom.contains(want), "no {want:?} in\n{prom}");
+    }
+
+    // A bad second line: 400 naming it; the good first line is not applied either.
+    let err = push("counter sockmap.redirect_total 99\ngauge sockmap.Sockets 9\n").unwrap_err();
+    assert!(
+        matches!(err, respite_control::push::PushError::Rejected(_)),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "line 2: \"gauge sockmap.Sockets 9\": a name is [a-z0-9_] segments joined by single \
+         dots; nothing applied"
+    );
+    let err = push("counter redis.main.downstream_cx_total 0\n").unwrap_err();
+    assert!(err.to_string().contains("must start with \"sockmap.\""), "{err}");
+    assert_eq!(r.stat("sockmap.redirect_total"), 41);
+    assert_eq!(r.stat("sockmap.sockets"), 5);
+    assert!(!r.stats().contains_key("sockmap.Sockets"));
+
+    // `[sockmap]` is in the dump and logged once as ignored; traffic is unaffected.
+    let (_, dump) = r.admin_get("/config_dump");
+    let dump: serde_json::Value = serde_json::from_str(&dump).expect("config_dump JSON");
+    assert_eq!(
+        dump["sockmap"],
+        serde_json::json!({"enabled": true, "cgroup": null, "ports": [[6379, 6379], [7000, 7005]],
+                           "upstreams": false, "bpffs": null}),
+        "{dump}"
+    );
+    let log = r.log();
+    assert_eq!(
+        log.matches("[sockmap] is read by respite-control; the data plane ignores it")
+            .count(),
+        1,
+        "{log}"
+    );
+    let mut c = RawClient::connect(&format!("127.0.0.1:{port}"));
+    assert_eq!(c.cmd(&[b"SET", b"k", b"v"]), OK);
+}

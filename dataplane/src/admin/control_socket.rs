@@ -5,6 +5,7 @@
 //! | method | path | body | response |
 //! |---|---|---|---|
 //! | POST | `/config` | TOML text in the config file format (`deploy/examples/respite.toml`); zero listeners is valid ([`crate::config::parse_pushed`]) | `200 applied`; `400` the config error (`control socket:line:col: key: reason`); `409` the apply failure (e.g. a listener address cannot be bound); `413` over [`MAX_PUSH_BYTES`]; `503` while the process shuts down. On any failure the running config stays. |
+//! | POST | `/stats/external` | stats kept by another process (respite-control's sockmap totals), one per line: `counter <name> <u64>` or `gauge <name> <i64>`; names `sockmap.` + `[a-z0-9_.]`; blank lines ignored ([`crate::stats::external::parse`]) | `200 ok`: each value SET (not added), shown in `/stats`, `/stats?format=json` and `/stats/prometheus` like any other stat; `400` the first bad line (`line N: "…": reason`), and nothing of the request is applied; `413` over [`MAX_STATS_BYTES`]. |
 //! | any | anything else | | the admin endpoint's answer ([`super::route`]): `GET /stats`, `/config_dump`, … work here too |
 //!
 //! The process keeps its own `[admin]` and `[runtime]`: those of a pushed config are ignored
@@ -31,6 +32,13 @@ use super::{AdminContext, Reply, text};
 
 /// Path of the push endpoint on the control socket (`POST` only).
 pub const CONFIG_PATH: &str = "/config";
+
+/// Path of the external stats endpoint on the control socket (`POST` only).
+pub const STATS_EXTERNAL_PATH: &str = "/stats/external";
+
+/// Largest external stats push accepted, in bytes (`413` above): a push carries a handful of
+/// lines.
+pub const MAX_STATS_BYTES: u64 = 1 << 20;
 
 /// Largest pushed config accepted, in bytes (`413` above): far above any real config (a
 /// thousand clusters render to well under 1 MiB), low enough that a runaway client cannot make
@@ -183,7 +191,18 @@ fn serve<E: From<Push>>(
         match server.recv() {
             Ok(mut req) => {
                 let url = req.url();
-                if url.split_once('?').map_or(url, |(p, _)| p) == CONFIG_PATH {
+                let path = url.split_once('?').map_or(url, |(p, _)| p);
+                if path == STATS_EXTERNAL_PATH {
+                    let reply = if *req.method() == tiny_http::Method::Post {
+                        push_stats(&mut req, ctx)
+                    } else {
+                        text(
+                            405,
+                            format!("method not allowed: use POST for {STATS_EXTERNAL_PATH}\n"),
+                        )
+                    };
+                    respond(req, reply, false);
+                } else if path == CONFIG_PATH {
                     let reply = if *req.method() == tiny_http::Method::Post {
                         push(&mut req, events)
                     } else {
@@ -240,9 +259,111 @@ fn push<E: From<Push>>(req: &mut tiny_http::Request, events: &mpsc::Sender<E>) -
     }
 }
 
+/// Reads pushed external stats from `req` and sets them in the stats store, all or none.
+/// Answered on this thread: it touches only the store, not the engine.
+fn push_stats(req: &mut tiny_http::Request, ctx: &AdminContext) -> Reply {
+    let mut body = Vec::new();
+    if let Err(e) = req
+        .as_reader()
+        .take(MAX_STATS_BYTES + 1)
+        .read_to_end(&mut body)
+    {
+        return text(400, format!("reading the request body: {e}\n"));
+    }
+    if body.len() as u64 > MAX_STATS_BYTES {
+        return text(
+            413,
+            format!("stats larger than {MAX_STATS_BYTES} bytes; not applied\n"),
+        );
+    }
+    let Ok(body) = String::from_utf8(body) else {
+        return text(400, "the stats are not UTF-8 text; not applied\n");
+    };
+    let applied = crate::stats::external::parse(&body).and_then(|s| ctx.stats.set_external(&s));
+    match applied {
+        Ok(()) => text(200, "ok\n"),
+        Err(e) => text(400, format!("{e}; nothing applied\n")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One request over the socket; (status, body).
+    fn request(path: &Path, method: &str, target: &str, body: &str) -> (u16, String) {
+        use std::io::Write as _;
+        let mut s = UnixStream::connect(path).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            s,
+            "{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        (head.split(' ').nth(1).unwrap().parse().unwrap(), body.to_owned())
+    }
+
+    /// A served control socket over `store`, with no listener behind the pushes.
+    fn served(store: Arc<crate::stats::Store>) -> (tempfile::TempDir, ControlSocket) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sock = ControlSocket::bind(&dir.path().join("c.sock")).unwrap();
+        let config = crate::config::parse_pushed("", "t").unwrap();
+        let ctx = AdminContext::new(store, Arc::new(config), Arc::default(), None);
+        let (tx, rx) = mpsc::channel::<Push>();
+        // Config pushes are not under test: the receiver goes away, so they would get 503.
+        drop(rx);
+        sock.serve(ctx, tx).unwrap();
+        (dir, sock)
+    }
+
+    #[test]
+    fn external_stats_are_set_and_shown_in_stats() {
+        let store = crate::stats::Store::new();
+        store.counter("redis.m.downstream_cx_total", 0).add(2);
+        let (_dir, sock) = served(store.clone());
+        let p = sock.path();
+        let body = "counter sockmap.redirect_total 40\n\ngauge sockmap.sockets 3\n";
+        assert_eq!(request(p, "POST", STATS_EXTERNAL_PATH, body), (200, "ok\n".into()));
+        // Totals: a second push replaces the values.
+        let body = "counter sockmap.redirect_total 41\ngauge sockmap.sockets 2\n";
+        assert_eq!(request(p, "POST", STATS_EXTERNAL_PATH, body), (200, "ok\n".into()));
+        assert_eq!(store.counter_value("sockmap.redirect_total"), Some(41));
+        assert_eq!(store.gauge_value("sockmap.sockets"), Some(2));
+        let (status, stats) = request(p, "GET", "/stats", "");
+        assert_eq!(status, 200);
+        assert_eq!(
+            stats,
+            "redis.m.downstream_cx_total: 2\nsockmap.redirect_total: 41\nsockmap.sockets: 2\n"
+        );
+    }
+
+    #[test]
+    fn a_bad_external_stats_line_is_400_and_nothing_is_applied() {
+        let store = crate::stats::Store::new();
+        let (_dir, sock) = served(store.clone());
+        let p = sock.path();
+        let body = "counter sockmap.redirect_total 40\ngauge redis.m.x 1\n";
+        let (status, answer) = request(p, "POST", STATS_EXTERNAL_PATH, body);
+        assert_eq!(status, 400);
+        assert_eq!(
+            answer,
+            "line 2: \"gauge redis.m.x 1\": the name must start with \"sockmap.\" (only those \
+             stats are pushed); nothing applied\n"
+        );
+        assert_eq!(store.counter_value("sockmap.redirect_total"), None);
+        let (status, answer) = request(p, "GET", STATS_EXTERNAL_PATH, "");
+        assert_eq!(status, 405, "{answer}");
+        let big = "\n".repeat(MAX_STATS_BYTES as usize + 1);
+        assert_eq!(request(p, "POST", STATS_EXTERNAL_PATH, &big).0, 413);
+        assert!(store.counters().is_empty(), "{:?}", store.counters());
+        assert!(store.gauges().is_empty(), "{:?}", store.gauges());
+    }
 
     #[test]
     fn bind_makes_an_owner_only_socket_and_removes_it_on_drop() {

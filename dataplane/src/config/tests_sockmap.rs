@@ -200,3 +200,32 @@ fn port_list_rejections_quote_the_item() {
         assert_eq!(parse_port_list(text), Err((*want).to_owned()), "{text:?}");
     }
 }
+
+#[test]
+fn the_example_files_commented_table_parses_once_uncommented() {
+    let example = include_str!("../../../deploy/examples/respite.toml");
+    let (head, table) = example
+        .split_once("# [sockmap]\n")
+        .expect("the example documents [sockmap]");
+    let table: String = table
+        .lines()
+        .map(|l| l.strip_prefix("# ").unwrap_or(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let c = parse(&format!("{head}[sockmap]\n{table}"), "respite.toml").expect("parses");
+    assert_eq!(
+        c.sockmap,
+        Sockmap {
+            enabled: false,
+            cgroup: Some(PathBuf::from("/sys/fs/cgroup/unified/respite")),
+            ports: vec![(6379, 6379), (7000, 7005)],
+            upstreams: false,
+            bpffs: Some(PathBuf::from("/sys/fs/bpf")),
+        }
+    );
+    // As shipped (commented out), the table is absent.
+    assert_eq!(
+        parse(example, "respite.toml").expect("parses").sockmap,
+        Sockmap::default()
+    );
+}

@@ -10,6 +10,7 @@
 //! (Envoy admin `/stats`) and [`Store::render_prometheus`] (Prometheus text format 0.0.4, naming
 //! scheme in [`prometheus`]).
 
+pub mod external;
 pub mod histogram;
 pub mod hotkeys;
 pub mod prometheus;
@@ -41,6 +42,11 @@ impl Counter {
             self.0.load(Ordering::Relaxed).wrapping_add(n),
             Ordering::Relaxed,
         )
+    }
+    /// Overwrites the shard's value: for a total kept elsewhere (externally pushed stats,
+    /// [`external`]), never for counting. Single-writer.
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed)
     }
     /// This shard's current value (relaxed load; any thread).
     pub fn get(&self) -> u64 {
@@ -146,6 +152,9 @@ pub struct Store {
     histograms: Mutex<Shards<Histogram>>,
     /// stat prefix → worker → that worker's hot keys and big values of the listener.
     hot_keys: Mutex<Shards<hotkeys::HotKeysShard>>,
+    /// Held while a push writes the [`external::EXTERNAL_SHARD`]: keeps that shard
+    /// single-writer.
+    external_writer: Mutex<()>,
 }
 
 impl Store {
