@@ -318,6 +318,7 @@ impl Proc {
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(child.id().to_string())
+            .stderr(Stdio::null())
             .status();
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {

@@ -454,7 +454,10 @@ fn external_stats_pushed_over_the_socket_show_in_admin_stats() {
          dots; nothing applied"
     );
     let err = push("counter redis.main.downstream_cx_total 0\n").unwrap_err();
-    assert!(err.to_string().contains("must start with \"sockmap.\""), "{err}");
+    assert!(
+        err.to_string().contains("must start with \"sockmap.\""),
+        "{err}"
+    );
     assert_eq!(r.stat("sockmap.redirect_total"), 41);
     assert_eq!(r.stat("sockmap.sockets"), 5);
     assert!(!r.stats().contains_key("sockmap.Sockets"));

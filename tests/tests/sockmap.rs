@@ -148,9 +148,9 @@ fn child_result(p: &mut Proc, timeout: Duration) -> String {
         "{} ended with {status:?}:\n{log}",
         p.name
     );
+    // libtest prints "test <name> ... " first, on the same line.
     log.lines()
-        .find(|l| l.starts_with("RESULT "))
-        .map(str::to_string)
+        .find_map(|l| l.find("RESULT ").map(|at| l[at..].to_string()))
         .unwrap_or_else(|| panic!("{} printed no RESULT:\n{log}", p.name))
 }
 
@@ -185,10 +185,16 @@ fn run_benchmark(cg: &TestCgroup, port: u16, requests: u32) {
         "redis-benchmark on {port}: {status:?}: {}",
         b.log()
     );
-    println!(
-        "redis-benchmark -p {port}: {}",
-        b.log().lines().last().unwrap_or("").trim()
-    );
+    println!("redis-benchmark -p {port}: {}", last_line(&b.log()));
+}
+
+/// The last non-empty line of `text` (redis-benchmark's summary; it ends lines with `\r`).
+fn last_line(text: &str) -> String {
+    text.split(['\n', '\r'])
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or("")
+        .to_string()
 }
 
 /// Checks that `a → b` moved no failure counter and prints both.
@@ -825,7 +831,7 @@ fn loopback_traffic_on_a_port_outside_the_filter_is_never_redirected() {
     println!(
         "redis-benchmark straight to redis on {other}: {}; sockets max {max_sockets} over \
          {samples} samples",
-        bench.log().lines().last().unwrap_or("").trim()
+        last_line(&bench.log())
     );
     assert!(
         bench.wait(T).is_some_and(|s| s.success()),
