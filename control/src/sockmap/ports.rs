@@ -70,7 +70,10 @@ hosts = ["10.0.0.9:6379"]
     #[test]
     fn upstreams_adds_only_loopback_hosts() {
         let c = config(TWO_CLUSTERS);
-        assert_eq!(wanted(Some(&c), &[], true), BTreeSet::from([6379, 6380, 7001]));
+        assert_eq!(
+            wanted(Some(&c), &[], true),
+            BTreeSet::from([6379, 6380, 7001])
+        );
     }
 
     #[test]

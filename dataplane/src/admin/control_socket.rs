@@ -306,7 +306,10 @@ mod tests {
         let mut raw = String::new();
         s.read_to_string(&mut raw).unwrap();
         let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-        (head.split(' ').nth(1).unwrap().parse().unwrap(), body.to_owned())
+        (
+            head.split(' ').nth(1).unwrap().parse().unwrap(),
+            body.to_owned(),
+        )
     }
 
     /// A served control socket over `store`, with no listener behind the pushes.
@@ -329,10 +332,16 @@ mod tests {
         let (_dir, sock) = served(store.clone());
         let p = sock.path();
         let body = "counter sockmap.redirect_total 40\n\ngauge sockmap.sockets 3\n";
-        assert_eq!(request(p, "POST", STATS_EXTERNAL_PATH, body), (200, "ok\n".into()));
+        assert_eq!(
+            request(p, "POST", STATS_EXTERNAL_PATH, body),
+            (200, "ok\n".into())
+        );
         // Totals: a second push replaces the values.
         let body = "counter sockmap.redirect_total 41\ngauge sockmap.sockets 2\n";
-        assert_eq!(request(p, "POST", STATS_EXTERNAL_PATH, body), (200, "ok\n".into()));
+        assert_eq!(
+            request(p, "POST", STATS_EXTERNAL_PATH, body),
+            (200, "ok\n".into())
+        );
         assert_eq!(store.counter_value("sockmap.redirect_total"), Some(41));
         assert_eq!(store.gauge_value("sockmap.sockets"), Some(2));
         let (status, stats) = request(p, "GET", "/stats", "");

@@ -48,8 +48,9 @@ pub fn parse_port_list(text: &str) -> Result<Vec<(u16, u16)>, String> {
 /// One item of a port list: `"6379"` or `"7000-7005"`.
 fn port_item(item: &str) -> Result<(u16, u16), String> {
     if item.is_empty() {
-        return Err("empty item in the port list: expected ports or ranges like 6379,7000-7005"
-            .into());
+        return Err(
+            "empty item in the port list: expected ports or ranges like 6379,7000-7005".into(),
+        );
     }
     match item.split_once('-') {
         Some((a, b)) => {

@@ -23,11 +23,7 @@ fn sockmap(body: &str) -> Sockmap {
 
 #[test]
 fn absent_table_is_all_off() {
-    let c = parse(
-        &with("").replacen("[sockmap]\n", "", 1),
-        "t.toml",
-    )
-    .expect("parses");
+    let c = parse(&with("").replacen("[sockmap]\n", "", 1), "t.toml").expect("parses");
     assert_eq!(c.sockmap, Sockmap::default());
     assert_eq!(
         c.sockmap,
@@ -91,13 +87,21 @@ fn config_dump_shows_the_table() {
 #[test]
 fn bad_ports_name_the_element_and_line() {
     let cases: &[(&str, &str, &str)] = &[
-        ("ports = [0]", "sockmap.ports[0]", "\"0\": port 0 is outside 1-65535"),
+        (
+            "ports = [0]",
+            "sockmap.ports[0]",
+            "\"0\": port 0 is outside 1-65535",
+        ),
         (
             "ports = [80, 65536]",
             "sockmap.ports[1]",
             "\"65536\": port 65536 is outside 1-65535",
         ),
-        ("ports = [-1]", "sockmap.ports[0]", "port -1 is outside 1-65535"),
+        (
+            "ports = [-1]",
+            "sockmap.ports[0]",
+            "port -1 is outside 1-65535",
+        ),
         (
             "ports = [\"7005-7000\"]",
             "sockmap.ports[0]",
@@ -119,7 +123,11 @@ fn bad_ports_name_the_element_and_line() {
             "one port or range per element",
         ),
         ("ports = [\"\"]", "sockmap.ports[0]", "empty item"),
-        ("ports = [\"1-\"]", "sockmap.ports[0]", "\"1-\" is not a port"),
+        (
+            "ports = [\"1-\"]",
+            "sockmap.ports[0]",
+            "\"1-\" is not a port",
+        ),
     ];
     for (body, key, fragment) in cases {
         assert_err(&with(body), 2, key, fragment);
@@ -128,24 +136,54 @@ fn bad_ports_name_the_element_and_line() {
 
 #[test]
 fn bad_shapes_and_unknown_keys_name_the_key_and_line() {
-    assert_err(&with("bogus = 1"), 2, "sockmap.bogus", "unknown field `bogus`");
-    assert_err(&with("enabled = \"yes\""), 2, "sockmap.enabled", "invalid type");
+    assert_err(
+        &with("bogus = 1"),
+        2,
+        "sockmap.bogus",
+        "unknown field `bogus`",
+    );
+    assert_err(
+        &with("enabled = \"yes\""),
+        2,
+        "sockmap.enabled",
+        "invalid type",
+    );
     assert_err(&with("ports = 6379"), 2, "sockmap.ports", "invalid type");
-    assert_err(&with("ports = [1.5]"), 2, "sockmap.ports[0]", "a port number");
-    assert_err(&with("upstreams = 1"), 2, "sockmap.upstreams", "invalid type");
+    assert_err(
+        &with("ports = [1.5]"),
+        2,
+        "sockmap.ports[0]",
+        "a port number",
+    );
+    assert_err(
+        &with("upstreams = 1"),
+        2,
+        "sockmap.upstreams",
+        "invalid type",
+    );
     assert_err(&with("cgroup = 3"), 2, "sockmap.cgroup", "invalid type");
 }
 
 #[test]
 fn paths_must_be_absolute_and_not_empty() {
-    assert_err(&with("cgroup = \"\""), 2, "sockmap.cgroup", "must not be empty");
+    assert_err(
+        &with("cgroup = \"\""),
+        2,
+        "sockmap.cgroup",
+        "must not be empty",
+    );
     assert_err(
         &with("cgroup = \"respite\""),
         2,
         "sockmap.cgroup",
         "\"respite\" must be an absolute path",
     );
-    assert_err(&with("bpffs = \" \""), 2, "sockmap.bpffs", "must not be empty");
+    assert_err(
+        &with("bpffs = \" \""),
+        2,
+        "sockmap.bpffs",
+        "must not be empty",
+    );
     assert_err(
         &with("bpffs = \"bpf\""),
         2,
@@ -181,20 +219,44 @@ fn port_list_accepts_the_cli_forms() {
 #[test]
 fn port_list_rejections_quote_the_item() {
     let cases: &[(&str, &str)] = &[
-        ("", "empty port list: expected ports or ranges like 6379,7000-7005"),
-        (" ", "empty port list: expected ports or ranges like 6379,7000-7005"),
+        (
+            "",
+            "empty port list: expected ports or ranges like 6379,7000-7005",
+        ),
+        (
+            " ",
+            "empty port list: expected ports or ranges like 6379,7000-7005",
+        ),
         (
             "6379,",
             "empty item in the port list: expected ports or ranges like 6379,7000-7005",
         ),
         ("0", "\"0\": port 0 is outside 1-65535"),
         ("65536", "\"65536\": port 65536 is outside 1-65535"),
-        ("99999999999999999999", "\"99999999999999999999\" is not a port or a range: expected a port 1-65535 or \"a-b\""),
-        ("+80", "\"+80\" is not a port or a range: expected a port 1-65535 or \"a-b\""),
-        ("-5", "\"-5\" is not a port or a range: expected a port 1-65535 or \"a-b\""),
-        ("1-2-3", "\"1-2-3\" is not a port or a range: expected a port 1-65535 or \"a-b\""),
-        ("20-10", "\"20-10\": the range is reversed (write \"10-20\")"),
-        ("6379;6380", "\"6379;6380\" is not a port or a range: expected a port 1-65535 or \"a-b\""),
+        (
+            "99999999999999999999",
+            "\"99999999999999999999\" is not a port or a range: expected a port 1-65535 or \"a-b\"",
+        ),
+        (
+            "+80",
+            "\"+80\" is not a port or a range: expected a port 1-65535 or \"a-b\"",
+        ),
+        (
+            "-5",
+            "\"-5\" is not a port or a range: expected a port 1-65535 or \"a-b\"",
+        ),
+        (
+            "1-2-3",
+            "\"1-2-3\" is not a port or a range: expected a port 1-65535 or \"a-b\"",
+        ),
+        (
+            "20-10",
+            "\"20-10\": the range is reversed (write \"10-20\")",
+        ),
+        (
+            "6379;6380",
+            "\"6379;6380\" is not a port or a range: expected a port 1-65535 or \"a-b\"",
+        ),
     ];
     for (text, want) in cases {
         assert_eq!(parse_port_list(text), Err((*want).to_owned()), "{text:?}");

@@ -66,7 +66,11 @@ pub fn parse(body: &str) -> Result<Vec<ExternalStat>, String> {
                     _ => return Err(bad("expected \"counter\" or \"gauge\" first")),
                 }
             }
-            _ => return Err(bad("expected `counter <name> <u64>` or `gauge <name> <i64>`")),
+            _ => {
+                return Err(bad(
+                    "expected `counter <name> <u64>` or `gauge <name> <i64>`",
+                ));
+            }
         };
         if out
             .iter()
@@ -239,7 +243,9 @@ mod tests {
         assert!(text.contains("sockmap.sockets: -2\n"), "{text}");
         let prom = store.render_prometheus();
         assert!(
-            prom.contains("# TYPE envoy_sockmap_redirect_total counter\nenvoy_sockmap_redirect_total 3\n"),
+            prom.contains(
+                "# TYPE envoy_sockmap_redirect_total counter\nenvoy_sockmap_redirect_total 3\n"
+            ),
             "{prom}"
         );
         assert!(
@@ -257,7 +263,10 @@ mod tests {
         let err = store
             .set_external(&parse("counter sockmap.inserts 1\ncounter sockmap.sockets 9").unwrap())
             .unwrap_err();
-        assert_eq!(err, "sockmap.sockets is a gauge; it cannot be pushed as a counter");
+        assert_eq!(
+            err,
+            "sockmap.sockets is a gauge; it cannot be pushed as a counter"
+        );
         assert_eq!(store.counter_value("sockmap.inserts"), None);
         assert_eq!(store.counter_value("sockmap.sockets"), None);
         assert_eq!(store.gauge_value("sockmap.sockets"), Some(7));
