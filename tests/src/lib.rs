@@ -10,12 +10,15 @@
 //! - [`admin`]: admin HTTP requests of any method, `/clusters` parsed.
 //! - [`cluster::RedisCluster`]: a six-node Redis Cluster (3 primaries + 3 replicas) and
 //!   [`cluster::cluster_config`], a Respite config over it.
+//! - [`sockmap`]: a test cgroup v2, processes spawned into it, `respite-control --sockmap` and
+//!   the sockmap counters (issue 10).
 //! - [`xds::XdsServer`]: a scripted xDS (ADS) management server; [`xds::ControlProcess`]: a
 //!   `respite-control` under test; [`xds_resources`]: Envoy resources and responses to send.
 
 pub mod admin;
 pub mod cluster;
 pub mod respite;
+pub mod sockmap;
 pub mod xds;
 pub mod xds_resources;
 pub use cluster::RedisCluster;
