@@ -37,9 +37,10 @@ enum Command {
         envoy_config: PathBuf,
     },
     /// The sockmap kill switch and counters, working on the pinned maps directly (so it works
-    /// even when the control process is stuck): `off` stops redirecting at once (connections
-    /// fall back to TCP) and the running respite-control detaches the programs; `on` re-enables
-    /// redirecting for connections made afterwards; `status` prints the counters.
+    /// even when the control process is stuck): `off` stops accelerating new connections at
+    /// once (accelerated ones keep the redirect until they close) and the running
+    /// respite-control detaches the programs; `on` accelerates connections made afterwards;
+    /// `status` prints the counters.
     Sockmap {
         #[arg(value_enum)]
         action: SockmapAction,
@@ -183,7 +184,7 @@ fn sockmap_command(action: SockmapAction, bpffs: &Path) -> Result<(), String> {
             pinned.set_enabled(false)?;
             let _ = writeln!(
                 out,
-                "sockmap off: connections fall back to TCP now; the running respite-control detaches the programs within a second"
+                "sockmap off: new connections are not accelerated from now on; accelerated ones keep the redirect until they close (restart Respite to end them); the running respite-control detaches the programs within a second"
             );
         }
         SockmapAction::On => {
@@ -259,9 +260,16 @@ fn run(args: RunArgs) -> Result<(), String> {
                 .ok(),
             None => None,
         };
+        let dataplane = args.dataplane.clone();
         let result = run_source(args, status, accelerator.clone()).await;
         if let Some(a) = accelerator {
             a.shutdown();
+            // So the data plane's `sockmap.enabled` does not keep saying 1.
+            if let Some(socket) = dataplane
+                && let Err(e) = respite_control::push::push_stats(&socket, &a.tick(None))
+            {
+                tracing::debug!(error = %e, "sockmap: final stats not pushed");
+            }
         }
         result
     })

@@ -6,8 +6,9 @@
 //! port filter in a SOCKHASH keyed by its 4-tuple; an `sk_msg` program on that SOCKHASH hands every
 //! message to the peer socket's receive queue (`bpf_msg_redirect_hash`, `BPF_F_INGRESS`), skipping
 //! the loopback TCP stack. A socket whose message once took TCP stays on TCP (see the C file):
-//! this keeps bytes in order. Switching off ([`Settings`]) makes every socket fall back to TCP at
-//! its next send; switching on covers only connections established afterwards.
+//! this keeps bytes in order. Switching off ([`Settings`]) stops recording new sockets; recorded
+//! ones keep redirecting until they close (moving a live connection to TCP breaks blocking
+//! readers, docs/ebpf.md). Switching on covers connections established afterwards.
 //!
 //! Maps are pinned under `<bpffs>/respite/` ([`PIN_DIR`]) so that a stopping control process
 //! never removes live sockets from the SOCKHASH (the kernel discards redirected bytes a socket has

@@ -14,7 +14,7 @@ use crate::pinned::{Counters, Maps, Settings};
 use crate::{PIN_DIR, PortFilter, names};
 
 /// The loaded programs and their maps. Attached or not ([`Sockmap::attach`],
-/// [`Sockmap::detach`]); dropping it switches redirecting off ([`Settings`]) if it ever attached,
+/// [`Sockmap::detach`]); dropping it switches recording off ([`Settings`]) if it ever attached,
 /// detaches both programs, and leaves the pinned maps for the sockets still in them.
 pub struct Sockmap {
     ebpf: Ebpf,
@@ -128,7 +128,7 @@ impl Sockmap {
     }
 
     /// Detaches both programs. Sockets already in the map keep the sk_msg program until they
-    /// close; with redirecting off ([`Settings`]) it sends their bytes through TCP.
+    /// close, and keep redirecting.
     pub fn detach(&mut self) -> Result<(), String> {
         if let Some(id) = self.sockops.take() {
             program::<SockOps>(&mut self.ebpf, names::SOCKOPS)?
@@ -183,12 +183,12 @@ impl Settings for Sockmap {
 
 impl Drop for Sockmap {
     fn drop(&mut self) {
-        // Off first, so sockets still in the (pinned) map send through TCP from now on; aya
-        // detaches the programs when `ebpf` drops.
+        // Off first, so no new socket is recorded; those in the (pinned) map keep redirecting
+        // until they close. aya detaches the programs when `ebpf` drops.
         if self.owner
             && let Err(e) = self.maps.set_enabled(false)
         {
-            tracing::warn!(error = %e, "sockmap: could not switch redirecting off");
+            tracing::warn!(error = %e, "sockmap: could not switch recording off");
         }
         if let Err(e) = self.detach() {
             tracing::warn!(error = %e, "sockmap: detaching");
@@ -207,7 +207,7 @@ where
 }
 
 /// An error with its sources, which aya keeps the kernel's errno and verifier log in.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {

@@ -40,11 +40,12 @@ pub struct Counters {
     pub sockets: u64,
 }
 
-/// The kill switch: `respite_settings[0]`, 1 = record and redirect, 0 = neither.
+/// The kill switch: `respite_settings[0]`, 1 = record new sockets, 0 = record none (recorded
+/// sockets keep redirecting until they close).
 pub trait Settings {
-    /// Whether the programs record and redirect.
+    /// Whether sockops records new sockets.
     fn enabled(&self) -> Result<bool, String>;
-    /// Turns recording and redirecting on or off, at once, for every socket.
+    /// Turns recording of new sockets on or off, at once.
     fn set_enabled(&mut self, on: bool) -> Result<(), String>;
 }
 
@@ -149,8 +150,15 @@ impl Pinned {
         }
         let maps = Maps::from(|name| {
             let path = dir.join(name);
-            let data =
-                MapData::from_pin(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+            let data = MapData::from_pin(&path).map_err(|e| {
+                let why = crate::loader::chain(&e);
+                let hint = if why.contains("not permitted") || why.contains("Permission denied") {
+                    " (needs root, or CAP_BPF)"
+                } else {
+                    ""
+                };
+                format!("opening {}: {why}{hint}", path.display())
+            })?;
             Map::from_map_data(data).map_err(|e| format!("{}: {e}", path.display()))
         })?;
         Ok(Pinned { maps })

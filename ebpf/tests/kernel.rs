@@ -141,7 +141,7 @@ fn load_selftest_filter_and_kill_switch() {
     assert_eq!(
         (redirects, fails),
         (0, 0),
-        "switched off: nothing redirected"
+        "switched off: a new connection is not recorded"
     );
     pinned.set_enabled(true).unwrap();
     let (redirects, _) = round_trips(true, &mut sockmap);
@@ -150,6 +150,6 @@ fn load_selftest_filter_and_kill_switch() {
     drop(sockmap);
     assert!(
         !pinned.enabled().unwrap(),
-        "dropping the loader switches redirecting off"
+        "dropping the loader switches recording off"
     );
 }

@@ -656,7 +656,7 @@ fn switching_off_and_on_under_traffic_loses_no_request() {
     for cycle in 0..3 {
         stack.bpffs.switch("off");
         let off_at = Instant::now();
-        // `off` acts at once in the kernel; allow in-flight sendmsg calls to finish.
+        // `off` acts at once in the kernel; allow connections being established to finish.
         std::thread::sleep(Duration::from_millis(300));
         let a = stack.bpffs.status();
         assert_eq!(a.enabled, 0, "cycle {cycle}: status after off: {a:?}");
@@ -678,11 +678,12 @@ fn switching_off_and_on_under_traffic_loses_no_request() {
             b.redirect_total,
             b.sockets
         );
+        // Off records no new socket; connections recorded before keep their redirect until they
+        // close (moving them to TCP mid-stream breaks blocking readers: docs/ebpf.md).
         assert_eq!(
-            b.redirect_total, a.redirect_total,
-            "cycle {cycle}: redirects while switched off: {a:?} → {b:?}"
+            b.inserts, a.inserts,
+            "cycle {cycle}: sockets recorded while off: {a:?} → {b:?}"
         );
-        assert_eq!(b.inserts, a.inserts, "cycle {cycle}: inserts while off");
 
         stack.bpffs.switch("on");
         let on_at = Instant::now();

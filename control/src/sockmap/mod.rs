@@ -157,7 +157,7 @@ impl Accelerator {
         })
     }
 
-    /// Switches redirecting off and detaches the programs (the pinned maps stay for the sockets
+    /// Switches recording off and detaches the programs (the pinned maps stay for the sockets
     /// still in them). Called on exit.
     pub fn shutdown(&self) {
         if self.lock().sockmap.take().is_some() {
@@ -180,9 +180,9 @@ fn update_filter(s: &mut Sockmap, options: &Options, config: Option<&Config>) {
 fn follow_switch(s: &mut Sockmap) {
     match (s.enabled(), s.attached()) {
         (Ok(false), true) => match s.detach() {
-            Ok(()) => tracing::warn!(
-                "sockmap switched off: programs detached; connections fall back to TCP"
-            ),
+            Ok(()) => {
+                tracing::warn!("sockmap switched off: programs detached; new connections take TCP")
+            }
             Err(e) => tracing::error!(error = %e, "sockmap switched off, but detaching failed"),
         },
         (Ok(true), false) => match s.attach() {

@@ -7,6 +7,11 @@
 // point on, all through TCP, never back. The receiver drains its redirect queue before its TCP
 // queue (tcp_bpf_recvmsg), so "redirect then TCP" keeps order and "TCP then redirect" would not.
 // Hence the sticky per-socket state below.
+//
+// The switch (respite_settings) only stops new sockets from being recorded. A recorded socket
+// keeps redirecting until it closes: turning it to TCP mid-stream would leave its peer, still
+// in the map, reading TCP data through tcp_bpf_recvmsg, which answers a blocking read that
+// TCP data wakes with EAGAIN (seen on 6.18 with blocking clients: docs/ebpf.md).
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -42,7 +47,7 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } respite_ports SEC(".maps");
 
-// [0]: 1 = insert and redirect; 0 = do neither (the kill switch).
+// [0]: 1 = record new sockets; 0 = record none (the kill switch).
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -126,10 +131,6 @@ int respite_sk_msg(struct sk_msg_md *msg)
 	__u32 *state = bpf_sk_storage_get(&respite_state, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!state || *state == TCP_FOR_LIFE)
 		return SK_PASS;
-	if (!enabled()) {
-		*state = TCP_FOR_LIFE;
-		return SK_PASS;
-	}
 	// The peer's key: our local side is its remote side.
 	struct sock_key peer = {
 		.local_ip4 = msg->remote_ip4,
@@ -141,7 +142,8 @@ int respite_sk_msg(struct sk_msg_md *msg)
 		*state = REDIRECTING;
 		count(REDIRECTS);
 	} else {
-		// Peer not (or no longer) in the map: this message takes TCP, so every later one must.
+		// Peer not (or no longer) in the map, e.g. outside the cgroup: this message takes TCP,
+		// so every later one must.
 		*state = TCP_FOR_LIFE;
 		count(REDIRECT_FAIL);
 	}
