@@ -129,7 +129,10 @@ fn sockmap_phases_are_valid() {
             // Each request crosses 4 loopback hops (client → respite → redis → respite →
             // client); upstream writes may batch, client ones do not at P1.
             let n = p["requests"].as_u64().unwrap();
-            assert!(redirects >= 2 * n, "{redirects} redirects for {n} requests: {p}");
+            assert!(
+                redirects >= 2 * n,
+                "{redirects} redirects for {n} requests: {p}"
+            );
         } else {
             assert_eq!(redirects, 0, "{p}");
         }

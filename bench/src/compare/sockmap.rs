@@ -311,14 +311,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
         }
     };
     // From here this process is in the cgroup: the servers it starts are too.
-    let result = measure(
-        &mut env,
-        &mut fleet,
-        &spec,
-        &redis_ports,
-        &cases,
-        &settings,
-    );
+    let result = measure(&mut env, &mut fleet, &spec, &redis_ports, &cases, &settings);
     let (runs, failures, phases) = match result {
         Ok(r) => r,
         Err(e) => {
@@ -437,7 +430,7 @@ fn measure(
                 let before = checked.then(|| env.status().map(|s| s.counters));
                 let n_runs = runner.runs.len();
                 runner.run_case(rep, case, &target, None);
-                let after = checked.then(|| env.status().map(|s| s.counters));
+                let after = checked.then(|| env.fresh_status().map(|s| s.counters));
                 drop(respite);
                 let run = runner.runs.get(n_runs);
                 let requests = run.map_or(0, |r| r.report.requests);
@@ -489,11 +482,18 @@ fn measure(
 }
 
 /// Median over the phases of `case` × `target` of `f`.
-fn phase_median(o: &SockmapOutput, case: &str, target: &str, f: fn(&Phase) -> Option<f64>) -> Option<f64> {
+fn phase_median(
+    o: &SockmapOutput,
+    case: &str,
+    target: &str,
+    f: fn(&Phase) -> Option<f64>,
+) -> Option<f64> {
     let v: Vec<f64> = o
         .phases
         .iter()
-        .filter(|p| p.case == case && p.target == target && !matches!(p.verdict, Verdict::Invalid(_)))
+        .filter(|p| {
+            p.case == case && p.target == target && !matches!(p.verdict, Verdict::Invalid(_))
+        })
         .filter_map(f)
         .collect();
     metrics::median(&v)
@@ -560,10 +560,16 @@ fn render(o: &SockmapOutput) -> String {
             baseline: OFF,
             client_cpu: true,
         };
-        s.push_str(&table::table(&b.medians, &rows, &layout, &|x| x.label.clone()));
+        s.push_str(&table::table(&b.medians, &rows, &layout, &|x| {
+            x.label.clone()
+        }));
         s.push('\n');
     }
-    let med = |case: &str, target: &str| b.medians.iter().find(|m| m.case == case && m.target == target);
+    let med = |case: &str, target: &str| {
+        b.medians
+            .iter()
+            .find(|m| m.case == case && m.target == target)
+    };
     let _ = writeln!(s, "## {ON} / {OFF}\n");
     let _ = writeln!(
         s,
@@ -670,7 +676,9 @@ mod tests {
         assert_eq!(verdict(false, d(0)), Verdict::Ok);
         assert!(matches!(verdict(true, d(0)), Verdict::Invalid(w) if w.contains("no message")));
         assert!(matches!(verdict(false, d(7)), Verdict::Invalid(w) if w.contains("7 messages")));
-        assert!(matches!(verdict(true, Err("gone".into())), Verdict::Invalid(w) if w.contains("gone")));
+        assert!(
+            matches!(verdict(true, Err("gone".into())), Verdict::Invalid(w) if w.contains("gone"))
+        );
     }
 
     #[test]

@@ -15,6 +15,8 @@ use super::procs::{free_port, spawn};
 
 /// How long `respite-control --sockmap` may take to load its programs and pass its self-test.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(20);
+/// respite-control reads the counters once a second; a little more covers its tick's own work.
+const TICK_WAIT: Duration = Duration::from_millis(1300);
 /// The control process follows the kill switch within 1 s (contract); a loaded machine gets more.
 const SWITCH_TIMEOUT: Duration = Duration::from_secs(4);
 
@@ -244,8 +246,7 @@ impl SockmapEnv {
             ));
         }
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        self.original_cgroup =
-            own_cgroup(&own).map(|rel| root.join(rel.trim_start_matches('/')));
+        self.original_cgroup = own_cgroup(&own).map(|rel| root.join(rel.trim_start_matches('/')));
         if !cg.exists() {
             std::fs::create_dir_all(cg)
                 .map_err(|e| format!("sockmap unavailable: mkdir {}: {e}", cg.display()))?;
@@ -292,7 +293,9 @@ impl SockmapEnv {
                 }
             } else {
                 match self.status() {
-                    Ok(s) if s.state == "enabled" => return Ok(()),
+                    // Wait for its first counter read, so that the self-test's redirects are
+                    // not counted in the first phase.
+                    Ok(s) if s.state == "enabled" => return self.fresh_status().map(|_| ()),
                     Ok(s) if s.state == "unavailable" => {
                         return Err(format!(
                             "sockmap unavailable: {}",
@@ -312,6 +315,21 @@ impl SockmapEnv {
                 ));
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `GET /sockmap` once respite-control has read its counters again after now: its counters
+    /// are those of its last once-a-second tick, so this polls until they differ from what they
+    /// were on entry, or [`TICK_WAIT`] has passed (nothing changed: no traffic since the tick).
+    pub fn fresh_status(&self) -> Result<Status, String> {
+        let first = self.status()?;
+        let deadline = Instant::now() + TICK_WAIT;
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let s = self.status()?;
+            if s.counters != first.counters || Instant::now() > deadline {
+                return Ok(s);
+            }
         }
     }
 
@@ -362,8 +380,7 @@ impl Drop for SockmapEnv {
             let _ = self.switch(false);
         }
         if let Some(mut c) = self.control.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            stop(&mut c);
         }
         if let (true, Some(b)) = (self.mounted_bpffs, &self.bpffs) {
             umount(b);
@@ -376,6 +393,23 @@ impl Drop for SockmapEnv {
             let _ = std::fs::remove_dir(cg);
         }
     }
+}
+
+/// SIGTERM (respite-control detaches its programs on the way out), then SIGKILL after 3 s.
+fn stop(c: &mut Child) {
+    if let Ok(pid) = i32::try_from(c.id()) {
+        // SAFETY: kill(2) on our own child's pid, which is not reaped yet (so not reused).
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if matches!(c.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let _ = c.kill();
+    let _ = c.wait();
 }
 
 #[cfg(test)]
