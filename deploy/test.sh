@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests need on a Debian machine, builds in release
 # mode and runs every test of the workspace against real redis-server / nutcracker processes,
-# including tests/tests/cluster.rs (six-node Redis Cluster made with `redis-cli --cluster`, hence
+# including the eBPF sockmap tests (ebpf/tests, tests/tests/sockmap.rs: root + cgroup v2, else skipped),
+# tests/tests/cluster.rs (six-node Redis Cluster made with `redis-cli --cluster`, hence
 # redis-tools) and the tcl suite through Respite over standalone servers and over that cluster.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +18,10 @@ command -v tclsh >/dev/null || need+=(tcl)
 # nft: tests/tests/reconnect.rs drops a backend's packets to check TCP keepalive (root only;
 # the test is skipped, saying why, without root or nft).
 command -v nft >/dev/null || [ "$(id -u)" -ne 0 ] || need+=(nftables)
+# clang + libbpf headers: ebpf/build.rs compiles the sockmap programs; without them the build
+# still succeeds and the sockmap tests skip, saying why (docs/ebpf.md).
+command -v clang >/dev/null || need+=(clang)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "installing: ${need[*]}"

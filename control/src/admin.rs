@@ -6,15 +6,17 @@
 //! | GET | `/`, `/help` | this list |
 //! | GET | `/config_dump` | JSON: `applied` (the last config the data plane accepted, in the data plane's own `/config_dump` shape, secrets redacted), `listeners` (active / warming / waiting_for), `clusters` (EDS name, host count), `push_pending` |
 //! | GET | `/xds` | JSON: the xDS client's `stream`, per-type `types` (subscription, version, nonce, ACK/NACK counts, last NACK) and per-resource `resources` (REQUESTED / DOES_NOT_EXIST / ACKED / NACKED with version, rejected version, error, time) — CSDS's `ClientResourceStatus` as JSON (gRFC A40) |
+//! | GET | `/sockmap` | JSON: `state` (`enabled` / `disabled` / `unavailable`), `reason`, `cgroup`, `ports` (the filter), `self_test`, `sockets`, `inserts`, `insert_fail`, `redirect_total`, `redirect_fail` ([`crate::sockmap`]) |
 //! | GET | `/ready` | `200 LIVE` |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::apply::Applier;
+use crate::sockmap::Accelerator;
 use crate::xds::status::Status;
 
-const HELP: &str = "admin commands are:\n  /config_dump: the applied config and the resource cache (JSON)\n  /xds: xDS client state per type and resource (JSON)\n  /ready: 200 LIVE\n";
+const HELP: &str = "admin commands are:\n  /config_dump: the applied config and the resource cache (JSON)\n  /xds: xDS client state per type and resource (JSON)\n  /sockmap: the eBPF loopback accelerator (JSON)\n  /ready: 200 LIVE\n";
 
 /// What the endpoint reads.
 #[derive(Clone)]
@@ -23,6 +25,8 @@ pub struct AdminState {
     pub applier: Applier,
     /// The xDS client's status (empty when the source is a file).
     pub status: Status,
+    /// The sockmap accelerator; None when `--sockmap` was not asked for.
+    pub sockmap: Option<Accelerator>,
 }
 
 /// Answers one request: (status code, content type, body).
@@ -46,6 +50,18 @@ pub fn route(method_get: bool, url: &str, state: &AdminState) -> (u16, &'static 
         "/xds" => {
             let snapshot = state.status.snapshot();
             let value = serde_json::to_value(&snapshot).unwrap_or_default();
+            (200, "application/json", pretty(&value))
+        }
+        "/sockmap" => {
+            let value = state.sockmap.as_ref().map_or_else(
+                || {
+                    serde_json::json!({
+                        "state": "disabled",
+                        "reason": "not requested: start respite-control with --sockmap",
+                    })
+                },
+                Accelerator::status,
+            );
             (200, "application/json", pretty(&value))
         }
         _ => (404, "text/plain", format!("not found: {path}; see /help\n")),

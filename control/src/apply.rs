@@ -57,6 +57,20 @@ pub struct Options {
     pub listener_names: Vec<String>,
     /// The longest a new listener waits for its clusters.
     pub warming_timeout: Duration,
+    /// Called with each config just before it is pushed (or, in a dry run, applied): the
+    /// sockmap filter must hold a new listener's or upstream's port before the data plane's
+    /// first connection on it, since a connection is only recorded when it is established.
+    pub before_push: Option<BeforePush>,
+}
+
+/// A hook run with each config about to be pushed ([`Options::before_push`]).
+#[derive(Clone)]
+pub struct BeforePush(pub Arc<dyn Fn(&Config) + Send + Sync>);
+
+impl std::fmt::Debug for BeforePush {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BeforePush")
+    }
 }
 
 /// The applier, shared by the xDS client (which calls [`crate::xds::Applier`] on it), the
@@ -357,6 +371,9 @@ impl State {
     /// Errors: the data plane rejected it. An unreachable data plane is not an error: the push
     /// is kept for [`Applier::tick`].
     fn push(&mut self, text: String, config: Arc<Config>) -> Result<(), String> {
+        if let Some(hook) = &self.options.before_push {
+            (hook.0)(&config);
+        }
         let Some(socket) = self.options.dataplane.clone() else {
             self.applied = Some(config);
             self.applied_text = text;

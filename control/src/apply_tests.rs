@@ -131,6 +131,7 @@ fn applier(warming: Duration) -> Applier {
             dataplane: None,
             listener_names: Vec::new(),
             warming_timeout: warming,
+            before_push: None,
         },
         Status::default(),
     )
@@ -392,6 +393,7 @@ fn named_mode_subscribes_to_the_clusters_of_its_listeners() {
             dataplane: None,
             listener_names: vec!["l".into()],
             warming_timeout: Duration::from_secs(60),
+            before_push: None,
         },
         Status::default(),
     );

@@ -9,11 +9,13 @@
 //! Folders: `source/` (where config comes from: gRPC xDS bootstrap, Envoy bootstrap file),
 //! `translate/` (Envoy resources → Respite TOML tables), `xds/` (the ADS client: subscriptions,
 //! versions, nonces, timers, backoff), `apply` (resource cache, warming, snapshot, push),
-//! `push` (the control-socket client), `admin` (`/config_dump`, `/xds`).
+//! `push` (the control-socket client), `admin` (`/config_dump`, `/xds`, `/sockmap`), `sockmap`
+//! (the eBPF loopback accelerator: `--sockmap`).
 
 pub mod admin;
 pub mod apply;
 pub mod push;
+pub mod sockmap;
 pub mod source;
 pub mod translate;
 pub mod xds;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use respite_control::admin::{self, AdminState};
-use respite_control::apply::{Applier, Options};
+use respite_control::apply::{Applier, BeforePush, Options};
+use respite_control::sockmap::{self, Accelerator};
 use respite_control::source::{bootstrap, envoy_file};
 use respite_control::translate;
 use respite_control::xds::{self, status::Status};
@@ -35,12 +36,56 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         envoy_config: PathBuf,
     },
+    /// The sockmap kill switch and counters, working on the pinned maps directly (so it works
+    /// even when the control process is stuck): `off` stops redirecting at once (connections
+    /// fall back to TCP) and the running respite-control detaches the programs; `on` re-enables
+    /// redirecting for connections made afterwards; `status` prints the counters.
+    Sockmap {
+        #[arg(value_enum)]
+        action: SockmapAction,
+        /// The bpf file system holding the pins (`<bpffs>/respite/`).
+        #[arg(long, value_name = "PATH", default_value = sockmap::DEFAULT_BPFFS)]
+        bpffs: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SockmapAction {
+    Off,
+    On,
+    Status,
+}
+
+/// `--sockmap` and its settings (docs/ebpf.md).
+#[derive(Args)]
+struct SockmapArgs {
+    /// Load the eBPF sockmap programs that carry loopback traffic of Respite's listeners
+    /// socket-to-socket in the kernel (after a self-test); needs root or CAP_BPF + CAP_NET_ADMIN
+    /// (+ CAP_SYS_ADMIN to mount bpffs). Without them it logs why and runs on without.
+    #[arg(long)]
+    sockmap: bool,
+    /// The cgroup v2 whose processes are covered (created if missing). Default: the cgroup v2
+    /// root, i.e. every process on the node (the port filter decides).
+    #[arg(long, value_name = "PATH")]
+    sockmap_cgroup: Option<PathBuf>,
+    /// Extra ports for the filter besides the listeners' (e.g. local Redis): `6379,7000-7005`.
+    #[arg(long, value_name = "LIST")]
+    sockmap_ports: Option<String>,
+    /// Also accelerate Respite's hop to upstream hosts on loopback (their ports join the filter).
+    #[arg(long)]
+    sockmap_upstreams: bool,
+    /// The bpf file system for the pinned maps; mounted there if it is not. Default
+    /// /sys/fs/bpf.
+    #[arg(long, value_name = "PATH")]
+    bpffs: Option<PathBuf>,
 }
 
 #[derive(Args)]
 struct RunArgs {
     #[command(flatten)]
     source: Source,
+    #[command(flatten)]
+    sockmap: SockmapArgs,
     /// The data plane's control socket (`respite --control-socket`). Without it, configs are
     /// validated and shown at /config_dump but not pushed (a dry run).
     #[arg(long, value_name = "SOCKET")]
@@ -85,6 +130,7 @@ fn main() -> ExitCode {
         Some(Command::Translate { envoy_config }) => {
             translate_file(&envoy_config).map(|text| print!("{text}"))
         }
+        Some(Command::Sockmap { action, bpffs }) => sockmap_command(action, &bpffs),
         None => run(cli.run),
     };
     match result {
@@ -125,37 +171,133 @@ fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// `respite-control sockmap off|on|status`.
+fn sockmap_command(action: SockmapAction, bpffs: &Path) -> Result<(), String> {
+    use respite_ebpf::Settings as _;
+    use std::io::Write as _;
+    let mut pinned = respite_ebpf::Pinned::open(bpffs)?;
+    // A closed stdout (`| head`) is not an error worth a panic.
+    let mut out = std::io::stdout();
+    match action {
+        SockmapAction::Off => {
+            pinned.set_enabled(false)?;
+            let _ = writeln!(
+                out,
+                "sockmap off: connections fall back to TCP now; the running respite-control detaches the programs within a second"
+            );
+        }
+        SockmapAction::On => {
+            pinned.set_enabled(true)?;
+            let _ = writeln!(
+                out,
+                "sockmap on: connections made from now on are redirected (once the running respite-control has attached the programs, within a second)"
+            );
+        }
+        SockmapAction::Status => {
+            let c = pinned.counters()?;
+            let ports: Vec<String> = pinned.ports()?.iter().map(u16::to_string).collect();
+            let _ = writeln!(
+                out,
+                "enabled {}\nsockets {}\ninserts {}\ninsert_fail {}\nredirect_total {}\nredirect_fail {}\nports {}",
+                u8::from(pinned.enabled()?),
+                c.sockets,
+                c.inserts,
+                c.insert_fail,
+                c.redirects,
+                c.redirect_fail,
+                ports.join(",")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `--sockmap` flags over the `[sockmap]` table of the `--config` file (read once, at start) →
+/// the accelerator's options; None when neither enables it.
+fn sockmap_options(
+    args: &SockmapArgs,
+    config_file: Option<&Path>,
+) -> Result<Option<sockmap::Options>, String> {
+    // A file that does not parse is reported by the first apply; here it just has no table.
+    let table = config_file
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|text| respite::config::parse_pushed(&text, "").ok())
+        .map(|c| c.sockmap)
+        .unwrap_or_default();
+    if !args.sockmap && !table.enabled {
+        return Ok(None);
+    }
+    let extra_ports = match &args.sockmap_ports {
+        Some(list) => respite::config::parse_port_list(list)
+            .map_err(|e| format!("--sockmap-ports {list:?}: {e}"))?,
+        None => table.ports,
+    };
+    Ok(Some(sockmap::Options {
+        cgroup: args.sockmap_cgroup.clone().or(table.cgroup),
+        extra_ports,
+        upstreams: args.sockmap_upstreams || table.upstreams,
+        bpffs: args
+            .bpffs
+            .clone()
+            .or(table.bpffs)
+            .unwrap_or_else(|| PathBuf::from(sockmap::DEFAULT_BPFFS)),
+    }))
+}
+
 fn run(args: RunArgs) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
+    let sockmap_options = sockmap_options(&args.sockmap, args.source.config.as_deref())?;
     runtime.block_on(async move {
         let status = Status::default();
-        let file = args
+        let accelerator = match sockmap_options {
+            Some(o) => tokio::task::spawn_blocking(move || Accelerator::start(o))
+                .await
+                .ok(),
+            None => None,
+        };
+        let result = run_source(args, status, accelerator.clone()).await;
+        if let Some(a) = accelerator {
+            a.shutdown();
+        }
+        result
+    })
+}
+
+async fn run_source(
+    args: RunArgs,
+    status: Status,
+    accelerator: Option<Accelerator>,
+) -> Result<(), String> {
+    {
+        let file = args.source.config.clone().map(|p| (p, false)).or(args
             .source
-            .config
+            .envoy_config
             .clone()
-            .map(|p| (p, false))
-            .or(args.source.envoy_config.clone().map(|p| (p, true)));
+            .map(|p| (p, true)));
         if let Some((path, envoy)) = file {
             let applier = Applier::new(
                 Options {
                     dataplane: args.dataplane.clone(),
                     listener_names: Vec::new(),
                     warming_timeout: Duration::ZERO,
+                    before_push: before_push(&accelerator),
                 },
                 status.clone(),
             );
-            serve_admin(args.admin, &applier, &status)?;
-            spawn_ticker(&applier);
+            serve_admin(args.admin, &applier, &status, &accelerator)?;
+            spawn_ticker(&applier, accelerator, args.dataplane.clone());
             return run_file(&path, envoy, &applier).await;
         }
         let Some(b) = load_bootstrap(args.source.bootstrap.as_deref())? else {
-            return Err("no config source: give --config, --envoy-config or --bootstrap (or set \
+            return Err(
+                "no config source: give --config, --envoy-config or --bootstrap (or set \
                         GRPC_XDS_BOOTSTRAP / GRPC_XDS_BOOTSTRAP_CONFIG)"
-                .into());
+                    .into(),
+            );
         };
         if args.dataplane.is_none() {
             tracing::warn!("no --dataplane: configs are validated but not pushed (dry run)");
@@ -165,11 +307,12 @@ fn run(args: RunArgs) -> Result<(), String> {
                 dataplane: args.dataplane.clone(),
                 listener_names: b.listener_names.clone(),
                 warming_timeout: b.warming_timeout,
+                before_push: before_push(&accelerator),
             },
             status.clone(),
         );
-        serve_admin(args.admin, &applier, &status)?;
-        spawn_ticker(&applier);
+        serve_admin(args.admin, &applier, &status, &accelerator)?;
+        spawn_ticker(&applier, accelerator, args.dataplane.clone());
         let hup_applier = applier.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{SignalKind, signal};
@@ -187,28 +330,55 @@ fn run(args: RunArgs) -> Result<(), String> {
             r = xds::run(b, applier, status) => r,
             r = shutdown() => r,
         }
-    })
+    }
+}
+
+/// The sockmap filter takes each config's ports before the data plane connects anywhere under it.
+fn before_push(accelerator: &Option<Accelerator>) -> Option<BeforePush> {
+    let a = accelerator.clone()?;
+    Some(BeforePush(std::sync::Arc::new(
+        move |c: &respite::config::Config| a.prepare(c),
+    )))
 }
 
 /// Once a second: retry a push an unreachable data plane missed, re-push to a restarted one,
-/// apply listeners whose warming time is up.
-fn spawn_ticker(applier: &Applier) {
+/// apply listeners whose warming time is up; with sockmap, follow its switch, keep its filter on
+/// the applied config's ports and push its counters to the data plane's stats.
+fn spawn_ticker(applier: &Applier, accelerator: Option<Accelerator>, dataplane: Option<PathBuf>) {
     let ticker = applier.clone();
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
             let t = ticker.clone();
-            let _ = tokio::task::spawn_blocking(move || t.tick()).await;
+            let a = accelerator.clone();
+            let d = dataplane.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                t.tick();
+                if let Some(a) = a {
+                    let stats = a.tick(t.applied().as_deref());
+                    if let Some(socket) = d {
+                        // TODO(i10-dp): push_stats
+                        let _ = (socket, stats);
+                    }
+                }
+            })
+            .await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
 }
 
-fn serve_admin(address: SocketAddr, applier: &Applier, status: &Status) -> Result<(), String> {
+fn serve_admin(
+    address: SocketAddr,
+    applier: &Applier,
+    status: &Status,
+    accelerator: &Option<Accelerator>,
+) -> Result<(), String> {
     let bound = admin::spawn(
         address,
         AdminState {
             applier: applier.clone(),
             status: status.clone(),
+            sockmap: accelerator.clone(),
         },
     )?;
     tracing::info!(admin = %bound, "admin listening");

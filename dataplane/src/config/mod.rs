@@ -21,14 +21,18 @@ mod dump;
 mod locate;
 mod raw;
 mod routes;
+mod sockmap;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_routes;
+#[cfg(test)]
+mod tests_sockmap;
 mod validate;
 
 pub use dump::REDACTED;
 pub use routes::{KEY_VARIABLE, clusters_of};
+pub use sockmap::{Sockmap, parse_port_list};
 
 /// A validated configuration snapshot. Immutable once built; a reload builds a new one.
 ///
@@ -45,6 +49,8 @@ pub struct Config {
     pub listeners: Vec<ListenerConfig>,
     /// `[[clusters]]`, in file order.
     pub clusters: Vec<ClusterConfig>,
+    /// `[sockmap]`, optional: read by `respite-control` only; the data plane ignores it.
+    pub sockmap: Sockmap,
 }
 
 /// `[admin]`: the admin HTTP endpoint.

@@ -19,6 +19,8 @@ pub(super) struct RawConfig {
     pub listeners: Vec<Spanned<RawListener>>,
     #[serde(default)]
     pub clusters: Vec<Spanned<RawCluster>>,
+    #[serde(default)]
+    pub sockmap: Option<super::sockmap::RawSockmap>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -203,6 +203,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 tcp_keepalive: TcpKeepalive::default(),
             },
         ],
+        sockmap: Sockmap::default(),
     };
     assert_eq!(parse(text, "t.toml"), Ok(want));
 }

@@ -43,6 +43,7 @@ pub(super) enum Origin {
 pub(super) fn build(src: &Source<'_>, raw: RawConfig, origin: Origin) -> Result<Config> {
     let admin = admin(src, raw.admin)?;
     let runtime = runtime(src, raw.runtime)?;
+    let sockmap = super::sockmap::build(src, raw.sockmap)?;
 
     // Names first, so routes can be checked; cluster bodies after listeners so that errors come
     // out roughly in file order.
@@ -115,6 +116,7 @@ pub(super) fn build(src: &Source<'_>, raw: RawConfig, origin: Origin) -> Result<
         runtime,
         listeners,
         clusters,
+        sockmap,
     })
 }
 

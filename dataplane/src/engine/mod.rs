@@ -131,6 +131,14 @@ fn stop_removed_discoveries(
     registry.retain(&keep);
 }
 
+/// `[sockmap]` is respite-control's (it loads the eBPF programs); the data plane only says so,
+/// so that an operator who enabled it here does not wonder why nothing happened.
+fn note_sockmap(config: &Config) {
+    if config.sockmap.enabled {
+        info!("[sockmap] is read by respite-control; the data plane ignores it");
+    }
+}
+
 impl Engine {
     /// Starts the admin endpoint and `config.runtime.workers` workers, each with its own listeners.
     /// `config_path` is re-read on [`Engine::reload`].
@@ -176,6 +184,7 @@ impl Engine {
             admin = %admin.address(),
             "respite started"
         );
+        note_sockmap(&config);
         Ok(Engine {
             config,
             config_path,
@@ -277,6 +286,7 @@ impl Engine {
         self.checker.apply(&new, &self.registry);
         let names: Vec<&str> = new.clusters.iter().map(|c| c.name.as_str()).collect();
         self.hosts.retain(&names);
+        note_sockmap(&new);
         self.admin_ctx.set_config(new.clone());
         self.config = new;
         Ok(())
