@@ -134,7 +134,8 @@ pub struct Phase {
     pub delta: Option<Counters>,
     /// Measured requests of the run (0 if it failed).
     pub requests: u64,
-    /// Redirected messages per measured request (the warm-up's are in the numerator too).
+    /// Redirected messages per request: the counters' change over the run and its warm-up,
+    /// divided by the measured requests scaled up to the warm-up at the measured rate.
     pub redirects_per_request: Option<f64>,
     /// Whole-machine busy CPU (/proc/stat, everything running) µs per request.
     pub machine_busy_us_per_req: Option<f64>,
@@ -470,7 +471,7 @@ fn measure(
                     requests,
                     redirects_per_request: delta
                         .filter(|_| requests > 0)
-                        .map(|d| d.redirect_total as f64 / requests as f64),
+                        .map(|d| per_request(d.redirect_total, requests, settings)),
                     machine_busy_us_per_req,
                     verdict: v,
                 });
@@ -479,6 +480,17 @@ fn measure(
     }
     let Runner { runs, failures, .. } = runner;
     Ok((runs, failures, phases))
+}
+
+/// `redirects` per request of a run that measured `requests`: the counters also saw the
+/// warm-up, whose requests are not counted, so they are estimated at the measured rate.
+pub fn per_request(redirects: u64, requests: u64, settings: &super::Settings) -> f64 {
+    let scale = if settings.duration_s > 0.0 {
+        1.0 + settings.warmup_s / settings.duration_s
+    } else {
+        1.0
+    };
+    redirects as f64 / (requests as f64 * scale)
 }
 
 /// Median over the phases of `case` × `target` of `f`.
@@ -573,7 +585,7 @@ fn render(o: &SockmapOutput) -> String {
     let _ = writeln!(s, "## {ON} / {OFF}\n");
     let _ = writeln!(
         s,
-        "| case | rps | p50 | p99 | respite CPU/req | redis CPU/req | whole-machine CPU/req | machine busy µs/req {OFF} | {ON} | ratio | redirects/req ({ON}) |"
+        "| case | rps | p50 | p99 | respite CPU/req | redis CPU/req | whole-machine CPU/req | machine busy µs/req {OFF} | {ON} | ratio | redirects/req ({ON}, est.) |"
     );
     let _ = writeln!(s, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for c in &b.cases {
@@ -603,18 +615,21 @@ fn render(o: &SockmapOutput) -> String {
     let _ = writeln!(
         s,
         "## Phases (respite-control `GET /sockmap` counters, change over each run, warm-up \
-         included)\n"
+         included; redirects/req divides by the measured requests scaled up to the warm-up; \
+         `sockets in map after` is read once the clients have closed, while Respite still holds \
+         its upstream connections: both ends of each (2 per redis-server) are there when the \
+         Respite → Redis hop was redirected too)\n"
     );
     let _ = writeln!(
         s,
-        "| rep | case | arm | state confirmed | redirects | redirect_fail | inserts | insert_fail | requests | redirects/req | verdict |"
+        "| rep | case | arm | state confirmed | redirects | redirect_fail | inserts | insert_fail | sockets in map after | measured requests | redirects/req (est.) | verdict |"
     );
-    let _ = writeln!(s, "|--:|---|---|---|--:|--:|--:|--:|--:|--:|---|");
+    let _ = writeln!(s, "|--:|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|");
     for p in &o.phases {
         let d = p.delta;
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.rep,
             p.case,
             p.target,
@@ -627,6 +642,7 @@ fn render(o: &SockmapOutput) -> String {
             count(d.map(|d| d.redirect_fail)),
             count(d.map(|d| d.inserts)),
             count(d.map(|d| d.insert_fail)),
+            count(d.map(|d| d.sockets)),
             fmt_rps(p.requests as f64),
             p.redirects_per_request
                 .map_or_else(|| "–".into(), |r| format!("{r:.2}")),
@@ -662,6 +678,25 @@ mod tests {
         assert_eq!(arm_order(1), [ON, OFF, DIRECT]);
         assert_eq!(arm_order(2), [DIRECT, OFF, ON]);
         assert_eq!(arm_order(3), arm_order(1));
+    }
+
+    #[test]
+    fn redirects_per_request_counts_the_warmup() {
+        let st = super::super::Settings {
+            reps: 3,
+            duration_s: 2.0,
+            warmup_s: 0.5,
+            quick: false,
+            redis_servers: 1,
+            memory_connections: 0,
+            keyspace: KEYSPACE,
+            client_threads: "1",
+            noisy_threshold_cores: 0.1,
+            cluster: false,
+            stats_reader: false,
+        };
+        // 2 s measured + 0.5 s warm-up: 1 000 measured requests stand for 1 250.
+        assert!((per_request(5_000, 1_000, &st) - 4.0).abs() < 1e-9);
     }
 
     #[test]
