@@ -55,6 +55,8 @@ pub struct Status {
     /// Why it is unavailable (or disabled), when the control process says.
     pub reason: Option<String>,
     pub counters: Counters,
+    /// The port filter.
+    pub ports: Vec<u16>,
 }
 
 /// Parses the `GET /sockmap` JSON body (contract: `{"state":…, "reason":…, "sockets":u64,
@@ -73,6 +75,14 @@ pub fn parse_status(body: &str) -> Result<Status, String> {
     Ok(Status {
         state,
         reason: v["reason"].as_str().map(str::to_string),
+        ports: v["ports"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| u16::try_from(p.as_u64()?).ok())
+                    .collect()
+            })
+            .unwrap_or_default(),
         counters: Counters {
             sockets: n("sockets"),
             inserts: n("inserts"),
@@ -426,6 +436,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.state, "enabled");
         assert_eq!(s.reason, None);
+        assert_eq!(s.ports, [6379]);
         assert_eq!(
             s.counters,
             Counters {
