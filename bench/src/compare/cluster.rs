@@ -226,7 +226,15 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
         failures,
     };
     let md = render(&output, &names);
-    write_outputs(&output, &su.out_dir, &su.timestamp, "-cluster", &md, None)
+    write_outputs(
+        &output,
+        &output.failures,
+        &su.out_dir,
+        &su.timestamp,
+        "-cluster",
+        &md,
+        None,
+    )
 }
 
 /// `a / b` with two decimals, `–` when either is unknown or `b` is 0.

@@ -9,6 +9,8 @@ mod memory;
 mod metrics;
 mod plot;
 mod procs;
+mod sockmap;
+mod sockmap_ctl;
 mod stats_reader;
 mod sysstat;
 mod table;
@@ -76,6 +78,26 @@ pub struct CompareArgs {
     /// per request both ways.
     #[arg(long, conflicts_with = "cluster")]
     stats_reader: bool,
+    /// Compare Respite with the eBPF sockmap accelerator on and off (issue 10): Client → Respite
+    /// (1 worker) → Redis on loopback, interleaved, fresh Respite and connections per phase,
+    /// plus Redis direct; GET P1 with 1, 10 and 50 connections and GET P16 with 50 (`--cases`:
+    /// p1-c1, p1-c10, p1-c50, p16-c50). Needs root, cgroup v2 and a respite-control built with
+    /// sockmap support; writes `<UTC>-sockmap.{json,md}` and `latest-sockmap.*`.
+    #[arg(long, conflicts_with_all = ["cluster", "stats_reader", "scaling", "memory_conns"])]
+    sockmap: bool,
+    /// The cgroup v2 the load generator (this process), Respite and Redis run in and
+    /// respite-control attaches to (created if missing) [default:
+    /// /sys/fs/cgroup/unified/respite-bench].
+    #[arg(long, value_name = "PATH", requires = "sockmap")]
+    sockmap_cgroup: Option<PathBuf>,
+    /// Plumbing check of `--sockmap` without eBPF: respite-control runs without `--sockmap` and
+    /// both Respite arms go over TCP (no root needed; the report says so in bold).
+    #[arg(long, requires = "sockmap")]
+    sockmap_tcp_only: bool,
+    /// The respite-control binary for `--sockmap` [default: `respite-control` next to this
+    /// executable].
+    #[arg(long, value_name = "PATH", requires = "sockmap")]
+    respite_control_bin: Option<PathBuf>,
     /// Output directory [default: bench/results under the workspace root; bench/results/quick
     /// with --quick].
     #[arg(long, value_name = "DIR")]
@@ -133,6 +155,8 @@ pub struct Output {
 pub fn main(args: CompareArgs) -> ExitCode {
     let result = if args.cluster {
         cluster::run(&args)
+    } else if args.sockmap {
+        sockmap::run(&args)
     } else {
         run(&args)
     };
@@ -404,13 +428,22 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         failures,
     };
     let md = table::render(&output);
-    write_outputs(&output, &out_dir, &timestamp, "", &md, Some(&svg))
+    write_outputs(
+        &output,
+        &output.failures,
+        &out_dir,
+        &timestamp,
+        "",
+        &md,
+        Some(&svg),
+    )
 }
 
 /// Writes `<timestamp><suffix>.{json,md}` (and `-latency.svg` when given) and the same as
-/// `latest<suffix>.*`, prints the Markdown, and fails if any run failed.
-fn write_outputs(
-    output: &Output,
+/// `latest<suffix>.*`, prints the Markdown, and fails if `failures` (the runs that failed) is not empty.
+fn write_outputs<T: Serialize>(
+    output: &T,
+    failures: &[String],
     out_dir: &Path,
     timestamp: &str,
     suffix: &str,
@@ -439,13 +472,10 @@ fn write_outputs(
         }
     );
     print!("{md}");
-    if output.failures.is_empty() {
+    if failures.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "{} run(s) failed (see the report)",
-            output.failures.len()
-        ))
+        Err(format!("{} run(s) failed (see the report)", failures.len()))
     }
 }
 
