@@ -369,7 +369,8 @@ fn core_suites_pass_inside_a_sockmap_cgroup_and_take_the_redirect_path() {
             && after_http.redirect_total > before_http.redirect_total,
         "GET /sockmap: {before_http:?} → {after_http:?}; status said {after:?}"
     );
-    assert_eq!(after_http.redirect_fail, before_http.redirect_fail);
+    // Not compared: redirect_fail over HTTP, since each GET from this process (outside the
+    // cgroup) to respite-control (inside, on a filtered port) adds one by design (docs/ebpf.md).
 }
 
 // ---- 2. integrity under load ---------------------------------------------------------------
@@ -745,6 +746,12 @@ fn child_toggle_clients() {
                 while !stop.exists() {
                     let mut c = RawClient::try_connect(&format!("127.0.0.1:{port}"))
                         .map_err(|e| format!("client {id}: connect: {e}"))?;
+                    // Blocking reads without a timeout, as redis-py's default: the kind of
+                    // reader that got EAGAIN when the first kill switch moved live connections
+                    // to TCP (the test would then fail with "Resource temporarily unavailable").
+                    c.stream()
+                        .set_read_timeout(None)
+                        .map_err(|e| format!("client {id}: {e}"))?;
                     connections.fetch_add(1, Ordering::Relaxed);
                     let batches = if reconnects { 3 } else { u64::MAX };
                     let mut b = 0;
@@ -779,15 +786,22 @@ fn child_toggle_clients() {
     let _ = std::io::stdout().flush();
 }
 
-/// One pipelined write of 10 SET/GET pairs (values up to ~2 KB) and the check of all 20
-/// replies.
+/// One pipelined write of 10 SET/GET pairs (values up to ~2 KB, and one of up to 1 MiB, so the
+/// reader blocks mid-reply while more bytes arrive: a connection moved to TCP under a blocking
+/// reader still in the map gets EAGAIN there, which the first kill switch did) and the check of
+/// all 20 replies.
 fn toggle_batch(c: &mut RawClient, id: u64, n: &mut u64) -> Result<(), String> {
     let mut buf = Vec::new();
     let mut want = Vec::new();
-    for _ in 0..10 {
+    for i in 0..10 {
         *n += 1;
         let key = format!("tg:{id}:{}", *n % 64);
-        let v = value((id << 40) ^ *n, (*n as usize * 131) % 2000);
+        let len = if i == 0 {
+            (*n as usize * 7919) % (1 << 20)
+        } else {
+            (*n as usize * 131) % 2000
+        };
+        let v = value((id << 40) ^ *n, len);
         RawClient::encode_into(&mut buf, &[b"SET", key.as_bytes(), &v]);
         RawClient::encode_into(&mut buf, &[b"GET", key.as_bytes()]);
         want.push((key.clone(), b"+OK\r\n".to_vec()));
