@@ -2,9 +2,9 @@
 //! (`respite-control --sockmap …`, `respite-control sockmap off|on|status`), admin
 //! (`GET /sockmap`) and data plane stats (`sockmap.*`).
 //!
-//! Every test here shares the kernel state (one set of programs, maps pinned under
-//! /sys/fs/bpf/respite), so they run one at a time ([`LOCK`]), each with its own cgroup v2 and
-//! its own `--admin` port, and compare counter snapshots, never absolute values. Processes whose
+//! The tests run one at a time ([`LOCK`]), each with its own cgroup v2, its own `--admin` port
+//! and its own bpffs mount (a fresh set of pinned maps, so its kill switch, filter and counters
+//! are its own; `RESPITE_SOCKMAP_BPFFS` overrides), and compare counter snapshots. Processes whose
 //! sockets must be redirected are spawned inside the test cgroup; this test process never moves
 //! (other tests of the binary), so the clients that must be redirected run as a child: this
 //! binary re-executed on one of the `child_*` entry points (ignored tests that do nothing unless
