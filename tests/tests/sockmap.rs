@@ -516,6 +516,18 @@ fn bulk_payload(reply: &[u8]) -> Result<&[u8], String> {
         .ok_or_else(|| format!("short bulk reply: {}", show()))
 }
 
+/// Joins client threads; returns each failed one's error (a panic included).
+fn join_clients(threads: Vec<std::thread::JoinHandle<Result<(), String>>>) -> Vec<String> {
+    threads
+        .into_iter()
+        .filter_map(|t| match t.join() {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some("a client thread panicked".into()),
+        })
+        .collect()
+}
+
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -597,14 +609,7 @@ fn child_integrity_clients() {
             })
         })
         .collect();
-    let errors: Vec<String> = threads
-        .into_iter()
-        .filter_map(|t| match t.join() {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e),
-            Err(_) => Some("a client thread panicked".into()),
-        })
-        .collect();
+    let errors = join_clients(threads);
     assert!(
         errors.is_empty(),
         "{} of {clients} clients failed:\n{}",
@@ -769,14 +774,7 @@ fn child_toggle_clients() {
             })
         })
         .collect();
-    let errors: Vec<String> = threads
-        .into_iter()
-        .filter_map(|t| match t.join() {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e),
-            Err(_) => Some("a client thread panicked".into()),
-        })
-        .collect();
+    let errors = join_clients(threads);
     assert!(errors.is_empty(), "errors:\n{}", errors.join("\n"));
     println!(
         "RESULT requests_verified={} connections={}",
