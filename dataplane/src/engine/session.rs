@@ -31,6 +31,21 @@ const READ_KEEP: usize = 256 * 1024;
 /// cluster-aware clients already understand).
 const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
 
+/// What the connection is in, as far as the requests it may run are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Requests go over the worker's shared pipelined upstream connections.
+    Shared,
+    /// The client sent MULTI, which was refused: until EXEC or DISCARD every request is refused
+    /// unrun and EXEC answers `-EXECABORT`, as Redis treats a transaction that had a queue-time
+    /// error. Without this, a client that pipelines MULTI … EXEC would see the transaction fail
+    /// while its commands ran one by one.
+    RefusedMulti,
+}
+
+/// Redis's reply to EXEC of a transaction flagged by an error while queuing (`multi.c`).
+const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+
 /// Session state the request handler needs besides the request itself.
 struct Session {
     id: u64,
@@ -46,6 +61,7 @@ struct Session {
     rw_args: Vec<Range<usize>>,
     /// The client's address, learned when the listener has an access log.
     peer: Option<std::net::SocketAddr>,
+    mode: Mode,
 }
 
 /// Keeps a session registered with its worker until both its reader and its writer are done
@@ -98,6 +114,7 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             .as_ref()
             .filter(|o| o.wants_peer())
             .and_then(|_| stream.peer_addr().ok()),
+        mode: Mode::Shared,
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -278,6 +295,9 @@ impl Session {
         }
         let arg = |i: usize| args.get(i).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
         let argc = args.len();
+        if self.mode == Mode::RefusedMulti && self.refused_multi(rt, argc, arg(0)) {
+            return;
+        }
         let spec = match command::resolve(argc, arg) {
             Ok(spec) => spec,
             Err(ResolveError::Unknown(reply)) => {
@@ -336,6 +356,9 @@ impl Session {
             Kind::FanOut(merge) => self.fan_out(rt, spec, merge, args, base, frame),
             Kind::Scan => self.scan(rt, spec, args, base),
             Kind::Refused(reason) => {
+                if spec.name == "multi" {
+                    self.mode = Mode::RefusedMulti;
+                }
                 let mut reply = Vec::new();
                 encode::error(&mut reply, reason.as_bytes());
                 self.sink.push_local(spec.id, &reply);
@@ -343,6 +366,47 @@ impl Session {
             // `resolve` never returns a container row.
             Kind::Container => self.sink.push_local(spec.id, &command::arity_error(spec)),
         }
+    }
+
+    /// Answers a request that arrives after a refused MULTI without running it; false for the
+    /// requests handled as usual in that state (RESET, which also ends it, and QUIT). Replies are
+    /// Redis's for a transaction with a queue-time error: nested MULTI and WATCH get their errors,
+    /// EXEC answers `-EXECABORT`, DISCARD `+OK`; both end the state.
+    fn refused_multi(&mut self, rt: &ListenerRuntime, argc: usize, name: &[u8]) -> bool {
+        let spec = command::lookup(name);
+        match spec {
+            Some(s) => rt.stats.request(s.id),
+            None => rt.stats.rq_total.inc(),
+        }
+        let id = spec.map_or(NO_CMD, |s| s.id);
+        let reply: std::borrow::Cow<'static, [u8]> = match (spec.map(|s| s.name), argc) {
+            (Some("reset"), _) => {
+                self.mode = Mode::Shared;
+                return false;
+            }
+            (Some("quit"), _) => return false,
+            (Some("exec"), 1) => {
+                self.mode = Mode::Shared;
+                EXECABORT.into()
+            }
+            (Some("discard"), 1) => {
+                self.mode = Mode::Shared;
+                b"+OK\r\n"[..].into()
+            }
+            (Some("multi"), _) => b"-ERR MULTI calls can not be nested\r\n"[..].into(),
+            (Some("watch"), _) => b"-ERR WATCH inside MULTI is not allowed\r\n"[..].into(),
+            (Some(name), _) => format!(
+                "-ERR '{name}' was not run: MULTI was refused on this connection, so the \
+                 transaction is discarded; EXEC or DISCARD ends it\r\n"
+            )
+            .into_bytes()
+            .into(),
+            (None, _) => b"-ERR command was not run: MULTI was refused on this connection, so \
+                the transaction is discarded; EXEC or DISCARD ends it\r\n"[..]
+                .into(),
+        };
+        self.sink.push_local(id, &reply);
+        true
     }
 
     /// Draws the listener's faults for a request of command `cmd` (Envoy `getFaultForCommand`,
