@@ -1,4 +1,4 @@
-//! `respite-control`: the control process of Respite (DESIGN.md "Processes").
+//! `respite-control`: the control process of Respite (docs/architecture.md, "Processes").
 //!
 //! It takes config from one source — a Respite TOML file, an Envoy bootstrap's
 //! `static_resources`, or a live xDS management server (ADS, state-of-the-world or Delta) —

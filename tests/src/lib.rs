@@ -11,7 +11,7 @@
 //! - [`cluster::RedisCluster`]: a six-node Redis Cluster (3 primaries + 3 replicas) and
 //!   [`cluster::cluster_config`], a Respite config over it.
 //! - [`sockmap`]: a test cgroup v2, processes spawned into it, `respite-control --sockmap` and
-//!   the sockmap counters (issue 10).
+//!   the sockmap counters.
 //! - [`xds::XdsServer`]: a scripted xDS (ADS) management server; [`xds::ControlProcess`]: a
 //!   `respite-control` under test; [`xds_resources`]: Envoy resources and responses to send.
 

@@ -1,4 +1,4 @@
-//! Harness for the eBPF sockmap tests (issue 10): a throw-away cgroup v2 that processes are
+//! Harness for the eBPF sockmap tests: a throw-away cgroup v2 that processes are
 //! spawned into, `respite-control --sockmap` under test, and the sockmap's numbers as the
 //! kill-switch subcommand (`respite-control sockmap status`) and `GET /sockmap` show them.
 //!

@@ -5,7 +5,7 @@
 //! on its own: a blocking test reads each request the client sends ([`XdsServer::recv`]) and
 //! decides what to send back ([`XdsServer::send`], [`XdsServer::send_delta`]), when to end the
 //! stream ([`XdsServer::close_stream`]) or refuse the next ones ([`XdsServer::refuse_streams`]).
-//! So tests assert on the exact requests, in order (xds-client.md §1).
+//! So tests assert on the exact requests, in order (Envoy's `api/xds_protocol.rst`).
 //!
 //! [`ControlProcess`] runs `target/release/respite-control --bootstrap FILE --admin ADDR` and
 //! reads its `/xds` and `/config_dump` pages; [`bootstrap`] writes the gRPC xDS bootstrap

@@ -1,6 +1,7 @@
 //! Envoy xDS resources and responses for the scripted management server ([`crate::xds`]),
 //! built as envoy-types protos: what a control plane driving Envoy's `redis_proxy` sends
-//! (shapes from `/work/shared/reference/xds-client.md` §3 and the Envoy protos).
+//! (shapes from the Envoy protos: `redis_proxy.proto`, `redis_cluster.proto`, `cluster.proto`,
+//! `endpoint.proto`).
 //!
 //! Builders never validate: tests also need resources a correct client must reject.
 
@@ -126,7 +127,8 @@ pub fn listener_routes(
 
 /// A Listener a conforming client must reject: a valid Redis proxy over `cluster` with
 /// `external_auth_provider` set, a supported field with behaviour Respite does not implement
-/// (issue 9: "NACKed with a clear reason, not silently ignored"; xds-client.md item 17).
+/// (a supported field with an unsupported value makes the resource invalid, gRFC A46: it is
+/// NACKed with a clear reason, not silently ignored).
 pub fn bad_listener_over(name: &str, addr: SocketAddr, cluster: &str) -> Listener {
     let mut proxy = redis_proxy(name, &[], Some(cluster));
     proxy.external_auth_provider = Some(RedisExternalAuthProvider {

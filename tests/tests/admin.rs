@@ -1,4 +1,4 @@
-//! The admin endpoints against the release binary and real redis-servers (issue 7): `/clusters`
+//! The admin endpoints against the release binary and real redis-servers: `/clusters`
 //! follows a backend killed and restarted; `/healthcheck/fail|ok` drive `/ready`;
 //! `/config_dump` never shows a password; `/logging` changes the live log filter; `/stats`
 //! filters by regex and answers JSON.

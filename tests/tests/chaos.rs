@@ -1,4 +1,4 @@
-//! Chaos (issue 6): for a bounded time, backends are killed, hung (SIGSTOP) and restarted at
+//! Chaos: for a bounded time, backends are killed, hung (SIGSTOP) and restarted at
 //! random under load; afterwards the invariants must hold:
 //!
 //! - Respite did not panic and still serves;

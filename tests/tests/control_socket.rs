@@ -1,5 +1,5 @@
 //! `respite --control-socket`: configs pushed over the Unix socket (`POST /config`) with the
-//! control process's own client, against real redis-servers (issue 9, "Applying").
+//! control process's own client, against real redis-servers.
 
 mod common;
 
@@ -388,7 +388,7 @@ fn the_socket_is_owner_only_unique_replaced_when_stale_and_removed_on_exit() {
     drop(r);
 }
 
-/// (Issue 10) respite-control's sockmap totals pushed over the real socket
+/// respite-control's sockmap totals pushed over the real socket
 /// (`POST /stats/external` with its own client) show in the admin endpoint's `/stats`, JSON and
 /// Prometheus renders; a bad line is refused naming it, and nothing of that push is applied.
 /// The `[sockmap]` table of the file is accepted, dumped and logged as ignored.

@@ -1,4 +1,4 @@
-//! An Envoy redis_proxy bootstrap run unchanged (issue 9): `respite-control translate
+//! An Envoy redis_proxy bootstrap run unchanged: `respite-control translate
 //! --envoy-config FILE` prints the data plane's TOML, `respite --config` runs it, and requests to
 //! real redis-servers behave as Envoy's redis_proxy documentation says: the longest prefix wins,
 //! `remove_prefix` strips it, the catch-all route takes the rest, the mirror gets copies of

@@ -1,4 +1,4 @@
-//! Health checking and outlier detection against real redis-servers (issue 6): a hung backend
+//! Health checking and outlier detection against real redis-servers: a hung backend
 //! (SIGSTOP) found by active checks, with `fail_fast` and with `rehash`; draining with
 //! `EXISTS drain-key`; outlier ejection of a killed backend and `max_ejection_percent`; a hung
 //! Redis Cluster replica skipped by `prefer_replica` reads.

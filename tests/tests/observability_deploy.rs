@@ -1,5 +1,5 @@
 //! The deploy/ observability files and `respite top` against a real respite over real
-//! redis-servers (issue 7):
+//! redis-servers:
 //! - every metric that `deploy/grafana/respite.json` and `deploy/prometheus/alerts.yml` query
 //!   exists in a live `/stats/prometheus` after traffic, and both files have the structure
 //!   Grafana and Prometheus need (a structural check; `promtool` is not required);

@@ -1,4 +1,4 @@
-//! Reconnects and upstream resilience (issue 6): the per-host connection rate limit under a
+//! Reconnects and upstream resilience: the per-host connection rate limit under a
 //! rolling restart, self-healing pools over thousands of backend kill/restart cycles, TCP
 //! keepalive on idle upstream connections, and `max_pending_requests` / hung-host detection.
 //! Measured values are printed (`--nocapture`).

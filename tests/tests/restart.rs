@@ -1,4 +1,4 @@
-//! Zero-downtime restart (issue 6): a second respite binds the same ports (`SO_REUSEPORT`), the
+//! Zero-downtime restart: a second respite binds the same ports (`SO_REUSEPORT`), the
 //! first drains and exits, and no client request is lost, duplicated or answered with an error
 //! (docs/hot-restart.md).
 

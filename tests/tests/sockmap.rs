@@ -1,4 +1,4 @@
-//! eBPF sockmap acceleration of loopback hops (issue 10, "Tests"), against the contract's CLI
+//! eBPF sockmap acceleration of loopback hops, against its CLI
 //! (`respite-control --sockmap …`, `respite-control sockmap off|on|status`), admin
 //! (`GET /sockmap`) and data plane stats (`sockmap.*`).
 //!

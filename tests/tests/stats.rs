@@ -1,4 +1,4 @@
-//! THE exact-counters test of issue 7: a scripted workload of known composition goes through
+//! The exact-counters test: a scripted workload of known composition goes through
 //! Respite to two real redis-servers, then every relevant counter must equal its expected value,
 //! read from the admin `/stats` text AND from `/stats/prometheus` parsed by an independent
 //! Prometheus text-format parser (`prometheus-parse`).

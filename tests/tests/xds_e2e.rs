@@ -1,4 +1,4 @@
-//! End to end (issue 9 "Tests"): real redis-servers, `respite --control-socket SOCK` started
+//! xDS end to end: real redis-servers, `respite --control-socket SOCK` started
 //! with no config, `respite-control --bootstrap --dataplane SOCK`, and the scripted management
 //! server. Under a client load, the server adds a cluster and a route, swaps endpoints via EDS,
 //! sends an invalid listener and drops the stream: traffic follows each valid change with zero

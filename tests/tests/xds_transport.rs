@@ -1,8 +1,31 @@
-//! The xDS transport rules of issue 9, one test (or a few) per rule, numbered as in the issue.
+//! The xDS transport rules, one test (or a few) per rule; a test's name starts with its rule's
+//! number:
+//!
+//! 1. ACK = the response's version and nonce; NACK = its nonce, the *previously accepted*
+//!    version and an `error_detail` naming each rejected resource; one ACK or NACK per response.
+//! 2. A rejected resource keeps its last good version; valid ones in the same response apply.
+//! 3. Resources not requested are ignored (not validated, cached or NACKed) unless the type is
+//!    under a wildcard subscription.
+//! 4. An empty name list is a wildcard only in the first request of a type on a stream; after a
+//!    named request it unsubscribes from all. Unsubscribing sends the remaining names;
+//!    re-subscribing gets the resource again.
+//! 5. SotW LDS and CDS responses are complete (absent = deleted, cascading to EDS); EDS
+//!    responses are partial; Delta deletes through `removed_resources`.
+//! 6. A does-not-exist timer per newly requested resource, started only once the request is on
+//!    a connected stream, cancelled when the resource (even an invalid one) arrives.
+//! 7. Reconnect with jittered exponential backoff, reset only after a response; a new stream
+//!    re-sends every subscribed type with the last accepted version, an empty nonce and the node,
+//!    and never a type without subscriptions; Delta sends `initial_resource_versions`, and a
+//!    wildcard stays wildcard.
+//! 8. Nonces are tracked per type for the whole stream, also for types with no watchers left.
+//! 9. No hot loop: a server re-sending a rejected response gets one NACK each, no reconnect.
+//! 10. Responses over gRPC's 4 MiB default are accepted.
+//! 11. Warming: a listener naming a cluster not yet known waits for it.
+//!
 //! Each runs `respite-control --bootstrap` (no `--dataplane`: it validates and serves
 //! `/config_dump`) against the scripted management server and asserts on the exact requests
-//! it sends, and on its `/xds` and `/config_dump` pages. Written from the spec
-//! (`xds-client.md`, xds_protocol.rst), not from the client.
+//! it sends, and on its `/xds` and `/config_dump` pages. Written from the spec (Envoy's
+//! `api/xds_protocol.rst`, `discovery.proto`, gRFCs A27, A46, A57), not from the client.
 //!
 //! Needs `cargo build --release -p respite-control` first.
 
@@ -742,7 +765,8 @@ fn rule6_does_not_exist_only_after_the_timeout_then_accepted_later() {
         after >= Duration::from_millis(1500),
         "fired early: {after:?}"
     );
-    // A missing resource can still arrive later (xds-client.md item 32).
+    // A missing resource can still arrive later (xds_protocol.rst "Knowing When a Requested
+    // Resource Does Not Exist").
     assert_ack(
         &exchange(
             &server,

@@ -9,7 +9,7 @@ use crate::source::bootstrap::{ChannelCreds, XdsServer};
 /// Connect timeout: gRPC's 20 s minimum connect timeout (connection-backoff.md).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// HTTP/2 PING interval, so a dead management server is noticed (xds_protocol.rst ADS example
-/// uses keepalives; reference item 43).
+/// uses keepalives).
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a PING may go unanswered before the connection is dropped.
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);

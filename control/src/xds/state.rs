@@ -2,8 +2,9 @@
 //! received-resource versions, does-not-exist timers, and which request to send next. Time comes
 //! in as `now`; requests go out as return values; the transport loop (`stream.rs`) does the IO.
 //!
-//! Numbers in comments are the items of the xDS client rules (reference/xds-client.md) and of
-//! issue 9's list ("issue 1" etc.).
+//! Comments cite the rule each step follows: `xds_protocol.rst` is Envoy's xDS protocol document
+//! (`api/xds_protocol.rst` in envoyproxy/envoy, section titles in quotes), `discovery.proto` the
+//! message definitions beside it, and A27, A46, A57 are gRPC's xDS design documents (gRFCs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -22,7 +23,8 @@ use super::{Applier, CLUSTER_TYPE, ENDPOINT_TYPE, Interest, LISTENER_TYPE, Updat
 pub const TYPES: [&str; 3] = [LISTENER_TYPE, CLUSTER_TYPE, ENDPOINT_TYPE];
 /// `node.user_agent_name` (gRFC A27: the client fills it, never the bootstrap).
 pub const USER_AGENT_NAME: &str = "respite-control";
-/// At most one NACK log line per type per this interval (item 18: no log flood on a NACK loop).
+/// At most one NACK log line per type per this interval: a server that resends a rejected
+/// response is NACKed each time, and the log must not flood.
 pub const NACK_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// State of the world or incremental.
@@ -56,7 +58,7 @@ pub enum Inbound {
     Delta(DeltaDiscoveryResponse),
 }
 
-/// A does-not-exist timer (item 31).
+/// A does-not-exist timer (gRFC A57 "Handling Resources That Do Not Exist").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Timer {
     /// Subscribed; starts when a request of the type is handed to a connected stream.
@@ -72,11 +74,14 @@ struct TypeState {
     /// What the server was told on this stream; None = nothing sent for this type yet.
     sent: Option<Interest>,
     /// An explicit name was sent on this stream: from then on an empty list means
-    /// "unsubscribe from all", not wildcard (item 21).
+    /// "unsubscribe from all", not wildcard (xds_protocol.rst "How the client specifies what
+    /// resources to return").
     named_sent: bool,
-    /// Last accepted version_info (SotW; carried over streams, item 6) / system_version_info.
+    /// Last accepted version_info (SotW; a property of the resources, so it carries over streams:
+    /// xds_protocol.rst "ACK/NACK and resource type instance version") / system_version_info.
     version: String,
-    /// Received and accepted resources: name → version (item 48: the latest one).
+    /// Received and accepted resources: name → version (the latest one, which Delta's
+    /// `initial_resource_versions` must carry: discovery.proto).
     cache: BTreeMap<String, String>,
     timers: BTreeMap<String, Timer>,
     last_nack_log: Option<Instant>,
@@ -106,7 +111,8 @@ impl TypeState {
     }
 
     /// A request is owed: the server's view differs, except that a type with no names and
-    /// nothing sent on this stream is never requested (item 23).
+    /// nothing sent on this stream is never requested (its empty first request would read as a
+    /// wildcard subscription).
     fn dirty(&self) -> bool {
         match (&self.sent, &self.want) {
             (None, Interest::Names(n)) => !n.is_empty(),
@@ -123,7 +129,8 @@ pub struct State {
     timeout: Duration,
     status: Status,
     types: Vec<TypeState>,
-    /// Nonce of the last response of *every* type on this stream, watched or not (item 8 / 7).
+    /// Nonce of the last response of *every* type on this stream, watched or not: a later
+    /// request of that type must carry it (xds_protocol.rst "Basic Protocol Overview").
     nonces: BTreeMap<String, String>,
     node_sent: bool,
     on_stream: bool,
@@ -131,7 +138,8 @@ pub struct State {
 
 impl State {
     /// `node` from the bootstrap: user_agent_* are set here, client_features cleared (we
-    /// implement none; item 51/52: never advertise resource-in-sotw or TTL).
+    /// implement none: never advertise `xds.config.supports-resource-in-sotw` or resource TTLs,
+    /// xds_protocol.rst "TTL").
     pub fn new(mode: Mode, mut node: Node, resource_timeout: Duration, status: Status) -> Self {
         node.user_agent_name = USER_AGENT_NAME.into();
         node.user_agent_version_type = Some(UserAgentVersionType::UserAgentVersion(
@@ -161,7 +169,9 @@ impl State {
     }
 
     /// Takes the applier's interest. New names: any cached copy is dropped and a timer armed
-    /// (issue 4, item 25); gone names: cache, timer and status row dropped (item 24, 28).
+    /// (a re-subscribed name is sent again by the server, so nothing is assumed cached); gone
+    /// names: cache, timer and status row dropped (xds_protocol.rst "Unsubscribing From
+    /// Resources").
     pub fn set_interest(&mut self, interest: Vec<(&'static str, Interest)>) {
         for (type_url, want) in interest {
             let Some(i) = self.idx(type_url) else {
@@ -188,7 +198,7 @@ impl State {
                 }
                 (Interest::Names(_), Interest::Wildcard)
                 | (Interest::Wildcard, Interest::Wildcard) => {
-                    // No timers under wildcard (issue 6): the server decides the set.
+                    // No timers under wildcard: the server decides the set.
                     ts.timers.clear();
                     (vec![], vec![])
                 }
@@ -199,7 +209,8 @@ impl State {
                 ts.timers.remove(n);
             }
             for n in &added {
-                // Re-subscribing must fetch it again (item 25).
+                // Re-subscribing must fetch it again (xds_protocol.rst "Unsubscribing From
+                // Resources").
                 ts.cache.remove(n);
                 ts.timers.insert(n.clone(), Timer::Pending);
                 rows.push(n.clone());
@@ -225,9 +236,9 @@ impl State {
         }
     }
 
-    /// A stream opened: nonces and the per-stream view reset (item 7), every subscribed type
-    /// re-requested with its last accepted version and an empty nonce (item 37), timers re-armed
-    /// only for names not cached (item 31).
+    /// A stream opened: nonces and the per-stream view reset (nonces do not survive a stream:
+    /// discovery.proto `response_nonce`), every subscribed type re-requested with its last
+    /// accepted version and an empty nonce, timers re-armed only for names not cached (A57).
     pub fn start_stream(&mut self) -> Vec<Outbound> {
         self.nonces.clear();
         self.node_sent = false;
@@ -288,7 +299,7 @@ impl State {
             .min()
     }
 
-    /// Fires expired timers: `Applier::does_not_exist` and DOES_NOT_EXIST (item 31); then the
+    /// Fires expired timers: `Applier::does_not_exist` and DOES_NOT_EXIST (A57); then the
     /// requests the applier's new interest calls for.
     pub fn on_tick<A: Applier>(&mut self, now: Instant, applier: &mut A) -> Vec<Outbound> {
         let mut fired = Vec::new();
@@ -335,7 +346,7 @@ impl State {
     }
 
     fn take_node(&mut self) -> Option<Node> {
-        // `node` on the first request of every stream (item 4).
+        // `node` on the first request of every stream (xds_protocol.rst "Basic Protocol Overview").
         if self.node_sent {
             None
         } else {
@@ -344,8 +355,9 @@ impl State {
         }
     }
 
-    /// A SotW request for type `i`: the full current name set (item 8), the last accepted version
-    /// (item 6), the stream's last nonce of the type (item 7), and `error_detail` for a NACK.
+    /// A SotW request for type `i`: the full current name set, never a diff, the last accepted
+    /// version, the stream's last nonce of the type, and `error_detail` for a NACK
+    /// (xds_protocol.rst "ACK/NACK and resource type instance version").
     fn sotw_request(
         &mut self,
         i: usize,
@@ -355,10 +367,11 @@ impl State {
         let ts = &mut self.types[i];
         let resource_names = match &ts.want {
             // Legacy wildcard = empty list, valid only while no name was sent on this stream
-            // (item 20-22); after that wildcard is the explicit "*".
+            // (xds_protocol.rst "How the client specifies what resources to return"); after that
+            // wildcard is the explicit "*".
             Interest::Wildcard if ts.named_sent => vec!["*".to_string()],
             Interest::Wildcard => vec![],
-            // After a named request an empty list is the unsubscribe from all (issue 4).
+            // After a named request an empty list is the unsubscribe from all.
             Interest::Names(n) => n.iter().cloned().collect(),
         };
         if !resource_names.is_empty() {
@@ -377,8 +390,8 @@ impl State {
     }
 
     /// A Delta subscription request for type `i`: the first of the stream subscribes to everything
-    /// wanted with `initial_resource_versions` (item 45, 47); later ones carry the diff. No nonce
-    /// on requests the client makes on its own (item 46).
+    /// wanted with `initial_resource_versions`; later ones carry the diff. No nonce on requests
+    /// the client makes on its own (discovery.proto `DeltaDiscoveryRequest`).
     fn delta_subscription(&mut self, i: usize) -> DeltaDiscoveryRequest {
         let node = self.take_node();
         let ts = &mut self.types[i];
@@ -390,7 +403,7 @@ impl State {
         match (&ts.sent, &ts.want) {
             (None, want) => {
                 // A wildcard type stays wildcard: cached names go only in
-                // initial_resource_versions (item 47, envoy #16063).
+                // initial_resource_versions (discovery.proto `initial_resource_versions`).
                 if let Interest::Names(n) = want {
                     req.resource_names_subscribe = n.iter().cloned().collect();
                 }
@@ -418,8 +431,10 @@ impl State {
         req
     }
 
-    /// One response: filter (issue 3), apply, record state (issue 2), answer exactly one ACK or
-    /// NACK (issue 1), then the requests the applier's new interest calls for.
+    /// One response: drop what was not requested, apply each valid resource (a rejected one keeps
+    /// its last good version, gRFC A46), record state, answer exactly one ACK or NACK
+    /// (xds_protocol.rst "ACK and NACK semantics summary"), then the requests the applier's new
+    /// interest calls for.
     pub fn on_response<A: Applier>(
         &mut self,
         msg: Inbound,
@@ -430,7 +445,7 @@ impl State {
             Inbound::Sotw(r) => (r.type_url.clone(), r.nonce.clone()),
             Inbound::Delta(r) => (r.type_url.clone(), r.nonce.clone()),
         };
-        // Every response's nonce is kept, watched type or not (item 7, issue 8).
+        // Every response's nonce is kept, watched type or not.
         self.nonces.insert(type_url.clone(), nonce.clone());
         self.status.with(|s| {
             if let Some(t) = s.types.get_mut(&type_url) {
@@ -439,7 +454,7 @@ impl State {
         });
         let Some(i) = self.idx(&type_url) else {
             // Answering an unknown type would subscribe to it (an empty first request is a
-            // wildcard, item 23): record the nonce only.
+            // wildcard): record the nonce only.
             tracing::warn!(%type_url, "xDS response of an unsupported type ignored");
             return vec![];
         };
@@ -461,7 +476,7 @@ impl State {
             ..
         } = read;
         {
-            // An answer, even an invalid one, cancels the timer (item 33).
+            // An answer, even an invalid one, cancels the timer: invalid is not missing.
             let ts = &mut self.types[i];
             for n in present.iter().chain(&removed) {
                 ts.timers.remove(n);
@@ -515,7 +530,7 @@ impl State {
         }
         let error = (!ack).then(|| wire::error_detail(&type_url, &version, &rejected, whole));
         if let Some(e) = &error {
-            // One NACK per response, never a reconnect (item 18); the log line is rate-limited.
+            // One NACK per response, never a reconnect; the log line is rate-limited.
             ts.nacks_unlogged += 1;
             if ts
                 .last_nack_log
@@ -561,7 +576,7 @@ impl State {
             }
         });
         // The applier may want other names now (e.g. the EDS names of new clusters, or fewer:
-        // the cascade of item 28).
+        // a deleted cluster's EDS name, xds_protocol.rst "Deleting Resources").
         self.set_interest(applier.interest());
         let mut out = Vec::with_capacity(2);
         match self.mode {
@@ -582,14 +597,16 @@ impl State {
     }
 
     /// SotW: drops unrequested resources, rejects duplicates and type mismatches, and computes
-    /// deletions (LDS/CDS responses are complete, EDS partial: issue 5, items 26-27).
+    /// deletions (LDS/CDS responses are complete, EDS partial:
+    /// xds_protocol.rst "Deleting Resources").
     fn read_sotw(&self, i: usize, r: DiscoveryResponse) -> Read {
         let ts = &self.types[i];
         let mut read = Read::new(r.version_info);
         for (k, any) in r.resources.into_iter().enumerate() {
             match wire::sotw_resource(any) {
                 Err(e) => read.rejected.push((format!("resources[{k}]"), e)),
-                // A wrapper with no body in SotW is a TTL heartbeat (item 52): not an update.
+                // A wrapper with no body in SotW is a TTL heartbeat (xds_protocol.rst "TTL"): not
+                // an update.
                 Ok((name, None)) => {
                     if ts.wants(&name) {
                         read.present.insert(name);
@@ -611,7 +628,8 @@ impl State {
     }
 
     /// Delta: `removed_resources`, `removed_resource_names`, a `Resource` without a body, and a
-    /// NOT_FOUND `resource_errors` entry all mean removal (item 35, 49).
+    /// NOT_FOUND `resource_errors` entry all mean removal (discovery.proto
+    /// `DeltaDiscoveryResponse`).
     fn read_delta(&self, i: usize, r: DeltaDiscoveryResponse) -> Read {
         let ts = &self.types[i];
         let mut read = Read::new(r.system_version_info);
@@ -683,7 +701,7 @@ impl Read {
         body: Any,
         version: Option<String>,
     ) {
-        // Not requested and not wildcard: dropped, not validated, not cached (item 19).
+        // Not requested and not wildcard: dropped, not validated, not cached.
         if !ts.wants(&name) {
             tracing::debug!(%type_url, %name, "unrequested xDS resource dropped");
             return;
@@ -709,7 +727,8 @@ impl Read {
         self.kept.push((name, body));
     }
 
-    /// Duplicate names in one response: the name is rejected, none of its copies applied (item 15).
+    /// Duplicate names in one response: the name is rejected, none of its copies applied
+    /// (xds_protocol.rst "Duplicate Resource Names").
     fn finish_duplicates(&mut self) {
         if self.duplicates.is_empty() {
             return;

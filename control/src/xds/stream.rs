@@ -66,7 +66,8 @@ pub async fn run<A: Applier>(
             s.stream.last_error = Some(error.clone());
         });
         // Backoff resets only after a response on the stream (A57); a stream that delivered
-        // responses and then closed is a normal rotation: reconnect at once, quietly (item 40).
+        // responses and then closed is a normal rotation: reconnect at once, quietly
+        // (A57).
         let delay = if got_response {
             backoff.reset();
             tracing::info!(server = %bootstrap.server.server_uri, "xDS stream closed ({error}); reconnecting");
@@ -98,7 +99,7 @@ async fn one_stream<A: Applier>(
         .max_encoding_message_size(max_message_bytes);
     let (tx, rx) = mpsc::unbounded_channel::<Outbound>();
     // Each request tonic takes off the queue has been handed to the connected stream: that is
-    // when its does-not-exist timers start (item 31).
+    // when its does-not-exist timers start (A57).
     let (sent_tx, mut sent_rx) = mpsc::unbounded_channel::<String>();
     let opening: Opening = match mode {
         Mode::Sotw => {

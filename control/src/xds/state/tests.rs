@@ -400,7 +400,7 @@ fn unsubscribe_sends_remaining_then_empty_and_new_stream_skips_type() {
     let out = s.on_response(resp(ENDPOINT_TYPE, "2", "e2", vec![cla("a")]), &mut a, now);
     assert!(a.updates.last().expect("update").resources.is_empty());
     assert_eq!(sotw(&out[0]).response_nonce, "e2");
-    // Re-subscribe carries that response's nonce (item 7).
+    // Re-subscribe carries that response's nonce.
     a.interest = envoy_interest(&["a"]);
     s.set_interest(a.interest());
     let out = s.requests();
@@ -411,7 +411,7 @@ fn unsubscribe_sends_remaining_then_empty_and_new_stream_skips_type() {
         ),
         (vec!["a"], "e2")
     );
-    // New stream without EDS names: no EDS request at all (item 23).
+    // New stream without EDS names: no EDS request at all.
     a.interest = envoy_interest(&[]);
     s.set_interest(a.interest());
     s.end_stream();
@@ -535,7 +535,7 @@ fn does_not_exist_timer_lifecycle() {
     );
     s.on_sent(ENDPOINT_TYPE, t0);
     assert_eq!(s.next_deadline(), Some(t0 + T));
-    // An invalid "b" still cancels b's timer (item 33); "a" arrives valid.
+    // An invalid "b" still cancels b's timer; "a" arrives valid.
     a.reject.insert("b".into());
     s.on_response(
         resp(ENDPOINT_TYPE, "1", "e1", vec![cla("a"), cla("b")]),
@@ -564,7 +564,7 @@ fn does_not_exist_timer_lifecycle() {
     a.missing.clear();
     s.on_tick(t1 + T, &mut a);
     assert_eq!(a.missing, [(ENDPOINT_TYPE.to_string(), "c".to_string())]);
-    // Re-subscribing a cached name drops the copy and restarts its timer (issue 4).
+    // Re-subscribing a cached name drops the copy and restarts its timer.
     a.interest = envoy_interest(&["b", "c"]);
     s.set_interest(a.interest());
     a.interest = envoy_interest(&["a", "b", "c"]);

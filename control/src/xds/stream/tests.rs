@@ -231,7 +231,7 @@ async fn sotw_end_to_end_ack_timer_reconnect_large_message() {
     );
     let started = std::time::Instant::now();
 
-    // 6 MiB: above gRPC's 4 MiB default receive limit (item 44).
+    // 6 MiB: above gRPC's 4 MiB default receive limit.
     let big = DiscoveryResponse {
         version_info: "v1".into(),
         resources: vec![cluster("c1", 6 << 20)],
