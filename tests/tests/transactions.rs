@@ -106,7 +106,10 @@ fn every_kind_of_request_is_refused_until_exec_or_discard() {
     }
     // DISCARD ended it: requests run again, and EXEC is refused as before (no transaction open).
     assert_eq!(c.cmd(&[b"SET", b"a", b"2"]), OK);
-    assert!(c.cmd(&[b"EXEC"]).starts_with(b"-ERR 'exec' is not supported"));
+    assert!(
+        c.cmd(&[b"EXEC"])
+            .starts_with(b"-ERR 'exec' is not supported")
+    );
     assert_eq!(c.cmd(&[b"GET", b"a"]), bulk(b"2"));
 }
 
