@@ -71,7 +71,8 @@ enum Command {
     /// Start redis-servers, twemproxy and Respite (1 and 2 workers) on free ports and compare
     /// them; writes JSON, Markdown and SVG results. With --cluster: a 6-node Redis Cluster,
     /// a cluster-aware client straight to it vs Respite over it. With --sockmap: Respite with
-    /// the eBPF sockmap accelerator on vs off (issue 10).
+    /// the eBPF sockmap accelerator on vs off (issue 10). With --baseline-bin: also a baseline
+    /// Respite build, current vs baseline in the same run.
     Compare(compare::CompareArgs),
 }
 
