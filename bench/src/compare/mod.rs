@@ -87,7 +87,7 @@ pub struct CompareArgs {
     /// per request both ways.
     #[arg(long, conflicts_with = "cluster")]
     stats_reader: bool,
-    /// Compare Respite with the eBPF sockmap accelerator on and off (issue 10): Client → Respite
+    /// Compare Respite with the eBPF sockmap accelerator on and off: Client → Respite
     /// (1 worker) → Redis on loopback, interleaved, fresh Respite and connections per phase,
     /// plus Redis direct; GET P1 with 1, 10 and 50 connections and GET P16 with 50 (`--cases`:
     /// p1-c1, p1-c10, p1-c50, p16-c50). Needs root, cgroup v2 and a respite-control built with

@@ -1,4 +1,4 @@
-//! `respite-bench compare --sockmap` (issue 10): Client → Respite (1 worker) → Redis on loopback
+//! `respite-bench compare --sockmap`: Client → Respite (1 worker) → Redis on loopback
 //! with the eBPF sockmap accelerator on and off, in one run, interleaved (rep → case → arm, the
 //! arm order reversed every other rep), plus Redis direct (over TCP) for scale.
 //!
