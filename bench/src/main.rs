@@ -1,4 +1,4 @@
-//! `respite-bench`: a RESP load generator (DESIGN.md "Testing": benchmarks are not tests).
+//! `respite-bench`: a RESP load generator and side-by-side benchmark reports.
 //! `run` (the default): closed loop (each connection keeps `--pipeline` requests in flight) or
 //! open loop (`--rate`); the report gives throughput, latency percentiles and CPU µs per request
 //! of this process and of any `--pid`; `run --cluster SEED` is a cluster-aware client (see
@@ -71,7 +71,8 @@ enum Command {
     /// Start redis-servers, twemproxy and Respite (1 and 2 workers) on free ports and compare
     /// them; writes JSON, Markdown and SVG results. With --cluster: a 6-node Redis Cluster,
     /// a cluster-aware client straight to it vs Respite over it. With --sockmap: Respite with
-    /// the eBPF sockmap accelerator on vs off (issue 10).
+    /// the eBPF sockmap accelerator on vs off. With --baseline-bin: also a baseline
+    /// Respite build, current vs baseline in the same run.
     Compare(compare::CompareArgs),
 }
 

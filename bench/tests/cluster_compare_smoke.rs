@@ -3,9 +3,8 @@
 //!
 //! Needs `redis-server` and `redis-cli` on PATH and the `respite` binary next to `respite-bench`
 //! (`cargo build --release`, or `cargo test --release --workspace`). The cluster-direct target
-//! (the load generator as a cluster-aware client) is checked first; the Respite targets pass once
-//! Respite serves `type = "redis_cluster"` upstreams (issue 5). Until then the test fails on them,
-//! naming the error replies Respite gave (MOVED).
+//! (the load generator as a cluster-aware client) is checked first, then the Respite targets with
+//! their `type = "redis_cluster"` upstream; a failure names the error replies Respite gave.
 
 mod common;
 
@@ -69,7 +68,7 @@ fn cluster_compare_smoke() {
         .expect("a cluster-direct GET P1 run");
     assert_eq!(direct_get["report"]["nil_replies"], 0);
 
-    // Respite over the cluster (passes once issue 5 has landed).
+    // Respite over the cluster.
     for case in ["get-p1", "set-p16"] {
         for target in ["respite-1w", "respite-2w"] {
             let m = median(case, target).unwrap_or_else(|| {

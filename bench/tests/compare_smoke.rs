@@ -1,5 +1,5 @@
 //! Smoke test of `respite-bench compare` against real redis-server, nutcracker and respite
-//! processes, with tiny run durations.
+//! processes, with tiny run durations; the `respite` binary doubles as `--baseline-bin`.
 //!
 //! Needs `redis-server` and `nutcracker` on PATH (the test fails, saying so, when they are
 //! missing; CI installs them) and the `respite` binary next to `respite-bench`: build it first
@@ -33,6 +33,8 @@ fn compare_smoke() {
         .arg(out.path())
         .arg("--respite-bin")
         .arg(&respite)
+        .arg("--baseline-bin")
+        .arg(&respite)
         .status()
         .expect("run respite-bench compare");
     assert!(status.success(), "respite-bench compare failed: {status}");
@@ -41,7 +43,13 @@ fn compare_smoke() {
     let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
     let medians = v["medians"].as_array().expect("medians array");
     for case in ["get-p1", "open-loop"] {
-        for target in ["direct", "twemproxy", "respite-1w", "respite-2w"] {
+        for target in [
+            "direct",
+            "twemproxy",
+            "respite-1w",
+            "respite-1w-baseline",
+            "respite-2w",
+        ] {
             let m = medians
                 .iter()
                 .find(|m| m["case"] == case && m["target"] == target)
@@ -51,7 +59,21 @@ fn compare_smoke() {
         }
     }
     assert!(v["open_loop_rate"].as_f64().is_some_and(|r| r > 0.0));
-    assert_eq!(v["memory"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["memory"].as_array().map(Vec::len), Some(3));
+    let pairs = v["baseline"].as_array().expect("baseline array");
+    assert_eq!(pairs.len(), 2, "{pairs:?}");
+    for p in pairs {
+        let ratio = p["proxy_cpu_ratio"].as_f64().expect("proxy CPU ratio");
+        assert!(ratio > 0.0, "{p}");
+        assert_eq!(
+            p["proxy_cpu_ratio_per_rep"].as_array().map(Vec::len),
+            Some(1)
+        );
+        assert!(
+            p["baseline"]["rps"].as_f64().is_some_and(|r| r > 0.0),
+            "{p}"
+        );
+    }
     let svg = std::fs::read_to_string(out.path().join("latest-latency.svg")).expect("SVG");
     assert!(
         svg.starts_with("<svg"),
@@ -60,4 +82,5 @@ fn compare_smoke() {
     );
     let md = std::fs::read_to_string(out.path().join("latest.md")).expect("Markdown");
     assert!(md.contains("| GET P1 | respite-2w |"));
+    assert!(md.contains("## Current vs baseline"), "{md}");
 }

@@ -1,4 +1,4 @@
-//! Smoke tests of `respite-bench compare --sockmap` (issue 10). Need redis-server and the
+//! Smoke tests of `respite-bench compare --sockmap`. Need redis-server and the
 //! release binaries `respite` and `respite-control` next to `respite-bench`
 //! (`cargo build --release -p respite -p respite-control -p respite-bench`).
 

@@ -1,4 +1,4 @@
-//! Smoke test of `respite-bench compare --stats-reader` (issue 7): the respite-1w case also
+//! Smoke test of `respite-bench compare --stats-reader`: the respite-1w case also
 //! runs with a thread fetching the admin stats in a tight loop, and the report compares both.
 //! Needs the same binaries as `compare_smoke.rs`.
 

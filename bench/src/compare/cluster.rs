@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::cases::{self, Case};
 use super::metrics::{self, RunRecord, Summary};
 use super::procs::{Fleet, Server, hosts_toml};
-use super::table::{self, Layout};
+use super::table::{self, Layout, fmt_ratio};
 use super::{CompareArgs, Output, Runner, Setup, Target, prefill, setup, write_outputs};
 
 /// The cases a cluster comparison can run (single-key commands only).
@@ -123,7 +123,7 @@ impl ClusterProcs {
         let mut respites = Vec::new();
         for (name, workers) in [("respite-1w", 1), ("respite-2w", 2)] {
             let r = fleet
-                .respite(respite_bin, workers, "1s", &upstream)
+                .respite(name, respite_bin, workers, "1s", &upstream)
                 .map_err(|e| {
                     let log = log_tail(&fleet.dir.join(format!("{name}.log")), 5);
                     format!("{e}; log: {log}")
@@ -223,6 +223,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
         runs,
         medians,
         memory: Vec::new(),
+        baseline: Vec::new(),
         failures,
     };
     let md = render(&output, &names);
@@ -235,14 +236,6 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
         &md,
         None,
     )
-}
-
-/// `a / b` with two decimals, `–` when either is unknown or `b` is 0.
-fn ratio(a: Option<f64>, b: Option<f64>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-        _ => "–".into(),
-    }
 }
 
 /// The Markdown report of a cluster comparison.
@@ -308,12 +301,12 @@ fn render(o: &Output, targets: &[String]) -> String {
                 "| {} | {} | {} | {} | {} | {} | {} | {} |",
                 m.label,
                 m.target,
-                ratio(Some(a.rps), Some(b.rps)),
-                ratio(Some(a.p50_us), Some(b.p50_us)),
-                ratio(Some(a.p99_us), Some(b.p99_us)),
-                ratio(Some(a.p999_us), Some(b.p999_us)),
-                ratio(a.redis_cpu_us_per_req, b.redis_cpu_us_per_req),
-                ratio(a.machine_cpu_us_per_req, b.machine_cpu_us_per_req),
+                fmt_ratio(Some(a.rps), Some(b.rps)),
+                fmt_ratio(Some(a.p50_us), Some(b.p50_us)),
+                fmt_ratio(Some(a.p99_us), Some(b.p99_us)),
+                fmt_ratio(Some(a.p999_us), Some(b.p999_us)),
+                fmt_ratio(a.redis_cpu_us_per_req, b.redis_cpu_us_per_req),
+                fmt_ratio(a.machine_cpu_us_per_req, b.machine_cpu_us_per_req),
             );
         }
         s.push('\n');
@@ -347,13 +340,6 @@ mod tests {
         assert_eq!(ids(None), CASES);
         assert_eq!(ids(Some("set-p16, get-p1")), ["get-p1", "set-p16"]);
         assert!(select(Some("mget10-p1")).is_err());
-    }
-
-    #[test]
-    fn ratios() {
-        assert_eq!(ratio(Some(1.0), Some(4.0)), "0.25");
-        assert_eq!(ratio(None, Some(4.0)), "–");
-        assert_eq!(ratio(Some(1.0), Some(0.0)), "–");
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! `respite-bench compare`: Redis direct vs twemproxy vs Respite (1 and 2 workers) over the same
 //! redis-servers, all started here on free ports, runs interleaved (rep → case → target) so drift
 //! hits every target alike; medians over repetitions; JSON, Markdown and an SVG plot as output.
-//! `--cluster`: a cluster-aware client vs Respite over a Redis Cluster (see `cluster.rs`).
+//! `--cluster`: a cluster-aware client vs Respite over a Redis Cluster (see `cluster.rs`);
+//! `--baseline-bin`: also a baseline Respite build, compared with the current one (`baseline.rs`).
 
+mod baseline;
 mod cases;
 mod cluster;
 mod memory;
@@ -72,13 +74,20 @@ pub struct CompareArgs {
     /// The respite binary [default: `respite` next to this executable].
     #[arg(long, value_name = "PATH")]
     respite_bin: Option<PathBuf>,
+    /// A baseline respite binary (e.g. a build of the commit before a change): every case also
+    /// runs against it as target `respite-1w-baseline` (1 worker, respite-1w's config, same
+    /// backends), right after respite-1w in every repetition; the report gets a "Current vs
+    /// baseline" section (JSON `baseline`) with both binaries' rps, p50/p99, proxy and Redis CPU
+    /// per request and the current / baseline ratio of proxy CPU per request, median and per rep.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["cluster", "sockmap"])]
+    baseline_bin: Option<PathBuf>,
     /// Also run every case against respite-1w while a thread fetches its admin `/stats` and
     /// `/stats/prometheus` in a tight loop (target `respite-1w+stats`, interleaved with the plain
     /// runs); the report gets a "Stats reader" section with the throughput ratio and proxy CPU
     /// per request both ways.
     #[arg(long, conflicts_with = "cluster")]
     stats_reader: bool,
-    /// Compare Respite with the eBPF sockmap accelerator on and off (issue 10): Client → Respite
+    /// Compare Respite with the eBPF sockmap accelerator on and off: Client → Respite
     /// (1 worker) → Redis on loopback, interleaved, fresh Respite and connections per phase,
     /// plus Redis direct; GET P1 with 1, 10 and 50 connections and GET P16 with 50 (`--cases`:
     /// p1-c1, p1-c10, p1-c50, p16-c50). Needs root, cgroup v2 and a respite-control built with
@@ -121,6 +130,8 @@ struct Settings {
     cluster: bool,
     /// `--stats-reader`: respite-1w also runs with an admin stats reader.
     stats_reader: bool,
+    /// `--baseline-bin`: the baseline respite binary (target `respite-1w-baseline`).
+    baseline_bin: Option<PathBuf>,
 }
 
 /// One target of every case.
@@ -147,6 +158,9 @@ pub struct Output {
     runs: Vec<RunRecord>,
     medians: Vec<Summary>,
     memory: Vec<MemoryResult>,
+    /// `--baseline-bin`: current vs baseline per case.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    baseline: Vec<baseline::Pair>,
     /// Runs that could not be made at all.
     failures: Vec<String>,
 }
@@ -227,6 +241,7 @@ fn setup(
         noisy_threshold_cores: metrics::NOISY_CORES,
         cluster: args.cluster,
         stats_reader: args.stats_reader,
+        baseline_bin: args.baseline_bin.clone(),
     };
     if settings.duration_s <= 0.0 {
         return Err("--duration must be > 0".into());
@@ -257,6 +272,9 @@ fn setup(
              --respite-bin)",
             respite_bin.display()
         ));
+    }
+    if let Some(b) = settings.baseline_bin.as_ref().filter(|b| !b.exists()) {
+        return Err(format!("--baseline-bin: {} not found", b.display()));
     }
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     Ok(Setup {
@@ -300,8 +318,19 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         ));
     }
 
-    eprintln!("starting redis-servers, nutcracker and respite (1 and 2 workers)...");
-    let procs = Procs::start(settings.redis_servers, &respite_bin)?;
+    eprintln!(
+        "starting redis-servers, nutcracker and respite (1 and 2 workers{})...",
+        if settings.baseline_bin.is_some() {
+            ", and the baseline with 1"
+        } else {
+            ""
+        }
+    );
+    let procs = Procs::start(
+        settings.redis_servers,
+        &respite_bin,
+        settings.baseline_bin.as_deref(),
+    )?;
     eprintln!(
         "configs and logs in {} (removed at exit)",
         procs.dir().display()
@@ -314,54 +343,36 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         }
     }
 
-    let targets = [
+    let proxy = |name: &'static str, s: &procs::Server| Target {
+        name,
+        port: s.port,
+        proxy_pid: Some(s.pid),
+        cluster: false,
+        stats_reader: None,
+    };
+    let mut targets = vec![
         Target {
-            name: "direct",
-            port: procs.redis[0].port,
             proxy_pid: None,
-            cluster: false,
-            stats_reader: None,
+            ..proxy("direct", &procs.redis[0])
         },
-        Target {
-            name: "twemproxy",
-            port: procs.twemproxy.port,
-            proxy_pid: Some(procs.twemproxy.pid),
-            cluster: false,
-            stats_reader: None,
-        },
-        Target {
-            name: "respite-1w",
-            port: procs.respite_1w.port,
-            proxy_pid: Some(procs.respite_1w.pid),
-            cluster: false,
-            stats_reader: None,
-        },
-        Target {
-            name: "respite-2w",
-            port: procs.respite_2w.port,
-            proxy_pid: Some(procs.respite_2w.pid),
-            cluster: false,
-            stats_reader: None,
-        },
+        proxy("twemproxy", &procs.twemproxy),
+        proxy("respite-1w", &procs.respite_1w),
     ];
-    let mut targets = targets.to_vec();
+    // The variants of respite-1w come next to it, so drift hits them alike.
+    if let Some(b) = &procs.respite_1w_baseline {
+        targets.push(proxy(baseline::TARGET, b));
+    }
     if args.stats_reader {
         let admin = procs
             .respite_1w
             .admin_port
             .ok_or("internal: respite-1w has no admin port")?;
-        // Right after the plain respite-1w run, so drift hits both alike.
-        targets.insert(
-            3,
-            Target {
-                name: stats_reader::TARGET,
-                port: procs.respite_1w.port,
-                proxy_pid: Some(procs.respite_1w.pid),
-                cluster: false,
-                stats_reader: Some(admin),
-            },
-        );
+        targets.push(Target {
+            stats_reader: Some(admin),
+            ..proxy(stats_reader::TARGET, &procs.respite_1w)
+        });
     }
+    targets.push(proxy("respite-2w", &procs.respite_2w));
     let target_names: Vec<String> = targets.iter().map(|t| t.name.to_string()).collect();
 
     // Memory first, on fresh proxies: after a 10 000-connection load run twemproxy keeps its
@@ -371,7 +382,7 @@ fn run(args: &CompareArgs) -> Result<(), String> {
     if settings.memory_connections > 0 {
         for t in targets
             .iter()
-            .filter(|t| matches!(t.name, "twemproxy" | "respite-1w"))
+            .filter(|t| matches!(t.name, "twemproxy" | "respite-1w" | baseline::TARGET))
         {
             let Some(pid) = t.proxy_pid else { continue };
             eprintln!(
@@ -416,6 +427,7 @@ fn run(args: &CompareArgs) -> Result<(), String> {
 
     let medians = metrics::summarize(&runs, &cases, &target_names);
     let svg = plot::render(&medians)?;
+    let baseline = baseline::pairs(&medians, &runs);
     let output = Output {
         timestamp: timestamp.clone(),
         machine,
@@ -425,6 +437,7 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         runs,
         medians,
         memory,
+        baseline,
         failures,
     };
     let md = table::render(&output);

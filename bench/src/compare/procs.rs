@@ -1,5 +1,6 @@
-//! The processes a comparison runs against: redis-servers, twemproxy (nutcracker) and two Respite
-//! instances (1 and 2 workers), on free loopback ports ([`Procs`]); the cluster comparison's
+//! The processes a comparison runs against: redis-servers, twemproxy (nutcracker), two Respite
+//! instances (1 and 2 workers) and optionally a baseline Respite binary (1 worker), on free
+//! loopback ports ([`Procs`]); the cluster comparison's
 //! processes are in `cluster.rs`. All are killed when their [`Fleet`] drops, and each child gets
 //! `PR_SET_PDEATHSIG` so that it also dies if this process is killed.
 
@@ -103,17 +104,18 @@ impl Fleet {
         })
     }
 
-    /// Starts Respite with `workers` workers, one listener (`op_timeout`) whose catch-all route
-    /// goes to the cluster `backends`, described by `cluster` (the TOML body of its
-    /// `[[clusters]]` table after `name`), and waits until it answers PING.
+    /// Starts Respite `bin` as `name` (its config and log file names) with `workers` workers,
+    /// one listener (`op_timeout`) whose catch-all route goes to the cluster `backends`,
+    /// described by `cluster` (the TOML body of its `[[clusters]]` table after `name`), and
+    /// waits until it answers PING.
     pub fn respite(
         &mut self,
+        name: &str,
         bin: &Path,
         workers: usize,
         op_timeout: &str,
         cluster: &str,
     ) -> Result<Server, String> {
-        let name = format!("respite-{workers}w");
         let port = free_port()?;
         let admin = free_port()?;
         let toml = format!(
@@ -126,15 +128,15 @@ impl Fleet {
         let path = self.dir.join(format!("{name}.toml"));
         std::fs::write(&path, toml).map_err(|e| format!("{}: {e}", path.display()))?;
         let log = self.dir.join(format!("{name}.log"));
-        let mut child = spawn(Command::new(bin).arg("--config").arg(&path), &name, &log)?;
-        let ready = wait_ready(&name, port, &mut child, &self.dir);
+        let mut child = spawn(Command::new(bin).arg("--config").arg(&path), name, &log)?;
+        let ready = wait_ready(name, port, &mut child, &self.dir);
         let pid = child.id();
         if ready.is_err() {
             let _ = child.kill();
         }
         self.children.push(child);
         ready.map(|()| Server {
-            name,
+            name: name.to_string(),
             port,
             pid,
             admin_port: Some(admin),
@@ -159,6 +161,8 @@ pub struct Procs {
     pub twemproxy: Server,
     pub respite_1w: Server,
     pub respite_2w: Server,
+    /// `--baseline-bin`: the baseline binary with `respite_1w`'s config.
+    pub respite_1w_baseline: Option<Server>,
 }
 
 impl Drop for Procs {
@@ -259,8 +263,13 @@ pub(super) fn spawn(cmd: &mut Command, name: &str, log: &Path) -> Result<Child, 
 }
 
 impl Procs {
-    /// Starts `redis_servers` redis-servers, nutcracker and two Respites, waiting until all answer.
-    pub fn start(redis_servers: usize, respite_bin: &Path) -> Result<Procs, String> {
+    /// Starts `redis_servers` redis-servers, nutcracker, two Respites and the `baseline_bin`
+    /// Respite if given, waiting until all answer.
+    pub fn start(
+        redis_servers: usize,
+        respite_bin: &Path,
+        baseline_bin: Option<&Path>,
+    ) -> Result<Procs, String> {
         let mut fleet = Fleet::new("respite-compare")?;
         let mut redis = Vec::new();
         for i in 1..=redis_servers {
@@ -302,14 +311,18 @@ impl Procs {
             "type = \"static\"\nhosts = {}\n",
             hosts_toml(redis.iter().map(|r| r.port))
         );
-        let respite_1w = fleet.respite(respite_bin, 1, "5s", &backends)?;
-        let respite_2w = fleet.respite(respite_bin, 2, "5s", &backends)?;
+        let respite_1w = fleet.respite("respite-1w", respite_bin, 1, "5s", &backends)?;
+        let respite_2w = fleet.respite("respite-2w", respite_bin, 2, "5s", &backends)?;
+        let respite_1w_baseline = baseline_bin
+            .map(|bin| fleet.respite(super::baseline::TARGET, bin, 1, "5s", &backends))
+            .transpose()?;
         Ok(Procs {
             fleet,
             redis,
             twemproxy,
             respite_1w,
             respite_2w,
+            respite_1w_baseline,
         })
     }
 

@@ -1,4 +1,4 @@
-//! `respite-bench compare --sockmap` (issue 10): Client → Respite (1 worker) → Redis on loopback
+//! `respite-bench compare --sockmap`: Client → Respite (1 worker) → Redis on loopback
 //! with the eBPF sockmap accelerator on and off, in one run, interleaved (rep → case → arm, the
 //! arm order reversed every other rep), plus Redis direct (over TCP) for scale.
 //!
@@ -26,7 +26,7 @@ use super::cases::{Case, Group, KEYSPACE};
 use super::metrics::{self, RunRecord, Summary};
 use super::procs::{Fleet, free_port, hosts_toml, spawn, wait_ready};
 use super::sockmap_ctl::{Counters, EnvOptions, SockmapEnv};
-use super::table::{self, Layout, fmt_cpu, fmt_rps};
+use super::table::{self, Layout, fmt_cpu, fmt_ratio, fmt_rps};
 use super::{CompareArgs, Output, Runner, Setup, Target, prefill, setup, write_outputs};
 
 /// Respite with the sockmap on (connections made while on).
@@ -353,6 +353,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
             runs,
             medians,
             memory: Vec::new(),
+            baseline: Vec::new(),
             failures,
         },
         mode: if tcp_only { "tcp-only" } else { "sockmap" },
@@ -511,14 +512,6 @@ fn phase_median(
     metrics::median(&v)
 }
 
-/// `a / b` with two decimals, `–` when either is unknown or `b` is 0.
-fn ratio(a: Option<f64>, b: Option<f64>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-        _ => "–".into(),
-    }
-}
-
 fn count(v: Option<u64>) -> String {
     v.map_or_else(|| "–".into(), |n| fmt_rps(n as f64))
 }
@@ -599,15 +592,15 @@ fn render(o: &SockmapOutput) -> String {
             s,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             c.label,
-            ratio(Some(a.rps), Some(z.rps)),
-            ratio(Some(a.p50_us), Some(z.p50_us)),
-            ratio(Some(a.p99_us), Some(z.p99_us)),
-            ratio(a.proxy_cpu_us_per_req, z.proxy_cpu_us_per_req),
-            ratio(a.redis_cpu_us_per_req, z.redis_cpu_us_per_req),
-            ratio(a.machine_cpu_us_per_req, z.machine_cpu_us_per_req),
+            fmt_ratio(Some(a.rps), Some(z.rps)),
+            fmt_ratio(Some(a.p50_us), Some(z.p50_us)),
+            fmt_ratio(Some(a.p99_us), Some(z.p99_us)),
+            fmt_ratio(a.proxy_cpu_us_per_req, z.proxy_cpu_us_per_req),
+            fmt_ratio(a.redis_cpu_us_per_req, z.redis_cpu_us_per_req),
+            fmt_ratio(a.machine_cpu_us_per_req, z.machine_cpu_us_per_req),
             fmt_cpu(busy(OFF)),
             fmt_cpu(busy(ON)),
-            ratio(busy(ON), busy(OFF)),
+            fmt_ratio(busy(ON), busy(OFF)),
             redir.map_or_else(|| "–".into(), |r| format!("{r:.2}")),
         );
     }
@@ -694,6 +687,7 @@ mod tests {
             noisy_threshold_cores: 0.1,
             cluster: false,
             stats_reader: false,
+            baseline_bin: None,
         };
         // 2 s measured + 0.5 s warm-up: 1 000 measured requests stand for 1 250.
         assert!((per_request(5_000, 1_000, &st) - 4.0).abs() < 1e-9);
@@ -714,12 +708,5 @@ mod tests {
         assert!(
             matches!(verdict(true, Err("gone".into())), Verdict::Invalid(w) if w.contains("gone"))
         );
-    }
-
-    #[test]
-    fn ratios() {
-        assert_eq!(ratio(Some(1.0), Some(4.0)), "0.25");
-        assert_eq!(ratio(None, Some(4.0)), "–");
-        assert_eq!(ratio(Some(1.0), Some(0.0)), "–");
     }
 }

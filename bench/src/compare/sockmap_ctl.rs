@@ -1,4 +1,4 @@
-//! The machinery under `compare --sockmap` (issue 10): the cgroup v2 that Respite, Redis and the
+//! The machinery under `compare --sockmap`: the cgroup v2 that Respite, Redis and the
 //! load generator share, a private bpffs, `respite-control --sockmap` managing the eBPF programs
 //! and pushing to Respite's control socket, its `GET /sockmap` counters, and the kill switch
 //! (`respite-control sockmap on|off`). The contract is /work/briefs/i10/contract.md (CLI flags,

@@ -1,6 +1,5 @@
 //! `compare --stats-reader`: what reading the admin stats in a tight loop costs the workers
-//! (issue 7: "Reading /stats in a tight loop during a benchmark costs the workers less than 2%
-//! throughput"). The case runs against `respite-1w` twice per repetition, interleaved: as is, and
+//! (the goal: less than 2% of their throughput). The case runs against `respite-1w` twice per repetition, interleaved: as is, and
 //! as `respite-1w+stats` — the same process while a thread here fetches `/stats` and
 //! `/stats/prometheus` back to back, as fast as the admin endpoint answers.
 

@@ -1,6 +1,7 @@
 //! The Markdown report: main cases, scaling sweeps, memory.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use super::Output;
 use super::cases::Group;
@@ -32,6 +33,19 @@ pub fn fmt_us(v: f64) -> String {
 /// CPU µs/request with two decimals, `–` when unknown.
 pub fn fmt_cpu(v: Option<f64>) -> String {
     v.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"))
+}
+
+/// `a / b`; `None` when either is unknown or `b` is not positive.
+pub fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// `a / b` with two decimals, `–` when either is unknown or `b` is 0.
+pub fn fmt_ratio(a: Option<f64>, b: Option<f64>) -> String {
+    fmt_cpu(ratio(a, b))
 }
 
 fn baseline_rps(all: &[Summary], case: &str, baseline: &str) -> Option<f64> {
@@ -259,6 +273,11 @@ pub fn render(o: &Output) -> String {
         }));
         s.push('\n');
     }
+    let baseline_bin = o.settings.baseline_bin.as_deref().unwrap_or(Path::new(""));
+    s.push_str(&super::baseline::render(
+        &o.baseline,
+        &baseline_bin.display().to_string(),
+    ));
     s.push_str(&super::stats_reader::render(o));
     if !o.memory.is_empty() {
         let _ = writeln!(s, "## Memory per idle client connection\n");
@@ -308,6 +327,9 @@ mod tests {
         assert_eq!(fmt_us(1234.5), "1234");
         assert_eq!(fmt_cpu(None), "–");
         assert_eq!(fmt_cpu(Some(6.891)), "6.89");
+        assert_eq!(fmt_ratio(Some(1.0), Some(4.0)), "0.25");
+        assert_eq!(fmt_ratio(None, Some(4.0)), "–");
+        assert_eq!(fmt_ratio(Some(1.0), Some(0.0)), "–");
     }
 
     #[test]
