@@ -1333,6 +1333,16 @@ fn refused_and_unknown_commands_keep_the_connection_and_reach_no_backend() {
     let per_round = refused.len() + unknown.len() + 1;
     for (round, chunk) in replies.chunks(per_round).enumerate() {
         for ((_, name), r) in refused.iter().zip(chunk) {
+            // EXEC right after the refused MULTI ends that refused transaction, as Redis ends one
+            // with a queue-time error.
+            if *name == "exec" {
+                assert_eq!(
+                    show(r),
+                    show(b"-EXECABORT Transaction discarded because of previous errors.\r\n"),
+                    "round {round}"
+                );
+                continue;
+            }
             let prefix = format!("-ERR '{name}' is not supported by respite: ");
             assert!(
                 r.starts_with(prefix.as_bytes()) && r.ends_with(b"\r\n"),

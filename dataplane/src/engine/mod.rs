@@ -6,6 +6,7 @@ mod local;
 mod local_cluster;
 mod observe;
 pub mod probe;
+mod refused_multi;
 mod session;
 mod sink;
 pub(crate) mod stats;

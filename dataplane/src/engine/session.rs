@@ -11,6 +11,7 @@ use std::time::Instant;
 use tracing::debug;
 
 use super::local::{self, ConnState};
+use super::refused_multi::{self, Step};
 use super::sink::{NO_CMD, Sink};
 use super::stats::{BatchClock, CUSTOM_CMD};
 use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
@@ -36,15 +37,10 @@ const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slo
 enum Mode {
     /// Requests go over the worker's shared pipelined upstream connections.
     Shared,
-    /// The client sent MULTI, which was refused: until EXEC or DISCARD every request is refused
-    /// unrun and EXEC answers `-EXECABORT`, as Redis treats a transaction that had a queue-time
-    /// error. Without this, a client that pipelines MULTI … EXEC would see the transaction fail
-    /// while its commands ran one by one.
+    /// The client sent MULTI, which was refused: nothing runs until EXEC, DISCARD or RESET
+    /// (see [`refused_multi`]).
     RefusedMulti,
 }
-
-/// Redis's reply to EXEC of a transaction flagged by an error while queuing (`multi.c`).
-const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
 
 /// Session state the request handler needs besides the request itself.
 struct Session {
@@ -295,7 +291,7 @@ impl Session {
         }
         let arg = |i: usize| args.get(i).and_then(|r| base.get(r.clone())).unwrap_or(&[]);
         let argc = args.len();
-        if self.mode == Mode::RefusedMulti && self.refused_multi(rt, argc, arg(0)) {
+        if self.mode == Mode::RefusedMulti && self.refused_multi(rt, argc, arg) {
             return;
         }
         let spec = match command::resolve(argc, arg) {
@@ -368,45 +364,36 @@ impl Session {
         }
     }
 
-    /// Answers a request that arrives after a refused MULTI without running it; false for the
-    /// requests handled as usual in that state (RESET, which also ends it, and QUIT). Replies are
-    /// Redis's for a transaction with a queue-time error: nested MULTI and WATCH get their errors,
-    /// EXEC answers `-EXECABORT`, DISCARD `+OK`; both end the state.
-    fn refused_multi(&mut self, rt: &ListenerRuntime, argc: usize, name: &[u8]) -> bool {
-        let spec = command::lookup(name);
-        match spec {
-            Some(s) => rt.stats.request(s.id),
-            None => rt.stats.rq_total.inc(),
+    /// Answers a request that arrives after a refused MULTI without running it (see
+    /// [`refused_multi`]); false for the requests handled as usual in that state (RESET, which
+    /// also ends it, and QUIT).
+    fn refused_multi<'a>(
+        &mut self,
+        rt: &ListenerRuntime,
+        argc: usize,
+        arg: impl Fn(usize) -> &'a [u8] + Copy,
+    ) -> bool {
+        let custom = argc >= 2 && rt.custom_command(arg(0));
+        match refused_multi::step(argc, arg, custom) {
+            Step::Run { ends } => {
+                if ends {
+                    self.mode = Mode::Shared;
+                }
+                false
+            }
+            Step::Answer { cmd, reply, ends } => {
+                if cmd == NO_CMD {
+                    rt.stats.rq_total.inc();
+                } else {
+                    rt.stats.request(cmd);
+                }
+                if ends {
+                    self.mode = Mode::Shared;
+                }
+                self.sink.push_local(cmd, &reply);
+                true
+            }
         }
-        let id = spec.map_or(NO_CMD, |s| s.id);
-        let reply: std::borrow::Cow<'static, [u8]> = match (spec.map(|s| s.name), argc) {
-            (Some("reset"), _) => {
-                self.mode = Mode::Shared;
-                return false;
-            }
-            (Some("quit"), _) => return false,
-            (Some("exec"), 1) => {
-                self.mode = Mode::Shared;
-                EXECABORT.into()
-            }
-            (Some("discard"), 1) => {
-                self.mode = Mode::Shared;
-                b"+OK\r\n"[..].into()
-            }
-            (Some("multi"), _) => b"-ERR MULTI calls can not be nested\r\n"[..].into(),
-            (Some("watch"), _) => b"-ERR WATCH inside MULTI is not allowed\r\n"[..].into(),
-            (Some(name), _) => format!(
-                "-ERR '{name}' was not run: MULTI was refused on this connection, so the \
-                 transaction is discarded; EXEC or DISCARD ends it\r\n"
-            )
-            .into_bytes()
-            .into(),
-            (None, _) => b"-ERR command was not run: MULTI was refused on this connection, so \
-                the transaction is discarded; EXEC or DISCARD ends it\r\n"[..]
-                .into(),
-        };
-        self.sink.push_local(id, &reply);
-        true
     }
 
     /// Draws the listener's faults for a request of command `cmd` (Envoy `getFaultForCommand`,
