@@ -1,12 +1,11 @@
 //! The command table: names, arity, key positions, read/write class and how each command is
 //! executed (routed by key, split and merged, or answered locally).
 //!
-//! CONTRACT: the public items below are used by the engine; names and signatures are fixed.
-//!
 //! Every command and subcommand of Redis 7.0.15's `COMMAND LIST` has a row (366): keyed
 //! (routed whole; multi-key ones need their keys on one shard), split, fan-out, SCAN, local,
 //! refused with a reason, or a container of `container|sub` rows. Zero-key rows that are
-//! Keyed (`*|help`, LOLWUT, FUNCTION LIST, …) go to shard 0.
+//! Keyed (`*|help`, LOLWUT, FUNCTION LIST, …) go to shard 0. The rows are generated from a real
+//! redis-server by `dataplane/command-table/gen_table.py`, where each row's kind is chosen.
 //!
 //! Sources: Redis 7.0 `COMMAND INFO` data (`src/commands/*.json`), Redis 7.0 `server.c`
 //! `processCommand` (error texts), Envoy `redis_proxy` `command_splitter_impl.cc` (split/merge).
@@ -16,11 +15,13 @@ use std::sync::OnceLock;
 pub mod fanout;
 mod introspect;
 mod keys;
+mod refused;
 pub mod split;
 mod table;
 mod table_raw;
 
 pub use keys::is_blocking;
+pub use refused::{Reason, refused_reply};
 
 /// True if `spec` only reads, so that a Redis Cluster replica may serve it (`read_policy`).
 /// Commands Redis does not flag `readonly` although they do not write themselves — scripts and
@@ -47,10 +48,9 @@ pub enum Kind {
     FanOut(Merge),
     /// SCAN: the cursor names the shard it continues on (see [`scan`]).
     Scan,
-    /// Refused: the reason is a whole Redis error line without `-` and CRLF (`ERR 'multi' is not
-    /// supported by respite: …`, naming the command and saying why); reply
-    /// [`refused_reply`] (`-<reason>\r\n`). The connection stays open.
-    Refused(&'static str),
+    /// Refused for the given reason: reply [`refused_reply`] (`-ERR 'multi' is not supported by
+    /// respite: <reason>\r\n`, naming the command). The connection stays open.
+    Refused(Reason),
     /// A container (`SCRIPT`, `CLIENT`, `OBJECT`, …) resolved by [`resolve`] into the row of its
     /// subcommand (`script|load`). `COMMAND` is a container too but is `Local(Command)`, since
     /// Redis also runs it alone (see [`is_container`]). [`resolve`] never returns this kind.
@@ -376,13 +376,6 @@ pub fn unknown_subcommand_error(container: &[u8], sub: &[u8]) -> Vec<u8> {
     msg.extend_from_slice(b" HELP.");
     let mut out = Vec::with_capacity(msg.len() + 3);
     crate::resp::encode::error(&mut out, &msg);
-    out
-}
-
-/// The reply to a [`Kind::Refused`] row: `-<reason>\r\n`.
-pub fn refused_reply(reason: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(reason.len() + 3);
-    crate::resp::encode::error(&mut out, reason.as_bytes());
     out
 }
 

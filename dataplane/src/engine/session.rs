@@ -355,9 +355,8 @@ impl Session {
                 if spec.name == "multi" {
                     self.mode = Mode::RefusedMulti;
                 }
-                let mut reply = Vec::new();
-                encode::error(&mut reply, reason.as_bytes());
-                self.sink.push_local(spec.id, &reply);
+                self.sink
+                    .push_local(spec.id, &command::refused_reply(spec, reason));
             }
             // `resolve` never returns a container row.
             Kind::Container => self.sink.push_local(spec.id, &command::arity_error(spec)),
