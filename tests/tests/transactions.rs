@@ -159,10 +159,6 @@ fn redis_crate_atomic_pipeline_fails_without_side_effects() {
 fn execabort_text_is_redis_own() {
     let redis = RedisServer::start();
     let mut d: RawClient = redis.raw();
-    let replies = d.pipeline(&[
-        cmd(&[b"MULTI"]),
-        cmd(&[b"NOSUCHCOMMAND"]),
-        cmd(&[b"EXEC"]),
-    ]);
+    let replies = d.pipeline(&[cmd(&[b"MULTI"]), cmd(&[b"NOSUCHCOMMAND"]), cmd(&[b"EXEC"])]);
     assert_eq!(show(&replies[2]), show(EXECABORT));
 }

@@ -5,7 +5,6 @@ pub mod access_log;
 mod local;
 mod local_cluster;
 mod observe;
-pub mod probe;
 mod session;
 mod sink;
 pub(crate) mod stats;

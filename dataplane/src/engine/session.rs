@@ -12,13 +12,15 @@ use tracing::debug;
 
 use super::local::{self, ConnState};
 use super::sink::{NO_CMD, Sink};
-use super::stats::{BatchClock, CUSTOM_CMD};
+use super::stats::CUSTOM_CMD;
 use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
 use crate::command::{self, CommandSpec, Kind, Local, ResolveError, split};
 use crate::net::{self, BufResult, TcpStream};
 use crate::resp::{Limits, Parsed, RequestParser, encode};
 use crate::router::fault::{FAULT_ERROR_REPLY, Fault};
 use crate::router::{Mirror, RouteRuntime};
+use crate::stats::clock::BatchClock;
+use crate::stats::probe::RequestPath;
 use crate::upstream::{ClusterPool, Deliver, Dest, NO_UPSTREAM_HOST, Target};
 
 /// Growth step of a session's read buffer; a new connection starts with `READ_INITIAL`, so an idle
@@ -172,7 +174,7 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
         };
         stats.rx_bytes.add(n as u64);
         let rt = handle.current();
-        let _request_path = super::probe::RequestPath::enter();
+        let _request_path = RequestPath::enter();
         // One clock read per read batch: every request parsed from it starts its latency here.
         let _clock = BatchClock::enter(Instant::now());
         loop {

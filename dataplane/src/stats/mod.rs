@@ -10,9 +10,11 @@
 //! (Envoy admin `/stats`) and [`Store::render_prometheus`] (Prometheus text format 0.0.4, naming
 //! scheme in [`prometheus`]).
 
+pub mod clock;
 pub mod external;
 pub mod histogram;
 pub mod hotkeys;
+pub mod probe;
 pub mod prometheus;
 
 use std::collections::BTreeMap;

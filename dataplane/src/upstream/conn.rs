@@ -21,6 +21,8 @@ use crate::cluster::health::Streak;
 use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
+use crate::stats::clock::{self, BatchClock};
+use crate::stats::probe::RequestPath;
 
 /// Buffers grown past this by a huge request or reply are replaced once drained.
 const KEEP_CAPACITY: usize = 8 * 1024 * 1024;
@@ -242,7 +244,7 @@ impl Conn {
         if first {
             // The batch clock of the session read that sent it (a clock read saved per batch;
             // it is microseconds old at most), or now outside one (a redirect's resend).
-            inner.first_queued = Some(crate::engine::stats::now());
+            inner.first_queued = Some(clock::now());
         }
         let log_end = inner.log_base + inner.log.len() as u64;
         if asking {
@@ -407,7 +409,7 @@ impl Conn {
         let Some(target) = p.target else {
             return true;
         };
-        let now = crate::engine::stats::now();
+        let now = clock::now();
         match (request, self.redirect.as_ref().and_then(Weak::upgrade)) {
             (Some(request), Some(handler)) => {
                 self.record_time(p.sent, now);
@@ -672,10 +674,10 @@ async fn read_loop(conn: &Conn, stream: &TcpStream) {
                 return;
             }
         }
-        let _request_path = crate::engine::probe::RequestPath::enter();
+        let _request_path = RequestPath::enter();
         // One clock read per read batch: the end of every upstream request answered in it, and
         // of every client request it completes.
-        let _clock = crate::engine::stats::BatchClock::enter(Instant::now());
+        let _clock = BatchClock::enter(Instant::now());
         loop {
             match scanner.scan(&buf[start..]) {
                 Ok(Some(len)) => {

@@ -916,7 +916,7 @@ impl SlotPool {
     /// time was recorded by the connection that got it).
     fn final_error(&self, target: &Target) {
         self.upstream
-            .record(target.cmd, false, None, crate::engine::stats::now());
+            .record(target.cmd, false, None, crate::stats::clock::now());
     }
 }
 
