@@ -1,10 +1,12 @@
 //! Respite data plane: a thread-per-core io_uring RESP proxy.
 //!
-//! A request walks the modules in this order (DESIGN.md "Workspace layout"):
-//! [`engine`] (workers, listeners, downstream sessions) → [`resp`] (framing) → [`command`]
-//! (command table) → [`router`] (routes) → [`cluster`] (load balancers) → [`upstream`]
-//! (per-worker pipelined connections) → back to the session, which writes replies in order.
-//! [`config`] holds the model and validation, [`stats`] the counters, [`admin`] the HTTP endpoint.
+//! The modules, from the request's way in to its way out; each imports only those after it
+//! (checked by a unit test, `layers_test.rs`): [`engine`] (workers, listeners, downstream
+//! sessions) → [`admin`] (the HTTP endpoint) → [`router`] (routes, mirrors, faults) →
+//! [`cluster`] (placement, health, slot maps, the per-worker pools) → [`upstream`] (pipelined
+//! connections) → [`resp`] (framing) → [`net`] (the runtime). [`command`] (the command table)
+//! sits below [`config`] (the model and validation), which checks command names against it;
+//! [`stats`] (counters, histograms, the clock) imports nothing.
 
 pub mod admin;
 pub mod cluster;
@@ -18,3 +20,6 @@ pub mod router;
 pub mod stats;
 pub mod top;
 pub mod upstream;
+
+#[cfg(test)]
+mod layers_test;

@@ -1,6 +1,6 @@
 //! Counters, gauges and histograms, sharded per worker and summed on read.
 //!
-//! CONTRACT: each worker asks the [`Store`] once for its own shard of a named stat and then
+//! Each worker asks the [`Store`] once for its own shard of a named stat and then
 //! writes it alone (relaxed load + store, no read-modify-write, nothing shared on the request
 //! path). Readers (admin) load the shards relaxed and sum them by name.
 //!
