@@ -1,12 +1,14 @@
 //! Respite data plane: a thread-per-core io_uring RESP proxy.
 //!
-//! The modules, from the request's way in to its way out; each imports only those after it
-//! (checked by a unit test, `layers_test.rs`): [`engine`] (workers, listeners, downstream
-//! sessions) → [`admin`] (the HTTP endpoint) → [`router`] (routes, mirrors, faults) →
-//! [`cluster`] (placement, health, slot maps, the per-worker pools) → [`upstream`] (pipelined
-//! connections) → [`resp`] (framing) → [`net`] (the runtime). [`command`] (the command table)
-//! sits below [`config`] (the model and validation), which checks command names against it;
-//! [`stats`] (counters, histograms, the clock) imports nothing.
+//! A request walks the modules from [`engine`] (workers, listeners, downstream sessions) to
+//! [`router`] (routes, mirrors, faults), [`cluster`] (placement, health, slot maps, the
+//! per-worker pools) and [`upstream`] (pipelined connections), framed by [`resp`] over [`net`]
+//! (the runtime); [`admin`] is the HTTP endpoint. Imports go one way only, down that order:
+//! no module imports one above it. [`config`] (the model and validation) checks command names
+//! against [`command`] (the command table), so the command table sits below everything that
+//! reads the config and uses only [`resp`] and [`stats`]; [`stats`] (counters, histograms, the
+//! clock) imports nothing. `layers_test.rs` holds the table of allowed imports and checks every
+//! source file against it.
 
 pub mod admin;
 pub mod cluster;
