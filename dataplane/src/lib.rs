@@ -1,10 +1,14 @@
 //! Respite data plane: a thread-per-core io_uring RESP proxy.
 //!
-//! A request walks the modules in this order (DESIGN.md "Workspace layout"):
-//! [`engine`] (workers, listeners, downstream sessions) → [`resp`] (framing) → [`command`]
-//! (command table) → [`router`] (routes) → [`cluster`] (load balancers) → [`upstream`]
-//! (per-worker pipelined connections) → back to the session, which writes replies in order.
-//! [`config`] holds the model and validation, [`stats`] the counters, [`admin`] the HTTP endpoint.
+//! A request walks the modules from [`engine`] (workers, listeners, downstream sessions) to
+//! [`router`] (routes, mirrors, faults), [`cluster`] (placement, health, slot maps, the
+//! per-worker pools) and [`upstream`] (pipelined connections), framed by [`resp`] over [`net`]
+//! (the runtime); [`admin`] is the HTTP endpoint. Imports go one way only, down that order:
+//! no module imports one above it. [`config`] (the model and validation) checks command names
+//! against [`command`] (the command table), so the command table sits below everything that
+//! reads the config and uses only [`resp`] and [`stats`]; [`stats`] (counters, histograms, the
+//! clock) imports nothing. `layers_test.rs` holds the table of allowed imports and checks every
+//! source file against it.
 
 pub mod admin;
 pub mod cluster;
@@ -18,3 +22,6 @@ pub mod router;
 pub mod stats;
 pub mod top;
 pub mod upstream;
+
+#[cfg(test)]
+mod layers_test;

@@ -42,7 +42,7 @@ fn count() {
         return;
     }
     let n = ALLOCS.fetch_add(1, Ordering::Relaxed);
-    let in_path = respite::engine::probe::in_request_path();
+    let in_path = respite::stats::probe::in_request_path();
     if in_path {
         IN_PATH.fetch_add(1, Ordering::Relaxed);
     }

@@ -20,7 +20,7 @@ static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
 fn count() {
     ALLOCS.fetch_add(1, Ordering::Relaxed);
-    if respite::engine::probe::in_request_path() {
+    if respite::stats::probe::in_request_path() {
         IN_PATH.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -37,9 +37,9 @@ use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
+use crate::cluster::HostRegistry;
 use crate::config::{ClusterType, Config};
 use crate::stats::Store;
-use crate::upstream::HostRegistry;
 
 /// Per-host stats always shown, with their kind (Envoy's host stats of the same names).
 pub const HOST_STATS: [(&str, StatKind); 6] = [

@@ -1,6 +1,5 @@
 //! The control socket (`respite --control-socket PATH`): HTTP/1.1 over a Unix socket, through
-//! which `respite-control` pushes whole configs (DESIGN.md "Processes": "config push / ack over
-//! a local admin socket").
+//! which `respite-control` pushes whole configs and the data plane answers accept or reject.
 //!
 //! | method | path | body | response |
 //! |---|---|---|---|

@@ -43,12 +43,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub use logging::LogControl;
 pub use server::{AdminHandle, AdminServer, spawn, spawn_or_retry};
 
+use crate::cluster::HostRegistry;
 use crate::config::Config;
 use crate::stats::Store;
-use crate::upstream::HostRegistry;
 use query::Query;
 
-/// Everything the admin endpoints read or change. CONTRACT: built by the engine at start;
+/// Everything the admin endpoints read or change: built by the engine at start;
 /// `config` is replaced by the engine after every applied reload.
 pub struct AdminContext {
     /// The stats store (counters, gauges, histograms, hot keys).

@@ -1,8 +1,6 @@
 //! Topology discovery of `redis_cluster` clusters: one thread per cluster and process polls
 //! `CLUSTER SLOTS` and publishes confirmed maps into the cluster's [`TopologyCell`].
 //!
-//! CONTRACT: [`Discovery::spawn`], [`Discovery::wait_first`], [`parse_cluster_slots`].
-//!
 //! Semantics follow Envoy's `envoy.clusters.redis` (`RedisClusterConfig`; see the Envoy
 //! `redis_proxy` reference, sections 1.6 and 1.9, and `ClusterRefreshManagerImpl`):
 //!

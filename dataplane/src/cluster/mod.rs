@@ -1,7 +1,9 @@
-//! Host sets and the consistent-hash load balancers that map a key to a host.
+//! Host sets and where a request goes in them: the consistent-hash load balancers that map a
+//! key to a host, Redis Cluster slot maps and their discovery, host health, and the per-worker
+//! pools ([`ClusterPool`]) that combine placement with the worker's upstream connections.
 //!
-//! CONTRACT: [`hashtag`] (Redis Cluster spec, key hash tags), [`crc16`] / [`key_slot`] (Redis
-//! Cluster slots) and [`LoadBalancer`] (ketama / ring hash / maglev over a cluster's hosts).
+//! [`hashtag`] (Redis Cluster spec, key hash tags), [`crc16`] / [`key_slot`] (Redis Cluster
+//! slots) and [`LoadBalancer`] (ketama / ring hash / maglev over a cluster's hosts):
 //!
 //! - [`LbPolicy::Ketama`]: twemproxy 0.5.0 `distribution: ketama` + `hash: fnv1a_64`, so keys
 //!   land on the same server as under nutcracker (see `ketama.rs`).
@@ -16,12 +18,20 @@
 pub mod discovery;
 mod hash;
 pub mod health;
+mod host;
 mod ketama;
 mod maglev;
+mod pool;
+mod read_policy;
+mod redirection;
+mod rehash;
 mod ring_hash;
+mod slots;
 pub mod topology;
 
 pub use hash::{ENVOY_STD_HASH_SEED, crc16, fnv1a_64_twemproxy, murmur2_64, xxh64};
+pub use host::{HostRegistry, SharedHost};
+pub use pool::{ClusterPool, Conn, Dest, PoolContext, PoolError};
 
 use crate::config::{HostConfig, LbPolicy};
 
@@ -35,9 +45,10 @@ pub fn hashtag(key: &[u8]) -> &[u8] {
     let Some(start) = key.iter().position(|&b| b == b'{') else {
         return key;
     };
-    match key[start + 1..].iter().position(|&b| b == b'}') {
+    let inside = key.get(start + 1..).unwrap_or_default();
+    match inside.iter().position(|&b| b == b'}') {
         Some(0) | None => key,
-        Some(len) => &key[start + 1..start + 1 + len],
+        Some(len) => inside.get(..len).unwrap_or(key),
     }
 }
 

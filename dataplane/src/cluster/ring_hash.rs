@@ -99,11 +99,10 @@ impl RingHash {
             if midp == n {
                 break 0;
             }
-            let midval = ring[midp as usize];
-            let midval1 = if midp == 0 {
-                0
-            } else {
-                ring[midp as usize - 1]
+            let midval = ring.get(midp as usize).copied().unwrap_or(0);
+            let midval1 = match midp {
+                0 => 0,
+                m => ring.get(m as usize - 1).copied().unwrap_or(0),
             };
             if h <= midval && h > midval1 {
                 break midp;
@@ -117,6 +116,6 @@ impl RingHash {
                 break 0;
             }
         };
-        self.hosts[midp as usize] as usize
+        self.hosts.get(midp as usize).map_or(0, |&h| h as usize)
     }
 }

@@ -1,8 +1,6 @@
 //! The slot map of a Redis Cluster and the cell that carries it from the discovery thread to the
 //! workers.
 //!
-//! CONTRACT (used by `discovery` and `upstream`): [`SlotMap`], [`TopologyCell`], [`Registry`].
-//!
 //! One discovery thread per `redis_cluster` cluster and process (not per worker) publishes maps
 //! into the cluster's [`TopologyCell`]; workers compare [`TopologyCell::version`] (one relaxed
 //! atomic load, no lock, no RMW) with the version they hold and take the new map only when it

@@ -5,7 +5,6 @@ pub mod access_log;
 mod local;
 mod local_cluster;
 mod observe;
-pub mod probe;
 mod refused_multi;
 mod session;
 mod sink;
@@ -24,12 +23,12 @@ use std::time::Instant;
 
 use crate::admin::AdminContext;
 use crate::admin::control_socket::{ControlSocket, Push, PushError};
+use crate::cluster::HostRegistry;
 use crate::cluster::discovery::Discovery;
 use crate::cluster::health::Checker;
 use crate::cluster::topology::{Registry, TopologyCell};
 use crate::config::{self, ClusterConfig, ClusterType, Config};
 use crate::stats::Store;
-use crate::upstream::HostRegistry;
 
 /// Counter of configs pushed on the control socket and applied (process-wide).
 pub const PUSH_ACCEPTED: &str = "control_socket.push_accepted";

@@ -13,14 +13,17 @@ use tracing::debug;
 use super::local::{self, ConnState};
 use super::refused_multi::{self, Step};
 use super::sink::{NO_CMD, Sink};
-use super::stats::{BatchClock, CUSTOM_CMD};
+use super::stats::CUSTOM_CMD;
 use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
+use crate::cluster::{ClusterPool, Dest};
 use crate::command::{self, CommandSpec, Kind, Local, ResolveError, split};
 use crate::net::{self, BufResult, TcpStream};
 use crate::resp::{Limits, Parsed, RequestParser, encode};
 use crate::router::fault::{FAULT_ERROR_REPLY, Fault};
 use crate::router::{Mirror, RouteRuntime};
-use crate::upstream::{ClusterPool, Deliver, Dest, NO_UPSTREAM_HOST, Target};
+use crate::stats::clock::BatchClock;
+use crate::stats::probe::RequestPath;
+use crate::upstream::{Deliver, NO_UPSTREAM_HOST, Target};
 
 /// Growth step of a session's read buffer; a new connection starts with `READ_INITIAL`, so an idle
 /// connection holds little memory, and a buffer grown by a burst is given back once drained.
@@ -168,7 +171,7 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
         };
         stats.rx_bytes.add(n as u64);
         let rt = handle.current();
-        let _request_path = super::probe::RequestPath::enter();
+        let _request_path = RequestPath::enter();
         // One clock read per read batch: every request parsed from it starts its latency here.
         let _clock = BatchClock::enter(Instant::now());
         loop {
@@ -563,12 +566,12 @@ impl Session {
         let Some(&first) = self.key_idx.first() else {
             return Some(0);
         };
-        let shard = pool.shard_of(rt.hash_key(arg(first)));
+        let shard = no_host_shard(pool, rt.hash_key(arg(first)));
         let cross = self
             .key_idx
             .iter()
             .skip(1)
-            .any(|&i| pool.shard_of(rt.hash_key(arg(i))) != shard);
+            .any(|&i| no_host_shard(pool, rt.hash_key(arg(i))) != shard);
         (!cross).then_some(shard)
     }
 
@@ -729,7 +732,9 @@ impl Session {
                 return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
             };
             let pool = route.pool_for(read);
-            let parts = split::split(spec, &argv, &mut |key| pool.shard_of(rt.hash_key(key)));
+            let parts = split::split(spec, &argv, &mut |key| {
+                no_host_shard(pool, rt.hash_key(key))
+            });
             let nkeys = parts.iter().map(|p| p.keys.len()).sum();
             self.send_parts(spec, |_| Some(&**pool), merge, nkeys, parts, false);
             if rt.router.mirrors() {
@@ -776,7 +781,7 @@ impl Session {
                 return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
             };
             let pool = route.pool_for(read);
-            let shard = pool.shard_of(rt.hash_key(fwd.get(i).copied().unwrap_or(&[])));
+            let shard = no_host_shard(pool, rt.hash_key(fwd.get(i).copied().unwrap_or(&[])));
             let g = match groups
                 .iter()
                 .position(|(p, s)| Rc::ptr_eq(p, pool) && *s == shard)
@@ -854,7 +859,7 @@ impl Session {
                 });
                 match policy {
                     Some(m) if m.admits(read, client.get(at).copied()) => {
-                        target.pool.shard_of(rt.hash_key(key))
+                        no_host_shard(&target.pool, rt.hash_key(key))
                     }
                     _ => usize::MAX,
                 }
@@ -965,6 +970,12 @@ impl Session {
         };
         self.send_parts(spec, |_| Some(&**pool), merge, 0, vec![part], true);
     }
+}
+
+/// `pool`'s shard of `key`, or a shard no host has when no host can take the key: its send
+/// then fails with `no upstream host`.
+fn no_host_shard(pool: &ClusterPool, key: &[u8]) -> usize {
+    pool.shard_of(key).unwrap_or(usize::MAX)
 }
 
 /// Writes completed replies to the client; closes the connection when the reader is done and

@@ -17,10 +17,11 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::observe::Pending;
-use super::stats::{self, ListenerStats};
+use super::stats::ListenerStats;
 use crate::command::Merge;
 use crate::command::split::{Part, merge};
 use crate::net::{self, Notify};
+use crate::stats::clock;
 use crate::upstream::Deliver;
 
 /// Slots a session may have waiting before it stops reading (back-pressure).
@@ -124,7 +125,7 @@ impl Sink {
     }
 
     /// Takes the next slot for a request of command `cmd` (its table id); returns its sequence.
-    /// Its latency starts at the current read batch's clock ([`stats::now`]).
+    /// Its latency starts at the current read batch's clock ([`clock::now`]).
     pub fn push(&self, cmd: u16) -> u64 {
         let mut inner = self.inner.borrow_mut();
         let seq = inner.head_seq + inner.slots.len() as u64;
@@ -135,7 +136,7 @@ impl Sink {
         };
         inner.slots.push_back(Slot {
             cmd,
-            start: stats::now(),
+            start: clock::now(),
             state: SlotState::Waiting,
             obs,
             hold,
@@ -396,7 +397,7 @@ impl Deliver for Sink {
             }
             SlotState::Ready(..) => return,
         };
-        let now = stats::now();
+        let now = clock::now();
         self.complete_head(&mut inner, &head, success, now);
         self.drain_ready(&mut inner, now);
         drop(inner);

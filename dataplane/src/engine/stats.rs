@@ -1,5 +1,4 @@
-//! This worker's shard of one listener's stats (`redis.<stat_prefix>.…`, Envoy names), and the
-//! worker's batch clock that latency histograms read.
+//! This worker's shard of one listener's stats (`redis.<stat_prefix>.…`, Envoy names).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -111,8 +110,9 @@ impl ListenerStats {
         if v.len() <= idx {
             v.resize_with(idx + 1, || None);
         }
-        let slot = &mut v[idx];
-        let stats = slot.get_or_insert_with(|| self.command_stats(name));
+        let stats = v
+            .get_mut(idx)?
+            .get_or_insert_with(|| self.command_stats(name));
         Some(f(stats))
     }
 
@@ -156,7 +156,8 @@ impl ListenerStats {
         if v.len() <= idx {
             v.resize_with(idx + 1, || None);
         }
-        let s = v[idx].get_or_insert_with(|| {
+        let Some(slot) = v.get_mut(idx) else { return };
+        let s = slot.get_or_insert_with(|| {
             let c = |n: &str| {
                 self.store
                     .counter(&format!("{}command.{name}.{n}", self.prefix), self.worker)
@@ -210,39 +211,6 @@ pub fn latency_value(d: Duration, micros: bool) -> u64 {
     }
 }
 
-thread_local! {
-    /// The time of the I/O batch this thread is handling, if any (see [`BatchClock`]).
-    static BATCH_NOW: Cell<Option<Instant>> = const { Cell::new(None) };
-}
-
-/// While alive, [`now`] on this thread returns the instant it was entered with: every request
-/// parsed from one read, and every reply matched from one upstream read, shares one clock read
-/// (one `Instant::now()` per batch, not per request).
-pub struct BatchClock(Option<Instant>);
-
-impl BatchClock {
-    /// Starts a batch at `now` (nesting restores the outer batch's time on drop).
-    #[inline]
-    pub fn enter(now: Instant) -> BatchClock {
-        BatchClock(BATCH_NOW.with(|c| c.replace(Some(now))))
-    }
-}
-
-impl Drop for BatchClock {
-    #[inline]
-    fn drop(&mut self) {
-        let prev = self.0;
-        BATCH_NOW.with(|c| c.set(prev));
-    }
-}
-
-/// The current batch's time, or `Instant::now()` outside a batch (timeouts, connection
-/// failures).
-#[inline]
-pub fn now() -> Instant {
-    BATCH_NOW.with(Cell::get).unwrap_or_else(Instant::now)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,22 +220,6 @@ mod tests {
         let d = Duration::from_micros(20_999);
         assert_eq!(latency_value(d, true), 20_999);
         assert_eq!(latency_value(d, false), 20);
-    }
-
-    #[test]
-    fn batch_clock_is_shared_and_restored() {
-        let t0 = Instant::now();
-        {
-            let _b = BatchClock::enter(t0);
-            assert_eq!(now(), t0);
-            let t1 = t0 + Duration::from_millis(5);
-            {
-                let _inner = BatchClock::enter(t1);
-                assert_eq!(now(), t1);
-            }
-            assert_eq!(now(), t0);
-        }
-        assert!(BATCH_NOW.with(Cell::get).is_none());
     }
 
     #[test]

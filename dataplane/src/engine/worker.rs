@@ -16,13 +16,14 @@ use super::session;
 use super::sink::Sink;
 use super::stats::ListenerStats;
 use crate::cluster::topology::Registry;
+use crate::cluster::{ClusterPool, HostRegistry, PoolContext};
 use crate::config::Route;
 use crate::config::{Config, ListenerConfig};
 use crate::net::{self, TaskHandle, TcpListener};
 use crate::router::fault::Faults;
 use crate::router::{Mirror, MirrorStats, RouteRuntime, Router};
 use crate::stats::Store;
-use crate::upstream::{ClusterPool, HostRegistry, PoolSettings};
+use crate::upstream::PoolSettings;
 
 /// How many sessions must have closed before freed memory is handed back to the kernel, and how
 /// often that is checked: keeps the trim rare under ordinary connection churn.
@@ -170,8 +171,8 @@ struct ActiveListener {
 struct Worker {
     shared: Rc<WorkerShared>,
     store: Arc<Store>,
-    registry: Arc<Registry>,
-    hosts: Arc<HostRegistry>,
+    /// What the worker's cluster pools are built with.
+    pool_ctx: PoolContext,
     listeners: HashMap<String, ActiveListener>,
     /// Keyed by cluster and connection settings: listeners with the same settings share a pool.
     pools: HashMap<(String, PoolSettings), Rc<ClusterPool>>,
@@ -216,9 +217,14 @@ pub fn spawn(
                         sessions: RefCell::new(HashMap::new()),
                         accepting: Cell::new(0),
                     }),
+                    pool_ctx: PoolContext {
+                        store: store.clone(),
+                        worker: id,
+                        registry,
+                        hosts,
+                        command_name,
+                    },
                     store,
-                    registry,
-                    hosts,
                     listeners: HashMap::new(),
                     pools: HashMap::new(),
                     listener_stats: HashMap::new(),
@@ -259,6 +265,13 @@ pub fn spawn(
         }
         Err(_) => Err(format!("worker {id} exited during start-up")),
     }
+}
+
+/// The name of command table id `id`, for per-command upstream stats.
+fn command_name(id: u16) -> Option<&'static str> {
+    crate::command::COMMANDS
+        .get(usize::from(id))
+        .map(|c| c.name)
 }
 
 impl Worker {
@@ -338,14 +351,8 @@ impl Worker {
                 let key = (cluster.name.clone(), settings.clone());
                 let pool = match pools.get(&key).or_else(|| self.pools.get(&key)) {
                     Some(p) if p.cluster.same_pool(cluster) => p.clone(),
-                    _ => ClusterPool::start(
-                        cluster,
-                        settings,
-                        &self.store,
-                        wid,
-                        &self.registry,
-                        &self.hosts,
-                    )?,
+                    _ => ClusterPool::start(cluster, settings, &self.pool_ctx)
+                        .map_err(|e| e.to_string())?,
                 };
                 pools.insert(key, pool.clone());
                 lpools.insert(name, pool);

@@ -6,9 +6,10 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::cluster::{ClusterPool, Dest};
 use crate::config::MirrorPolicy;
 use crate::stats::{Counter, Gauge, Store};
-use crate::upstream::{ClusterPool, Deliver, Dest, Target};
+use crate::upstream::{Deliver, Target};
 
 /// `runtime_fraction` is applied as `hash(key) % FRACTION_SCALE < fraction × 100`, i.e. with a
 /// resolution of 0.01%.

@@ -13,7 +13,7 @@ use std::rc::Rc;
 pub use mirror::{Mirror, MirrorStats};
 pub use trie::Trie;
 
-use crate::upstream::ClusterPool;
+use crate::cluster::ClusterPool;
 
 /// Route id of the catch-all route (prefix routes are numbered from 0 in config order).
 pub const CATCH_ALL: usize = usize::MAX;

@@ -1,8 +1,8 @@
 //! Stats owned by another process: `respite-control` reads its sockmap totals from the kernel
-//! and pushes them once a second over the control socket (`POST /stats/external`, issue 10
-//! contract, "Stats in the data plane"). They are stored like any other stat, in one reserved
-//! shard ([`EXTERNAL_SHARD`]) that no worker uses, so they show in every `/stats` render
-//! without a second code path, and the workers' hot path is untouched.
+//! and pushes them once a second over the control socket (`POST /stats/external`). They are
+//! stored like any other stat, in one reserved shard ([`EXTERNAL_SHARD`]) that no worker uses,
+//! so they show in every `/stats` render without a second code path, and the workers' hot path
+//! is untouched.
 //!
 //! Values are SET, not added: the pusher sends totals. A push is all-or-nothing: every line is
 //! checked before any value is written.

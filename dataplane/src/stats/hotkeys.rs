@@ -1,6 +1,6 @@
 //! Hot keys and big values per listener (beyond Envoy; admin `/hot_keys`).
 //!
-//! CONTRACT: [`HotKeysReport`] and [`BigValue`] are what the admin endpoint renders;
+//! [`HotKeysReport`] and [`BigValue`] are what the admin endpoint renders;
 //! [`super::Store::hot_keys`] returns one report per listener that has `[listeners.hot_keys]` or
 //! `big_value_bytes` set.
 //!

@@ -1,6 +1,6 @@
 //! Counters, gauges and histograms, sharded per worker and summed on read.
 //!
-//! CONTRACT: each worker asks the [`Store`] once for its own shard of a named stat and then
+//! Each worker asks the [`Store`] once for its own shard of a named stat and then
 //! writes it alone (relaxed load + store, no read-modify-write, nothing shared on the request
 //! path). Readers (admin) load the shards relaxed and sum them by name.
 //!
@@ -10,9 +10,11 @@
 //! (Envoy admin `/stats`) and [`Store::render_prometheus`] (Prometheus text format 0.0.4, naming
 //! scheme in [`prometheus`]).
 
+pub mod clock;
 pub mod external;
 pub mod histogram;
 pub mod hotkeys;
+pub mod probe;
 pub mod prometheus;
 
 use std::collections::BTreeMap;

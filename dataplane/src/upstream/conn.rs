@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 use super::{
-    HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry, SharedHost, Target,
-    UPSTREAM_FAILURE, UPSTREAM_OVERFLOW,
+    HostState, HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry, Streak,
+    Target, UPSTREAM_FAILURE, UPSTREAM_OVERFLOW,
 };
-use crate::cluster::health::Streak;
 use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
+use crate::stats::clock::{self, BatchClock};
+use crate::stats::probe::RequestPath;
 
 /// Buffers grown past this by a huge request or reply are replaced once drained.
 const KEEP_CAPACITY: usize = 8 * 1024 * 1024;
@@ -119,11 +120,12 @@ impl Inner {
     }
 }
 
-/// A pipelined connection to one upstream host, owned by one worker.
-pub struct Conn {
+/// A pipelined connection to one upstream host, owned by one worker. `H` is the host's
+/// process-wide state, kept by the layer that places requests.
+pub struct Conn<H: HostState> {
     addr: SocketAddr,
     /// The host as the whole process sees it (health, connection rate limit).
-    host: Arc<SharedHost>,
+    host: Arc<H>,
     settings: Rc<PoolSettings>,
     inner: RefCell<Inner>,
     /// Wakes the writer (new output, state change).
@@ -146,13 +148,13 @@ pub struct Conn {
     redirect: Option<Weak<dyn Redirect>>,
     /// Send `READONLY` after connecting (a Redis Cluster replica serving reads).
     readonly: bool,
-    /// Consecutive failures on this connection, for outlier detection (`cluster::health`).
+    /// Consecutive failures on this connection, for outlier detection.
     streak: Streak,
 }
 
-impl Conn {
+impl<H: HostState> Conn<H> {
     /// Creates the connection and starts its supervisor task on the current worker.
-    pub fn start(host: Arc<SharedHost>, settings: Rc<PoolSettings>, stats: HostStats) -> Rc<Conn> {
+    pub fn start(host: Arc<H>, settings: Rc<PoolSettings>, stats: HostStats) -> Rc<Conn<H>> {
         Conn::start_cluster(host, settings, stats, None, false)
     }
 
@@ -160,14 +162,14 @@ impl Conn {
     /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`) go to `redirect` with the request's bytes
     /// instead of to the client, and so do failures; `readonly` sends `READONLY` after AUTH.
     pub fn start_cluster(
-        host: Arc<SharedHost>,
+        host: Arc<H>,
         settings: Rc<PoolSettings>,
         stats: HostStats,
         redirect: Option<Weak<dyn Redirect>>,
         readonly: bool,
-    ) -> Rc<Conn> {
+    ) -> Rc<Conn<H>> {
         let conn = Rc::new(Conn {
-            addr: host.addr,
+            addr: host.addr(),
             host,
             settings,
             inner: RefCell::new(Inner {
@@ -205,7 +207,7 @@ impl Conn {
     /// False while the host fails its health checks or is ejected (one relaxed load).
     #[inline]
     pub fn healthy(&self) -> bool {
-        self.host.health.is_healthy()
+        self.host.is_healthy()
     }
 
     /// Queues one encoded request whose reply goes to `target`.
@@ -242,7 +244,7 @@ impl Conn {
         if first {
             // The batch clock of the session read that sent it (a clock read saved per batch;
             // it is microseconds old at most), or now outside one (a redirect's resend).
-            inner.first_queued = Some(crate::engine::stats::now());
+            inner.first_queued = Some(clock::now());
         }
         let log_end = inner.log_base + inner.log.len() as u64;
         if asking {
@@ -407,7 +409,7 @@ impl Conn {
         let Some(target) = p.target else {
             return true;
         };
-        let now = crate::engine::stats::now();
+        let now = clock::now();
         match (request, self.redirect.as_ref().and_then(Weak::upgrade)) {
             (Some(request), Some(handler)) => {
                 self.record_time(p.sent, now);
@@ -438,7 +440,7 @@ impl Conn {
     /// pending request (written or queued) and reconnects with backoff. New requests fail fast
     /// from now on instead of queueing behind the dead connection.
     fn close_hung(&self) {
-        warn!(cluster = %self.host.cluster, upstream = %self.addr, "upstream sent nothing for op_timeout; closing the connection");
+        warn!(cluster = %self.host.cluster(), upstream = %self.addr, "upstream sent nothing for op_timeout; closing the connection");
         self.set_state(State::Backoff);
         if let Some(stream) = self.stream.borrow().as_ref() {
             net::shutdown(stream);
@@ -472,19 +474,19 @@ fn is_redirect(reply: &[u8]) -> bool {
 /// attempt takes a token from the host's process-wide connection rate limit
 /// (`connection_rate_limit_per_sec`); while waiting for it the connection counts as in backoff
 /// (requests fail fast with `no upstream host`).
-async fn supervise(conn: Rc<Conn>) {
+async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
     let mut backoff = Backoff::new(BACKOFF_BASE, BACKOFF_CAP);
     loop {
         if conn.is_closed() {
             conn.fail_all();
             return;
         }
-        let wait = conn.host.connects.reserve();
+        let wait = conn.host.connects().reserve();
         if !wait.is_zero() {
             conn.stats.cx_connect_rate_limited.inc();
             conn.set_state(State::Backoff);
             conn.fail_all();
-            debug!(cluster = %conn.host.cluster, upstream = %conn.addr, ?wait, "upstream connect rate limited");
+            debug!(cluster = %conn.host.cluster(), upstream = %conn.addr, ?wait, "upstream connect rate limited");
             let _ = net::timeout(wait, conn.wake_supervisor.notified()).await;
             if conn.is_closed() {
                 continue;
@@ -513,7 +515,7 @@ async fn supervise(conn: Rc<Conn>) {
                     inner.pending.len() > inner.timed_out
                 };
                 if waiting && !conn.is_closed() && !conn.retiring.get() {
-                    conn.streak.failure(&conn.host.health);
+                    conn.streak.failure(&*conn.host);
                 }
                 // Stop the writer of this generation before failing its requests.
                 conn.generation.set(generation + 1);
@@ -525,19 +527,19 @@ async fn supervise(conn: Rc<Conn>) {
                 if conn.reads.get() != reads_before || up_since.elapsed() >= BACKOFF_CAP {
                     backoff.reset();
                 }
-                debug!(cluster = %conn.host.cluster, upstream = %conn.addr, "upstream connection closed");
+                debug!(cluster = %conn.host.cluster(), upstream = %conn.addr, "upstream connection closed");
             }
             Err(e) => {
                 conn.stats.cx_connect_fail.inc();
                 conn.stats.host_cx_connect_fail.inc();
                 conn.note_failure();
-                conn.streak.failure(&conn.host.health);
+                conn.streak.failure(&*conn.host);
                 // The first failure of a run is worth an operator's eye (a refused handshake, a
                 // bad socket option); the retries after it are not.
                 if backoff.attempt == 0 {
-                    warn!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream connect failed; retrying with backoff");
+                    warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream connect failed; retrying with backoff");
                 } else {
-                    debug!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream connect failed");
+                    debug!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream connect failed");
                 }
             }
         }
@@ -562,7 +564,7 @@ const BACKOFF_CAP: Duration = Duration::from_secs(5);
 /// Opens the TCP connection and runs the handshake, in this order: `HELLO 3 [AUTH user pass]`
 /// for RESP3 connections or `AUTH [user] pass` for RESP2 ones when credentials are configured,
 /// then `READONLY` for Redis Cluster replicas. Any error reply fails the connection.
-async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
+async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<TcpStream> {
     let s = &conn.settings;
     let stream = net::connect_keepalive(conn.addr, s.connect_timeout, &s.tcp_keepalive).await?;
     // RESP3 connections authenticate inside HELLO; RESP2 ones with AUTH.
@@ -601,7 +603,7 @@ async fn connect(conn: &Conn) -> std::io::Result<TcpStream> {
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))??;
     if let Some(reply) = all.iter().find(|r| r.first() == Some(&b'-')) {
         let text = String::from_utf8_lossy(reply).trim_end().to_string();
-        warn!(cluster = %conn.host.cluster, upstream = %conn.addr, reply = %text, "upstream handshake failed");
+        warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, reply = %text, "upstream handshake failed");
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             text,
@@ -621,13 +623,14 @@ pub(crate) async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Resul
     let mut scanner = ReplyScanner::default();
     loop {
         while out.len() < n {
+            let rest = buf.get(start..).unwrap_or_default();
             let Some(len) = scanner
-                .scan(&buf[start..])
+                .scan(rest)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?
             else {
                 break;
             };
-            out.push(buf[start..start + len].to_vec());
+            out.push(rest.get(..len).unwrap_or_default().to_vec());
             start += len;
         }
         if out.len() == n {
@@ -643,7 +646,7 @@ pub(crate) async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Resul
 }
 
 /// Reads replies and hands each to its pending request, until the connection fails.
-async fn read_loop(conn: &Conn, stream: &TcpStream) {
+async fn read_loop<H: HostState>(conn: &Conn<H>, stream: &TcpStream) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut start = 0usize;
     let mut scanner = ReplyScanner::default();
@@ -668,26 +671,27 @@ async fn read_loop(conn: &Conn, stream: &TcpStream) {
             Ok(0) => return,
             Ok(_) => conn.reads.set(conn.reads.get() + 1),
             Err(e) => {
-                debug!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream read failed");
+                debug!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream read failed");
                 return;
             }
         }
-        let _request_path = crate::engine::probe::RequestPath::enter();
+        let _request_path = RequestPath::enter();
         // One clock read per read batch: the end of every upstream request answered in it, and
         // of every client request it completes.
-        let _clock = crate::engine::stats::BatchClock::enter(Instant::now());
+        let _clock = BatchClock::enter(Instant::now());
         loop {
-            match scanner.scan(&buf[start..]) {
+            let rest = buf.get(start..).unwrap_or_default();
+            match scanner.scan(rest) {
                 Ok(Some(len)) => {
-                    if !conn.on_reply(&buf[start..start + len]) {
-                        warn!(cluster = %conn.host.cluster, upstream = %conn.addr, "reply with no pending request; closing");
+                    if !conn.on_reply(rest.get(..len).unwrap_or_default()) {
+                        warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, "reply with no pending request; closing");
                         return;
                     }
                     start += len;
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    warn!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream protocol error; closing");
+                    warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream protocol error; closing");
                     return;
                 }
             }
@@ -699,7 +703,7 @@ async fn read_loop(conn: &Conn, stream: &TcpStream) {
 }
 
 /// Writes queued requests: everything queued goes out in one write per flush.
-async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
+async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, generation: u64) {
     let mut spare: Vec<u8> = Vec::with_capacity(16 * 1024);
     loop {
         if conn.generation.get() != generation {
@@ -757,7 +761,7 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
         conn.stats.flush_total.inc();
         let BufResult(res, mut buf) = net::write_all(&stream, buf).await;
         if let Err(e) = res {
-            debug!(cluster = %conn.host.cluster, upstream = %conn.addr, error = %e, "upstream write failed");
+            debug!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream write failed");
             // Wakes the reader with end of stream; the supervisor fails what is pending.
             net::shutdown(&stream);
             return;
@@ -778,7 +782,7 @@ async fn write_loop(conn: Rc<Conn>, stream: Rc<TcpStream>, generation: u64) {
 /// reconnects with backoff. So no request waits more than about 2 × op_timeout: up to one
 /// op_timeout queued behind a stuck write, then one for that write to expire. Envoy closes an
 /// upstream connection on any op timeout; this keeps a slow but live one.
-async fn expire_timeouts(conn: Rc<Conn>) {
+async fn expire_timeouts<H: HostState>(conn: Rc<Conn<H>>) {
     loop {
         if conn.is_closed() && conn.inner.borrow().pending.is_empty() {
             return;
@@ -822,7 +826,7 @@ async fn expire_timeouts(conn: Rc<Conn>) {
             conn.stats.rq_timeout.inc();
             conn.stats.host_rq_timeout.inc();
             conn.note_failure();
-            conn.streak.failure(&conn.host.health);
+            conn.streak.failure(&*conn.host);
             if let Some(target) = target {
                 conn.stats.rq_error.inc();
                 conn.record(target.cmd, false, sent, now);

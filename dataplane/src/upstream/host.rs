@@ -1,83 +1,125 @@
-//! Process-wide state of each upstream host, shared by every worker's connections to it.
-//!
-//! CONTRACT (used by `upstream`, `cluster::health`, `engine`): [`HostRegistry`], [`SharedHost`].
-//!
-//! Per-worker state (connections, per-worker stats shards, consecutive-failure counts) stays in
-//! the worker; what must be decided once per process lives here: the host's health (active checks
-//! and outlier ejection, `cluster::health`) and its connection rate limit (`limit`). Workers look
-//! a host up once, when they build a pool or meet a new Redis Cluster node, and keep the `Arc`;
-//! the request path only does relaxed atomic loads on it.
+//! What a connection needs of its host's process-wide state, and the run of failures it counts
+//! towards outlier detection. The state itself (health, ejection, the connection rate limit)
+//! is kept by the cluster layer, which implements [`HostState`]; this layer only reads it and
+//! reports failures, so it never depends on how health is decided.
 
-use std::collections::HashMap;
+use std::cell::Cell;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 
 use super::limit::ConnectLimiter;
-use crate::cluster::health::{ClusterVersion, HostHealth};
-use crate::config::ClusterConfig;
 
-/// One upstream host of one cluster, as the whole process sees it.
-pub struct SharedHost {
-    /// The cluster's name.
-    pub cluster: String,
-    pub addr: SocketAddr,
-    /// Healthy / unhealthy / ejected, written by the health thread and by outlier reports.
-    pub health: HostHealth,
-    /// New connections to this host, over all workers.
-    pub connects: ConnectLimiter,
+/// The host a connection serves, as every worker shares it.
+pub trait HostState: 'static {
+    /// The name of the host's cluster (for logs).
+    fn cluster(&self) -> &str;
+    /// The host's address.
+    fn addr(&self) -> SocketAddr;
+    /// New connections to the host, over all workers (`connection_rate_limit_per_sec`).
+    fn connects(&self) -> &ConnectLimiter;
+    /// False while the host fails its health checks or is ejected. On the request path: one
+    /// relaxed load.
+    fn is_healthy(&self) -> bool;
+    /// Failures in a row on one connection after which the host's ejection is asked for
+    /// (outlier detection's `consecutive_5xx`); 0: outlier detection is off.
+    fn failure_threshold(&self) -> u32;
+    /// A connection saw [`HostState::failure_threshold`] failures in a row.
+    fn request_ejection(&self);
 }
 
-/// Every host of every cluster the process has seen, by (cluster name, address). Entries stay
-/// while any pool holds them and are pruned on reload ([`HostRegistry::retain`]).
-#[derive(Default)]
-pub struct HostRegistry {
-    hosts: Mutex<HashMap<(String, SocketAddr), Arc<SharedHost>>>,
-    /// The health version of each cluster, shared by its hosts' [`HostHealth`].
-    versions: Mutex<HashMap<String, Arc<ClusterVersion>>>,
+/// One connection's run of consecutive failures. A `Cell`: no sharing, nothing written but this
+/// worker's own memory on the reply path.
+///
+/// What counts (Envoy redis_proxy docs, "Outlier detection"): a failed connect, a connection
+/// closed under us, and an `op_timeout` expiring are failures; every Redis reply, even an error
+/// reply, is an answer and ends the run.
+#[derive(Debug, Default)]
+pub struct Streak(Cell<u32>);
+
+impl Streak {
+    /// A reply arrived: the run ends.
+    #[inline]
+    pub fn success(&self) {
+        if self.0.get() != 0 {
+            self.0.set(0);
+        }
+    }
+
+    /// A connect failure, a connection closed under us, or an op timeout. At the host's
+    /// threshold the connection asks for an ejection and starts counting again (so a refused
+    /// request, e.g. past `max_ejection_percent`, is asked again only after another full run).
+    pub fn failure(&self, host: &impl HostState) {
+        let threshold = host.failure_threshold();
+        if threshold == 0 {
+            return;
+        }
+        let n = self.0.get().saturating_add(1);
+        if n >= threshold {
+            self.0.set(0);
+            host.request_ejection();
+        } else {
+            self.0.set(n);
+        }
+    }
 }
 
-impl HostRegistry {
-    /// The shared state of `addr` in `cluster`, created on first use; an existing host takes the
-    /// cluster's current settings (rate limit). Takes a lock: call it off the request path.
-    pub fn host(&self, cluster: &ClusterConfig, addr: SocketAddr) -> Arc<SharedHost> {
-        let version = self
-            .versions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(cluster.name.clone())
-            .or_default()
-            .clone();
-        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        let h = hosts
-            .entry((cluster.name.clone(), addr))
-            .or_insert_with(|| {
-                Arc::new(SharedHost {
-                    cluster: cluster.name.clone(),
-                    addr,
-                    health: HostHealth::new(version),
-                    connects: ConnectLimiter::new(cluster.connection_rate_limit_per_sec),
-                })
-            })
-            .clone();
-        h.connects.set_rate(cluster.connection_rate_limit_per_sec);
-        h
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::net::SocketAddr;
+
+    use super::*;
+
+    /// A host whose threshold the test sets and which counts ejection requests.
+    struct FakeHost {
+        threshold: Cell<u32>,
+        ejections: Cell<u32>,
+        connects: ConnectLimiter,
     }
 
-    /// Every host known now, sorted by (cluster, address): a copy, for readers such as the admin
-    /// `/clusters` (takes the lock once; never call it on the request path).
-    pub fn snapshot(&self) -> Vec<Arc<SharedHost>> {
-        let hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        let mut all: Vec<Arc<SharedHost>> = hosts.values().cloned().collect();
-        drop(hosts);
-        all.sort_by(|a, b| (&a.cluster, a.addr).cmp(&(&b.cluster, b.addr)));
-        all
+    impl HostState for FakeHost {
+        fn cluster(&self) -> &str {
+            "c"
+        }
+        fn addr(&self) -> SocketAddr {
+            SocketAddr::from(([127, 0, 0, 1], 1))
+        }
+        fn connects(&self) -> &ConnectLimiter {
+            &self.connects
+        }
+        fn is_healthy(&self) -> bool {
+            true
+        }
+        fn failure_threshold(&self) -> u32 {
+            self.threshold.get()
+        }
+        fn request_ejection(&self) {
+            self.ejections.set(self.ejections.get() + 1);
+        }
     }
 
-    /// Forgets hosts of clusters not in `keep` that no pool holds any more.
-    pub fn retain(&self, keep: &[&str]) {
-        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        hosts.retain(|(c, _), h| keep.contains(&c.as_str()) || Arc::strong_count(h) > 1);
-        let mut versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
-        versions.retain(|c, _| keep.contains(&c.as_str()) || hosts.keys().any(|(h, _)| h == c));
+    #[test]
+    fn streak_requests_ejection_at_the_threshold() {
+        let h = FakeHost {
+            threshold: Cell::new(0),
+            ejections: Cell::new(0),
+            connects: ConnectLimiter::new(0),
+        };
+        let s = Streak::default();
+        for _ in 0..10 {
+            s.failure(&h);
+        }
+        assert_eq!(h.ejections.get(), 0, "outlier detection off");
+        h.threshold.set(3);
+        s.failure(&h);
+        s.failure(&h);
+        s.success();
+        s.failure(&h);
+        s.failure(&h);
+        assert_eq!(h.ejections.get(), 0, "a reply ends the run");
+        s.failure(&h);
+        assert_eq!(h.ejections.get(), 1);
+        s.failure(&h);
+        s.failure(&h);
+        assert_eq!(h.ejections.get(), 1, "counting starts over after a request");
     }
 }

@@ -39,11 +39,11 @@ use tracing::{error, info};
 use super::check::{Outcome, Tally};
 use super::outlier::{Ejection, Ejector, Verdict};
 use super::probe::Probe;
+use crate::cluster::host::{HostRegistry, SharedHost};
 use crate::cluster::topology::{Registry, SlotMap, TopologyCell};
 use crate::config::{ClusterConfig, ClusterType, Config, HealthCheckConfig};
 use crate::net::{self, TaskHandle};
 use crate::stats::{Counter, Gauge, Store};
-use crate::upstream::{HostRegistry, SharedHost};
 
 /// How often the control loop runs: the delay between a worker's ejection request and the
 /// ejection, and between a slot map change and the checks following it.

@@ -1,18 +1,15 @@
 //! Host health: active checks (Envoy's redis health checker) and passive outlier detection
 //! (Envoy `outlier_detection`), decided once per process and read by every worker.
 //!
-//! CONTRACT (used by `upstream` and `engine`): [`HostHealth`], [`ClusterVersion`], [`Streak`],
-//! [`Checker`].
-//!
 //! - [`HostHealth`] is one `AtomicU32` per host: bit `j` (< [`EJECTED_BIT`]) is set while
 //!   active check `j` of the cluster fails, [`EJECTED_BIT`] while outlier detection ejects the
 //!   host. Workers read it with one relaxed load per request ([`HostHealth::is_healthy`]).
 //! - Every change of any host of a cluster bumps the cluster's [`ClusterVersion`]; a worker
 //!   whose cluster rehashes around unhealthy hosts compares it (one relaxed load) with the
 //!   version it built its load balancer from, like `TopologyCell` for slot maps.
-//! - Workers count consecutive failures per host locally ([`Streak`], a `Cell`) and ask for an
-//!   ejection through [`HostHealth::request_ejection`]; the health thread ([`Checker`]) decides
-//!   (`max_ejection_percent`), ejects, and un-ejects.
+//! - Workers count consecutive failures per connection locally (`upstream::Streak`, a `Cell`)
+//!   and ask for an ejection through [`HostHealth::request_ejection`]; the health thread
+//!   ([`Checker`]) decides (`max_ejection_percent`), ejects, and un-ejects.
 //!
 //! Hosts start healthy: a proxy that starts (or reloads) while its checks have not run yet
 //! routes as if no checks were configured, rather than refusing everything until the first
@@ -29,7 +26,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 pub use checker::Checker;
-pub use outlier::Streak;
 
 /// Bit of [`HostHealth`] set while outlier detection ejects the host; bits below it are active
 /// checks (so a cluster has at most 31 active checks, which validation guarantees in practice:

@@ -1,49 +1,11 @@
 //! Passive outlier detection (Envoy `cluster.v3.OutlierDetection`, the `consecutive_5xx` rule
-//! as the redis proxy feeds it): the worker-side failure streak and the health thread's
-//! ejection bookkeeping, free of sockets so the rules are unit-tested with a fake clock.
-//!
-//! What counts (Envoy redis_proxy docs, "Outlier detection"): a failed connect, a connection
-//! closed under us, and an `op_timeout` expiring are failures; every Redis reply, even an error
-//! reply, is an answer and ends the streak.
+//! as the redis proxy feeds it): the health thread's ejection bookkeeping, free of sockets so
+//! the rules are unit-tested with a fake clock. The worker-side run of failures per connection
+//! is `upstream::Streak`; it asks for an ejection through [`super::HostHealth`].
 
-use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use super::HostHealth;
 use crate::config::OutlierDetectionConfig;
-
-/// One worker's run of consecutive failures on one upstream connection. A `Cell`: no sharing,
-/// nothing written but this worker's own memory on the reply path.
-#[derive(Debug, Default)]
-pub struct Streak(Cell<u32>);
-
-impl Streak {
-    /// A reply arrived: the run ends.
-    #[inline]
-    pub fn success(&self) {
-        if self.0.get() != 0 {
-            self.0.set(0);
-        }
-    }
-
-    /// A connect failure, a connection closed under us, or an op timeout. At the host's
-    /// `consecutive_5xx` the worker asks the health thread for an ejection and starts counting
-    /// again (so a refused request, e.g. past `max_ejection_percent`, is asked again only after
-    /// another full run).
-    pub fn failure(&self, host: &HostHealth) {
-        let threshold = host.consecutive_5xx();
-        if threshold == 0 {
-            return;
-        }
-        let n = self.0.get().saturating_add(1);
-        if n >= threshold {
-            self.0.set(0);
-            host.request_ejection();
-        } else {
-            self.0.set(n);
-        }
-    }
-}
 
 /// The ejection state of one host, kept by the health thread.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::check::{Outcome, Tally, judge};
-use super::outlier::{Ejection, Ejector, Streak, Verdict};
+use super::outlier::{Ejection, Ejector, Verdict};
 use super::{ClusterVersion, HostHealth};
 use crate::config::OutlierDetectionConfig;
 
@@ -63,26 +63,6 @@ fn health_bits_and_cluster_version() {
         5,
         "every change of any host of the cluster bumps it"
     );
-}
-
-#[test]
-fn streak_requests_ejection_at_consecutive_5xx() {
-    let h = HostHealth::default();
-    let s = Streak::default();
-    for _ in 0..10 {
-        s.failure(&h);
-    }
-    assert!(!h.take_ejection_request(), "outlier detection off");
-    h.set_consecutive_5xx(3);
-    s.failure(&h);
-    s.failure(&h);
-    s.success();
-    s.failure(&h);
-    s.failure(&h);
-    assert!(!h.take_ejection_request(), "a reply ends the run");
-    s.failure(&h);
-    assert!(h.take_ejection_request());
-    assert!(!h.take_ejection_request());
 }
 
 fn od(pct: u32) -> OutlierDetectionConfig {

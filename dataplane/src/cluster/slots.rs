@@ -25,23 +25,26 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::debug;
 
-use super::HostRegistry;
-use super::{
-    Conn, Deliver, Dest, HostStats, POOL_REPLACED, PoolSettings, Redirect, Retry, SendError,
-    Target, UPSTREAM_FAILURE, UpstreamStats, session_conn,
-};
-use crate::cluster::CLUSTER_SLOTS;
-use crate::cluster::topology::{SlotMap, TopologyCell, UNASSIGNED};
+use super::CLUSTER_SLOTS;
+use super::host::HostRegistry;
+use super::pool::{Conn, Dest, PoolContext, session_conn};
+use super::read_policy::{candidate, candidates};
+use super::redirection::Redirection;
+use super::topology::{SlotMap, TopologyCell, UNASSIGNED};
 use crate::config::{ClusterConfig, ReadPolicy};
 use crate::net;
 use crate::stats::{Counter, Store};
+use crate::upstream::{
+    Deliver, HostStats, POOL_REPLACED, PoolSettings, Redirect, Retry, SendError, Target,
+    UPSTREAM_FAILURE, UpstreamStats,
+};
 
 /// Most `MOVED`/`ASK` redirects one request may follow.
 pub const MAX_HOPS: u8 = 5;
@@ -202,67 +205,15 @@ impl Deliver for DetourEnd {
     }
 }
 
-/// What a node answered instead of a reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Redirection {
-    Moved {
-        slot: u16,
-        addr: SocketAddr,
-    },
-    Ask {
-        slot: u16,
-        addr: SocketAddr,
-    },
-    /// `TRYAGAIN` or `CLUSTERDOWN`: the same request may succeed a moment later.
-    Retry,
-}
-
-impl Redirection {
-    /// Parses `-MOVED <slot> <ip>:<port>` / `-ASK …` / `-TRYAGAIN …` / `-CLUSTERDOWN …`. An
-    /// empty ip means the replying node's own (Redis 7 `cluster-preferred-endpoint-type
-    /// unknown-endpoint`). `None` for anything else, including hostnames (not resolved on the
-    /// request path; Envoy passes those to the client too).
-    fn parse(reply: &[u8], from: SocketAddr) -> Option<Redirection> {
-        let line = reply.strip_suffix(b"\r\n").unwrap_or(reply);
-        let text = std::str::from_utf8(line.strip_prefix(b"-")?).ok()?;
-        let mut words = text.split(' ');
-        let kind = words.next()?;
-        if kind == "TRYAGAIN" || kind == "CLUSTERDOWN" {
-            return Some(Redirection::Retry);
-        }
-        let slot: u16 = words.next()?.parse().ok()?;
-        if slot >= CLUSTER_SLOTS {
-            return None;
-        }
-        let (host, port) = words.next()?.rsplit_once(':')?;
-        let port: u16 = port.parse().ok()?;
-        let ip: IpAddr = if host.is_empty() {
-            from.ip()
-        } else {
-            host.trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse()
-                .ok()?
-        };
-        let addr = SocketAddr::new(ip, port);
-        match kind {
-            "MOVED" => Some(Redirection::Moved { slot, addr }),
-            "ASK" => Some(Redirection::Ask { slot, addr }),
-            _ => None,
-        }
-    }
-}
-
 impl SlotPool {
     /// A pool for `cluster` that routes by the maps published in `cell`.
     pub fn start(
         cluster: &ClusterConfig,
         settings: Rc<PoolSettings>,
         cell: Arc<TopologyCell>,
-        store: Arc<Store>,
-        worker: usize,
-        hosts: Arc<HostRegistry>,
+        ctx: &PoolContext,
     ) -> Rc<SlotPool> {
+        let (store, worker) = (ctx.store.clone(), ctx.worker);
         let name = cluster.name.clone();
         let c = |stat: &str| store.counter(&format!("cluster.{name}.{stat}"), worker);
         let stats = SlotStats {
@@ -272,7 +223,7 @@ impl SlotPool {
             unknown_total: c("redis_cluster.upstream_cx_unknown_total"),
             retries: c("redis_cluster.retries"),
         };
-        let upstream = UpstreamStats::new(&store, worker, &name, settings.enable_command_stats);
+        let upstream = ctx.upstream_stats(&name, &settings);
         let pool = Rc::new_cyclic(|me| SlotPool {
             name: name.clone(),
             cell,
@@ -289,7 +240,7 @@ impl SlotPool {
             per_host: cluster.connections_per_host.max(1),
             store,
             worker,
-            hosts,
+            hosts: ctx.hosts.clone(),
             cluster: cluster.clone(),
             host_stats: RefCell::new(HashMap::new()),
             upstream,
@@ -441,7 +392,7 @@ impl SlotPool {
             .send_retry(out.request, out.target, out.retry, out.asking)
     }
 
-    /// See [`super::ClusterPool::send`].
+    /// See [`super::ClusterPool::send`]: `dest` is a slot ([`Dest::Key`]) or a fan-out node.
     pub fn send(
         &self,
         dest: Dest,
@@ -488,9 +439,9 @@ impl SlotPool {
         let (shard, slot) = match dest {
             Dest::Key(s) => (
                 *view.slots.get(s).ok_or(SendError::NoHost)? as usize,
-                s as u16,
+                Some(s as u16),
             ),
-            Dest::Node(i) => (*view.fanout.get(i).ok_or(SendError::NoHost)?, u16::MAX),
+            Dest::Node(i) => (*view.fanout.get(i).ok_or(SendError::NoHost)?, None),
         };
         let sh = view.shards.get(shard).ok_or(SendError::NoHost)?;
         let retry = Retry {
@@ -800,19 +751,12 @@ impl SlotPool {
         };
         net::spawn(async move {
             net::sleep(delay).await;
-            let sent = if retry.slot == u16::MAX {
-                let conns = me.conns_for(from, false, false);
-                me.send_node(
-                    Node::primary(from, &conns),
-                    retry.session,
-                    Out::new(&request, target.clone(), retry),
-                )
-            } else {
+            let sent = if let Some(slot) = retry.slot {
                 me.sync();
                 let owner = {
                     let view = me.view.borrow();
                     view.slots
-                        .get(retry.slot as usize)
+                        .get(slot as usize)
                         .and_then(|&i| view.shards.get(i as usize))
                         .map(|sh| (sh.primary, sh.primary_conns.clone()))
                 };
@@ -824,41 +768,19 @@ impl SlotPool {
                     ),
                     None => Err(SendError::NoHost),
                 }
+            } else {
+                let conns = me.conns_for(from, false, false);
+                me.send_node(
+                    Node::primary(from, &conns),
+                    retry.session,
+                    Out::new(&request, target.clone(), retry),
+                )
             };
             if let Err(e) = sent {
                 target.deliver(e.reply());
             }
         });
         true
-    }
-}
-
-/// How many nodes `policy` may try for a read of a shard with `nrep` replicas.
-fn candidates(policy: ReadPolicy, nrep: usize) -> usize {
-    match policy {
-        ReadPolicy::Primary => 1,
-        ReadPolicy::Replica => nrep,
-        ReadPolicy::PreferPrimary | ReadPolicy::PreferReplica | ReadPolicy::Any => nrep + 1,
-    }
-}
-
-/// Candidate `k` (< [`candidates`]) of `policy`'s order for `session`: `None` = the primary,
-/// `Some(i)` = replica `i`. Sessions start at different replicas (and, for `any`, nodes), so
-/// reads spread while each session keeps to one node, in order.
-fn candidate(policy: ReadPolicy, nrep: usize, session: u64, k: usize) -> Option<usize> {
-    let rot = if nrep > 0 {
-        (session % nrep as u64) as usize
-    } else {
-        0
-    };
-    match policy {
-        ReadPolicy::Primary => None,
-        ReadPolicy::PreferPrimary => (k > 0).then(|| (rot + k - 1) % nrep),
-        ReadPolicy::Replica => Some((rot + k) % nrep.max(1)),
-        ReadPolicy::PreferReplica => (k < nrep).then(|| (rot + k) % nrep),
-        ReadPolicy::Any => ((session % (nrep as u64 + 1)) as usize + k)
-            .checked_rem(nrep + 1)
-            .and_then(|j| j.checked_sub(1)),
     }
 }
 
@@ -883,7 +805,7 @@ impl SlotPool {
                 }
                 let next = Retry {
                     hops: retry.hops + 1,
-                    slot,
+                    slot: Some(slot),
                     ..retry
                 };
                 match parsed {
@@ -916,7 +838,7 @@ impl SlotPool {
     /// time was recorded by the connection that got it).
     fn final_error(&self, target: &Target) {
         self.upstream
-            .record(target.cmd, false, None, crate::engine::stats::now());
+            .record(target.cmd, false, None, crate::stats::clock::now());
     }
 }
 
@@ -930,14 +852,16 @@ impl Redirect for SlotPool {
         retry: Retry,
     ) {
         let slot = match Redirection::parse(reply, from) {
-            Some(Redirection::Moved { slot, .. }) | Some(Redirection::Ask { slot, .. }) => slot,
+            Some(Redirection::Moved { slot, .. }) | Some(Redirection::Ask { slot, .. }) => {
+                Some(slot)
+            }
             Some(Redirection::Retry) => retry.slot,
-            None => u16::MAX,
+            None => None,
         };
         // Requests sent to a node rather than by key, and the detour itself, go straight on.
-        if slot == u16::MAX || retry.detour {
+        let Some(slot) = slot.filter(|_| !retry.detour) else {
             return self.follow(from, reply, request, target, retry);
-        }
+        };
         let (target, retry) = match self.begin_detour(slot, target.clone(), retry) {
             Some(started) => started,
             None => {
@@ -959,95 +883,5 @@ impl Redirect for SlotPool {
 
     fn note_failure(&self) {
         self.cell.note_failure();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn order(policy: ReadPolicy, nrep: usize, session: u64) -> Vec<Option<usize>> {
-        (0..candidates(policy, nrep))
-            .map(|k| candidate(policy, nrep, session, k))
-            .collect()
-    }
-
-    #[test]
-    fn read_policy_orders() {
-        use ReadPolicy::*;
-        assert_eq!(order(Primary, 2, 7), [None]);
-        assert_eq!(order(PreferPrimary, 2, 1), [None, Some(1), Some(0)]);
-        assert_eq!(order(Replica, 2, 0), [Some(0), Some(1)]);
-        assert_eq!(order(Replica, 2, 1), [Some(1), Some(0)]);
-        assert_eq!(order(Replica, 0, 5), []);
-        assert_eq!(order(PreferReplica, 2, 3), [Some(1), Some(0), None]);
-        assert_eq!(order(PreferReplica, 0, 3), [None]);
-        assert_eq!(order(Any, 2, 0), [None, Some(0), Some(1)]);
-        assert_eq!(order(Any, 2, 1), [Some(0), Some(1), None]);
-        assert_eq!(order(Any, 2, 2), [Some(1), None, Some(0)]);
-        // Every node is tried exactly once, whatever the session.
-        for policy in [PreferPrimary, Replica, PreferReplica, Any] {
-            for nrep in 0..4 {
-                for session in 0..10 {
-                    let mut o = order(policy, nrep, session);
-                    o.sort();
-                    o.dedup();
-                    assert_eq!(
-                        o.len(),
-                        candidates(policy, nrep),
-                        "{policy:?} {nrep} {session}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn parses_redirects() {
-        let from: SocketAddr = "10.0.0.9:7000".parse().expect("test value");
-        assert_eq!(
-            Redirection::parse(b"-MOVED 3999 127.0.0.1:6381\r\n", from),
-            Some(Redirection::Moved {
-                slot: 3999,
-                addr: "127.0.0.1:6381".parse().expect("test value")
-            })
-        );
-        assert_eq!(
-            Redirection::parse(b"-ASK 16383 :7001\r\n", from),
-            Some(Redirection::Ask {
-                slot: 16383,
-                addr: "10.0.0.9:7001".parse().expect("test value")
-            })
-        );
-        assert_eq!(
-            Redirection::parse(b"-MOVED 1 ::1:7002\r\n", from),
-            Some(Redirection::Moved {
-                slot: 1,
-                addr: "[::1]:7002".parse().expect("test value")
-            })
-        );
-        assert_eq!(
-            Redirection::parse(
-                b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
-                from
-            ),
-            Some(Redirection::Retry)
-        );
-        assert_eq!(
-            Redirection::parse(b"-CLUSTERDOWN The cluster is down\r\n", from),
-            Some(Redirection::Retry)
-        );
-        for bad in [
-            &b"-MOVED 16384 127.0.0.1:1\r\n"[..],
-            b"-MOVED x 127.0.0.1:1\r\n",
-            b"-MOVED 1 redis.example:6379\r\n",
-            b"-MOVED 1\r\n",
-            b"-MOVED 1 127.0.0.1\r\n",
-            b"-ERR nope\r\n",
-            b"+OK\r\n",
-            b"",
-        ] {
-            assert_eq!(Redirection::parse(bad, from), None, "{bad:?}");
-        }
     }
 }

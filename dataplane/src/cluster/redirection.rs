@@ -1,0 +1,111 @@
+//! What a Redis Cluster node answers instead of a reply: `MOVED`, `ASK`, `TRYAGAIN`,
+//! `CLUSTERDOWN` (Redis Cluster spec, "Redirection and resharding").
+
+use std::net::{IpAddr, SocketAddr};
+
+use super::CLUSTER_SLOTS;
+
+/// What a node answered instead of a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Redirection {
+    Moved {
+        slot: u16,
+        addr: SocketAddr,
+    },
+    Ask {
+        slot: u16,
+        addr: SocketAddr,
+    },
+    /// `TRYAGAIN` or `CLUSTERDOWN`: the same request may succeed a moment later.
+    Retry,
+}
+
+impl Redirection {
+    /// Parses `-MOVED <slot> <ip>:<port>` / `-ASK …` / `-TRYAGAIN …` / `-CLUSTERDOWN …`. An
+    /// empty ip means the replying node's own (Redis 7 `cluster-preferred-endpoint-type
+    /// unknown-endpoint`). `None` for anything else, including hostnames (not resolved on the
+    /// request path; Envoy passes those to the client too).
+    pub(super) fn parse(reply: &[u8], from: SocketAddr) -> Option<Redirection> {
+        let line = reply.strip_suffix(b"\r\n").unwrap_or(reply);
+        let text = std::str::from_utf8(line.strip_prefix(b"-")?).ok()?;
+        let mut words = text.split(' ');
+        let kind = words.next()?;
+        if kind == "TRYAGAIN" || kind == "CLUSTERDOWN" {
+            return Some(Redirection::Retry);
+        }
+        let slot: u16 = words.next()?.parse().ok()?;
+        if slot >= CLUSTER_SLOTS {
+            return None;
+        }
+        let (host, port) = words.next()?.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let ip: IpAddr = if host.is_empty() {
+            from.ip()
+        } else {
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse()
+                .ok()?
+        };
+        let addr = SocketAddr::new(ip, port);
+        match kind {
+            "MOVED" => Some(Redirection::Moved { slot, addr }),
+            "ASK" => Some(Redirection::Ask { slot, addr }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_redirects() {
+        let from: SocketAddr = "10.0.0.9:7000".parse().expect("test value");
+        assert_eq!(
+            Redirection::parse(b"-MOVED 3999 127.0.0.1:6381\r\n", from),
+            Some(Redirection::Moved {
+                slot: 3999,
+                addr: "127.0.0.1:6381".parse().expect("test value")
+            })
+        );
+        assert_eq!(
+            Redirection::parse(b"-ASK 16383 :7001\r\n", from),
+            Some(Redirection::Ask {
+                slot: 16383,
+                addr: "10.0.0.9:7001".parse().expect("test value")
+            })
+        );
+        assert_eq!(
+            Redirection::parse(b"-MOVED 1 ::1:7002\r\n", from),
+            Some(Redirection::Moved {
+                slot: 1,
+                addr: "[::1]:7002".parse().expect("test value")
+            })
+        );
+        assert_eq!(
+            Redirection::parse(
+                b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+                from
+            ),
+            Some(Redirection::Retry)
+        );
+        assert_eq!(
+            Redirection::parse(b"-CLUSTERDOWN The cluster is down\r\n", from),
+            Some(Redirection::Retry)
+        );
+        for bad in [
+            &b"-MOVED 16384 127.0.0.1:1\r\n"[..],
+            b"-MOVED x 127.0.0.1:1\r\n",
+            b"-MOVED 1 redis.example:6379\r\n",
+            b"-MOVED 1\r\n",
+            b"-MOVED 1 127.0.0.1\r\n",
+            b"-ERR nope\r\n",
+            b"+OK\r\n",
+            b"",
+        ] {
+            assert_eq!(Redirection::parse(bad, from), None, "{bad:?}");
+        }
+    }
+}
