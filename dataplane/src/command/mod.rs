@@ -1,8 +1,6 @@
 //! The command table: names, arity, key positions, read/write class and how each command is
 //! executed (routed by key, split and merged, or answered locally).
 //!
-//! CONTRACT: the public items below are used by the engine; names and signatures are fixed.
-//!
 //! Every command and subcommand of Redis 7.0.15's `COMMAND LIST` has a row (366): keyed
 //! (routed whole; multi-key ones need their keys on one shard), split, fan-out, SCAN, local,
 //! refused with a reason, or a container of `container|sub` rows. Zero-key rows that are
@@ -16,6 +14,7 @@ use std::sync::OnceLock;
 pub mod fanout;
 mod introspect;
 mod keys;
+pub mod local;
 pub mod split;
 mod table;
 mod table_raw;

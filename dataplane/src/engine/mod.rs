@@ -2,8 +2,6 @@
 //! reload, configs pushed on the control socket, and SIGTERM drain.
 
 pub mod access_log;
-mod local;
-mod local_cluster;
 mod observe;
 pub mod probe;
 mod session;

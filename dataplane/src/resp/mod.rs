@@ -1,8 +1,6 @@
 //! RESP framing: client requests (arrays of bulk strings and inline commands), upstream reply
 //! boundaries, and encoding of locally generated replies.
 //!
-//! CONTRACT: the public items below are used by the engine; names and signatures are fixed.
-//!
 //! Sources: Redis 7.0 `networking.c` (`processMultibulkBuffer`, `processInlineBuffer`,
 //! `addReply*`), `sds.c` (`sdssplitargs`), the RESP2 and RESP3 specifications.
 
@@ -10,6 +8,9 @@ use std::ops::Range;
 
 mod reply;
 mod request;
+mod view;
+
+pub use view::Request;
 
 pub use reply::{
     Elements, array_elements, array_len, elements, integer_reply, is_error, is_null, is_ok,
