@@ -16,6 +16,8 @@ pub mod fanout;
 mod introspect;
 mod keys;
 mod refused;
+mod request;
+pub use request::Request;
 pub mod split;
 mod table;
 mod table_raw;

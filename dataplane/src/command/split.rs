@@ -10,8 +10,9 @@ use crate::resp::{self, encode};
 /// One sub-request of a split command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
-    /// Shard index returned by `shard_of`.
-    pub shard: usize,
+    /// What `shard_of` gave this part's keys: where the sub-request goes, or `None` when no
+    /// host takes them (the part fails with `no upstream host`, or a copy is not made).
+    pub shard: Option<usize>,
     /// The encoded RESP sub-request (same command, this shard's keys [and values]).
     pub request: Vec<u8>,
     /// Ordinal (0-based, in the original request) of each key in this part, in order.
@@ -27,7 +28,7 @@ pub struct Part {
 pub fn split(
     spec: &CommandSpec,
     args: &[&[u8]],
-    shard_of: &mut dyn FnMut(&[u8]) -> usize,
+    mut shard_of: impl FnMut(&[u8]) -> Option<usize>,
 ) -> Vec<Part> {
     let step = spec.step.max(1) as usize;
     let mut parts: Vec<Part> = Vec::new();

@@ -156,8 +156,8 @@ fn error_replies() {
     assert_eq!(unknown_command_error(&[&name]), want.as_bytes());
 }
 
-fn shard_by_first_byte(k: &[u8]) -> usize {
-    usize::from(k.first().copied().unwrap_or(0) % 2)
+fn shard_by_first_byte(k: &[u8]) -> Option<usize> {
+    Some(usize::from(k.first().copied().unwrap_or(0) % 2))
 }
 
 fn cmd(v: &[&[u8]]) -> Vec<u8> {
@@ -176,12 +176,12 @@ fn split_mget_groups_by_shard_in_order() {
         parts,
         vec![
             Part {
-                shard: 1,
+                shard: Some(1),
                 request: cmd(&[b"MGET", b"a", b"c", b"a"]),
                 keys: vec![0, 2, 3]
             },
             Part {
-                shard: 0,
+                shard: Some(0),
                 request: cmd(&[b"MGET", b"b"]),
                 keys: vec![1]
             },
@@ -247,9 +247,9 @@ fn mget_errors_inline() {
 fn mget_duplicates_single_shard() {
     let spec = lookup(b"mget").expect("test value");
     let args: [&[u8]; 3] = [b"MGET", b"a", b"a"];
-    let parts = split(spec, &args, &mut |_| 7);
+    let parts = split(spec, &args, |_| Some(7));
     assert_eq!(parts.len(), 1);
-    assert_eq!(parts[0].shard, 7);
+    assert_eq!(parts[0].shard, Some(7));
     assert_eq!(parts[0].request, cmd(&[b"MGET", b"a", b"a"]));
     assert_eq!(parts[0].keys, vec![0, 1]);
     let mut out = Vec::new();
@@ -319,7 +319,7 @@ fn sum_integers() {
         &mut out,
     );
     assert_eq!(out, b"-finished with 1 error(s)\r\n");
-    let one = split(spec, &[b"exists", b"k"], &mut |_| 0);
+    let one = split(spec, &[b"exists", b"k"], |_| Some(0));
     let mut out = Vec::new();
     merge(Merge::SumIntegers, 1, &one, &[b":0\r\n"], &mut out);
     assert_eq!(out, b":0\r\n");

@@ -2,10 +2,7 @@
 //! reload, configs pushed on the control socket, and SIGTERM drain.
 
 pub mod access_log;
-mod local;
-mod local_cluster;
 mod observe;
-mod refused_multi;
 mod session;
 mod sink;
 pub(crate) mod stats;

@@ -21,6 +21,7 @@ use super::stats::ListenerStats;
 use crate::command::Merge;
 use crate::command::split::{Part, merge};
 use crate::net::{self, Notify};
+use crate::router::dispatch::Slots;
 use crate::stats::clock;
 use crate::upstream::Deliver;
 
@@ -335,6 +336,26 @@ fn is_error(reply: &[u8]) -> bool {
 fn drop_active(sink: &Sink, n: i64) {
     if n != 0 {
         sink.add_active(-n);
+    }
+}
+
+impl Slots for Sink {
+    #[inline]
+    fn push(&self, cmd: u16) -> u64 {
+        Sink::push(self, cmd)
+    }
+
+    fn split(&self, seq: u64, merge: Merge, nkeys: usize, parts: Vec<Part>) {
+        self.make_split(seq, merge, nkeys, parts)
+    }
+
+    fn hold_next(&self, delay: Duration) {
+        Sink::hold_next(self, delay)
+    }
+
+    #[inline]
+    fn local(&self, cmd: u16, reply: &[u8]) {
+        self.push_local(cmd, reply)
     }
 }
 

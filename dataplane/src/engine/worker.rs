@@ -135,17 +135,6 @@ impl ListenerRuntime {
             .iter()
             .any(|c| c.as_bytes().eq_ignore_ascii_case(name))
     }
-
-    /// The part of `key` that is hashed: its hash tag when `enable_hashtagging` is on (Redis
-    /// Cluster spec, "Hash tags"), else the whole key.
-    #[inline]
-    pub fn hash_key<'k>(&self, key: &'k [u8]) -> &'k [u8] {
-        if self.config.enable_hashtagging {
-            crate::cluster::hashtag(key)
-        } else {
-            key
-        }
-    }
 }
 
 /// A listener's current runtime; swapped on reload, read by sessions once per read batch.

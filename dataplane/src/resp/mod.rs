@@ -1,8 +1,6 @@
 //! RESP framing: client requests (arrays of bulk strings and inline commands), upstream reply
 //! boundaries, and encoding of locally generated replies.
 //!
-//! CONTRACT: the public items below are used by the engine; names and signatures are fixed.
-//!
 //! Sources: Redis 7.0 `networking.c` (`processMultibulkBuffer`, `processInlineBuffer`,
 //! `addReply*`), `sds.c` (`sdssplitargs`), the RESP2 and RESP3 specifications.
 

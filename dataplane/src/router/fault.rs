@@ -15,7 +15,7 @@
 //!   subcommands, since Envoy matches the name the client sent (argv[0]).
 //!
 //! Which requests are eligible at all is the engine's decision (only those sent upstream; see
-//! `Session::handle`). The table is built per worker when a listener runtime is built, so the
+//! `engine::session`). The table is built per worker when a listener runtime is built, so the
 //! request path only indexes a vector and draws from the worker thread's own RNG.
 
 use std::collections::HashMap;

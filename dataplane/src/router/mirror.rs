@@ -6,6 +6,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use super::dispatch::{Client, Pool};
 use crate::cluster::{ClusterPool, Dest};
 use crate::config::MirrorPolicy;
 use crate::stats::{Counter, Gauge, Store};
@@ -55,16 +56,15 @@ impl MirrorStats {
         self.limit.set(limit.max(1));
     }
 
-    /// Hands one copy to `pool` unless the bound is reached (then it is dropped and counted as
-    /// overflow). Never waits and never reports to the caller: the primary reply does not
-    /// depend on it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn send(
+    /// Hands one copy (of command `cmd`, for `client`) to `pool` at `dest` unless the bound is
+    /// reached (then it is dropped and counted as overflow); `dest` `None`: the pool has no host
+    /// for its keys, and the copy counts as failed. Never waits and never reports to the
+    /// caller: the primary reply does not depend on it.
+    pub fn send<P: Pool>(
         self: &Rc<Self>,
-        pool: &ClusterPool,
-        dest: Dest,
-        session: u64,
-        resp3: bool,
+        pool: &P,
+        dest: Option<Dest>,
+        client: Client,
         read: bool,
         request: &[u8],
         cmd: u16,
@@ -75,13 +75,17 @@ impl MirrorStats {
             return;
         }
         self.total.inc();
+        let Some(dest) = dest else {
+            self.error.inc();
+            return;
+        };
         let target = Target {
             sink: self.clone(),
             seq: 0,
             part: 0,
             cmd,
         };
-        match pool.send(dest, session, resp3, read, request, target) {
+        match pool.send(dest, client, read, request, target) {
             Ok(()) => {
                 self.in_flight.set(n + 1);
                 self.active.inc();
@@ -139,8 +143,10 @@ fn fraction_admits(threshold: u64, key: Option<&[u8]>) -> bool {
 }
 
 /// One `request_mirror_policy` entry of a route, resolved for a worker.
-pub struct Mirror {
-    pub pool: Rc<ClusterPool>,
+pub struct Mirror<P = ClusterPool> {
+    /// The mirror cluster's pool.
+    pub pool: Rc<P>,
+    /// Its copy counters and in-flight bound (shared by every route mirroring to it).
     pub stats: Rc<MirrorStats>,
     exclude_read_commands: bool,
     /// Keys with `xxh64(key) % FRACTION_SCALE` below this are mirrored; `FRACTION_SCALE` or
@@ -148,9 +154,9 @@ pub struct Mirror {
     threshold: u64,
 }
 
-impl Mirror {
+impl<P> Mirror<P> {
     /// `policy` resolved to this worker's pool and stats of its cluster.
-    pub fn new(policy: &MirrorPolicy, pool: Rc<ClusterPool>, stats: Rc<MirrorStats>) -> Mirror {
+    pub fn new(policy: &MirrorPolicy, pool: Rc<P>, stats: Rc<MirrorStats>) -> Mirror<P> {
         Mirror {
             pool,
             stats,

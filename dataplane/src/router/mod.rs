@@ -3,10 +3,11 @@
 //! `no upstream host`. A route names the pool its requests go to (reads may go to the
 //! `read_command_policy` pool), how keys are rewritten, and where copies are mirrored.
 
+pub mod dispatch;
+pub mod fault;
+pub mod local;
 pub mod mirror;
 pub mod trie;
-
-pub mod fault;
 
 use std::rc::Rc;
 
@@ -18,30 +19,31 @@ use crate::cluster::ClusterPool;
 /// Route id of the catch-all route (prefix routes are numbered from 0 in config order).
 pub const CATCH_ALL: usize = usize::MAX;
 
-/// One route of a listener, resolved to this worker's pools.
-pub struct RouteRuntime {
+/// One route of a listener, resolved to this worker's pools (`P`: the pool type, a
+/// [`dispatch::Pool`]; tests use fakes).
+pub struct RouteRuntime<P = ClusterPool> {
     /// Where the route's requests go.
-    pub pool: Rc<ClusterPool>,
+    pub pool: Rc<P>,
     /// `read_command_policy`: where its read commands go instead.
-    pub read_pool: Option<Rc<ClusterPool>>,
+    pub read_pool: Option<Rc<P>>,
     /// `request_mirror_policy`, in config order.
-    pub mirrors: Vec<Mirror>,
+    pub mirrors: Vec<Mirror<P>>,
     /// Bytes stripped from the front of each key: the prefix length with `remove_prefix`, else 0.
     strip: usize,
     /// `key_formatter` split at each `%KEY%`: the key goes between consecutive pieces.
     formatter: Option<Vec<Vec<u8>>>,
 }
 
-impl RouteRuntime {
+impl<P> RouteRuntime<P> {
     /// A route to `pool`. `strip`: bytes removed from each key's front (`remove_prefix`: the
     /// prefix's length); `key_formatter`: Envoy's template, every `%KEY%` replaced by the key.
     pub fn new(
-        pool: Rc<ClusterPool>,
-        read_pool: Option<Rc<ClusterPool>>,
-        mirrors: Vec<Mirror>,
+        pool: Rc<P>,
+        read_pool: Option<Rc<P>>,
+        mirrors: Vec<Mirror<P>>,
         strip: usize,
         key_formatter: Option<&str>,
-    ) -> RouteRuntime {
+    ) -> RouteRuntime<P> {
         let formatter = key_formatter.map(|f| {
             f.split(crate::config::KEY_VARIABLE)
                 .map(|p| p.as_bytes().to_vec())
@@ -59,7 +61,7 @@ impl RouteRuntime {
     /// The pool a command goes to: the read pool for a read command (see
     /// [`crate::command::is_read`]) when the route has one.
     #[inline]
-    pub fn pool_for(&self, read: bool) -> &Rc<ClusterPool> {
+    pub fn pool_for(&self, read: bool) -> &Rc<P> {
         match (&self.read_pool, read) {
             (Some(p), true) => p,
             _ => &self.pool,
@@ -99,10 +101,10 @@ fn rewrite_key(strip: usize, pieces: Option<&[Vec<u8>]>, key: &[u8], out: &mut V
 }
 
 /// Per-worker routing table of one listener.
-pub struct Router {
+pub struct Router<P = ClusterPool> {
     trie: Trie<usize>,
-    routes: Vec<RouteRuntime>,
-    catch_all: Option<RouteRuntime>,
+    routes: Vec<RouteRuntime<P>>,
+    catch_all: Option<RouteRuntime<P>>,
     case_insensitive: bool,
     /// Some route rewrites keys.
     rewrites: bool,
@@ -110,15 +112,15 @@ pub struct Router {
     mirrors: bool,
 }
 
-impl Router {
+impl<P> Router<P> {
     /// `routes` as `(prefix, route)` in config order (prefixes unique, as config validation
     /// ensures), plus the catch-all route. With `case_insensitive` prefixes are matched without
     /// ASCII case; the key forwarded keeps its case.
     pub fn new(
-        routes: Vec<(Vec<u8>, RouteRuntime)>,
-        catch_all: Option<RouteRuntime>,
+        routes: Vec<(Vec<u8>, RouteRuntime<P>)>,
+        catch_all: Option<RouteRuntime<P>>,
         case_insensitive: bool,
-    ) -> Router {
+    ) -> Router<P> {
         let mut trie = Trie::new();
         let mut rts = Vec::with_capacity(routes.len());
         for (i, (prefix, route)) in routes.into_iter().enumerate() {
@@ -131,7 +133,7 @@ impl Router {
             rts.push(route);
         }
         let all = || rts.iter().chain(catch_all.iter());
-        let rewrites = all().any(RouteRuntime::rewrites);
+        let rewrites = all().any(|r| r.rewrites());
         let mirrors = all().any(|r| !r.mirrors.is_empty());
         Router {
             trie,
@@ -146,7 +148,7 @@ impl Router {
     /// The route `key` takes and its id ([`CATCH_ALL`] or the route's index), or `None`: no
     /// route matches and there is no catch-all.
     #[inline]
-    pub fn route(&self, key: &[u8]) -> Option<(usize, &RouteRuntime)> {
+    pub fn route(&self, key: &[u8]) -> Option<(usize, &RouteRuntime<P>)> {
         let id = self.route_id(key)?;
         self.by_id(id).map(|r| (id, r))
     }
@@ -169,7 +171,7 @@ impl Router {
 
     /// The route with id `id`.
     #[inline]
-    pub fn by_id(&self, id: usize) -> Option<&RouteRuntime> {
+    pub fn by_id(&self, id: usize) -> Option<&RouteRuntime<P>> {
         if id == CATCH_ALL {
             self.catch_all.as_ref()
         } else {
@@ -180,7 +182,7 @@ impl Router {
     /// The route of keyless commands (fan-out commands, SCAN): the catch-all, since a prefix is
     /// never empty.
     #[inline]
-    pub fn keyless(&self) -> Option<&RouteRuntime> {
+    pub fn keyless(&self) -> Option<&RouteRuntime<P>> {
         self.catch_all.as_ref()
     }
 

@@ -9,8 +9,8 @@
 
 use std::borrow::Cow;
 
-use super::sink::NO_CMD;
 use crate::command::{self, ResolveError};
+use crate::engine::sink::NO_CMD;
 
 /// Redis's reply to EXEC of a transaction flagged by an error while queuing.
 pub const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";

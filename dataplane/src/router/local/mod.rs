@@ -1,10 +1,11 @@
 //! Commands about the connection itself, answered by the proxy: PING, ECHO, QUIT, AUTH, SELECT,
-//! HELLO, CLIENT, COMMAND, RESET, TIME, READONLY/READWRITE. Reply texts are Redis 7.0's
+//! HELLO, CLIENT, COMMAND, CLUSTER, RESET, TIME, READONLY/READWRITE. Reply texts are Redis 7.0's
 //! (`networking.c`, `server.c`) unless Envoy defines the wording (AUTH).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::worker::ListenerRuntime;
+mod cluster;
+
 use crate::command::{self, CommandSpec, Local};
 use crate::config::ListenerConfig;
 use crate::resp::encode;
@@ -16,7 +17,9 @@ const REDIS_VERSION: &[u8] = b"7.0.0";
 pub struct ConnState {
     /// CLIENT ID: unique within the process.
     pub client_id: u64,
+    /// The client may run commands: it authenticated, or the listener has no password.
     pub authed: bool,
+    /// CLIENT SETNAME / HELLO SETNAME; `None` when unset or set to the empty name.
     pub name: Option<Vec<u8>>,
     /// QUIT was received: stop reading, close after the replies.
     pub quit: bool,
@@ -45,10 +48,12 @@ impl ConnState {
     }
 }
 
-/// Appends the reply to a local command to `out`.
+/// Appends the reply to a local command to `out`; `listener` is the config of the listener the
+/// client reached (its credentials), `conn` the connection's state, which AUTH, HELLO, CLIENT,
+/// QUIT and RESET change.
 pub fn answer<'a>(
     conn: &mut ConnState,
-    rt: &ListenerRuntime,
+    listener: &ListenerConfig,
     spec: &CommandSpec,
     local: Local,
     argc: usize,
@@ -71,17 +76,15 @@ pub fn answer<'a>(
             Some(_) => out.extend_from_slice(b"-ERR DB index is out of range\r\n"),
             None => out.extend_from_slice(b"-ERR value is not an integer or out of range\r\n"),
         },
-        Local::Auth => auth(conn, &rt.config, argc, &arg, out),
-        Local::Hello => hello(conn, &rt.config, argc, &arg, out),
+        Local::Auth => auth(conn, listener, argc, &arg, out),
+        Local::Hello => hello(conn, listener, argc, &arg, out),
         Local::Client => client(conn, spec, argc, &arg, out),
         Local::Command => command::command_reply(argc, arg, out),
-        Local::Cluster => {
-            super::local_cluster::answer(spec.name, arg, conn.local_addr, conn.resp3, out)
-        }
+        Local::Cluster => cluster::answer(spec.name, arg, conn.local_addr, conn.resp3, out),
         Local::Reset => {
             conn.name = None;
             conn.resp3 = false;
-            conn.authed = rt.config.downstream_auth_passwords.is_empty();
+            conn.authed = listener.downstream_auth_passwords.is_empty();
             out.extend_from_slice(b"+RESET\r\n");
         }
         Local::Time => {

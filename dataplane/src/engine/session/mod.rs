@@ -1,0 +1,440 @@
+//! One downstream (client) connection: read requests, answer or route them, write replies in
+//! request order.
+
+use std::future::Future;
+use std::ops::Range;
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::Instant;
+
+use tracing::debug;
+
+mod mode;
+mod refused_multi;
+
+use mode::Mode;
+
+use super::sink::{NO_CMD, Sink};
+use super::stats::CUSTOM_CMD;
+use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
+use crate::command::Request;
+use crate::command::{self, Kind, Local, ResolveError};
+use crate::net::{self, BufResult, TcpStream};
+use crate::resp::{Limits, Parsed, RequestParser, encode};
+use crate::router::dispatch::{self, Client, Dispatch, Scratch, Upstream};
+use crate::router::fault::Fault;
+use crate::router::local::{self, ConnState};
+use crate::stats::clock::BatchClock;
+use crate::stats::probe::RequestPath;
+
+/// Growth step of a session's read buffer; a new connection starts with `READ_INITIAL`, so an idle
+/// connection holds little memory, and a buffer grown by a burst is given back once drained.
+const READ_CHUNK: usize = 16 * 1024;
+const READ_INITIAL: usize = 2048;
+const READ_KEEP: usize = 256 * 1024;
+
+/// Session state the request handler needs besides the request itself.
+struct Session {
+    id: u64,
+    sink: Rc<Sink>,
+    /// Connection-level state answered locally (auth, name, QUIT).
+    conn: ConnState,
+    /// Buffers dispatch reuses from request to request.
+    scratch: Scratch,
+    /// The client's address, learned when the listener has an access log.
+    peer: Option<std::net::SocketAddr>,
+    /// The one place that says what the connection's requests may do.
+    mode: Mode,
+}
+
+/// Keeps a session registered with its worker until both its reader and its writer are done
+/// with the connection: a drain waits for that.
+struct Open {
+    worker: Rc<WorkerShared>,
+    id: u64,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.worker.session_closed(self.id);
+    }
+}
+
+/// Serves one client connection until it closes.
+pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<WorkerShared>) {
+    let stream = Rc::new(stream);
+    let first = handle.current();
+    let stats = first.stats.clone();
+    stats.cx_total.inc();
+    stats.cx_active.inc();
+    let sink = Rc::new(Sink::new(stats.clone(), worker.active.clone()));
+    let id = worker.next_session_id();
+    worker.session_opened(id, &sink);
+    let open = Rc::new(Open {
+        worker: worker.clone(),
+        id,
+    });
+    net::spawn(write_loop(
+        stream.clone(),
+        sink.clone(),
+        stats.clone(),
+        open.clone(),
+    ));
+    let mut session = Session {
+        id,
+        sink: sink.clone(),
+        conn: ConnState::new(
+            worker.client_id(id),
+            &first.config,
+            stream.local_addr().ok(),
+        ),
+        scratch: Scratch::default(),
+        peer: first
+            .observer
+            .as_ref()
+            .filter(|o| o.wants_peer())
+            .and_then(|_| stream.peer_addr().ok()),
+        mode: Mode::Shared,
+    };
+    let mut parser = RequestParser::new(Limits {
+        max_bulk_len: first.config.max_request_bytes,
+        ..Limits::default()
+    });
+    drop(first);
+    let mut args: Vec<Range<usize>> = Vec::with_capacity(8);
+    let mut scratch: Vec<u8> = Vec::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_INITIAL);
+    let mut start = 0usize;
+    // Unparsed bytes of this session counted in `downstream_cx_rx_bytes_buffered`.
+    let mut rx_held = 0usize;
+
+    'conn: loop {
+        while !sink.has_capacity() && !sink.is_closed() && !worker.is_draining() {
+            sink.pause_reader();
+            sink.reader.notified().await;
+        }
+        if sink.is_closed() || worker.is_draining() {
+            break;
+        }
+        if start == buf.len() {
+            if buf.capacity() > READ_KEEP {
+                buf = Vec::with_capacity(READ_INITIAL);
+            }
+            buf.clear();
+            start = 0;
+        } else if start > 0 {
+            buf.drain(..start);
+            start = 0;
+        }
+        if buf.capacity() - buf.len() < READ_INITIAL / 2 {
+            buf.reserve(buf.len().max(READ_CHUNK));
+        }
+        // A drain stops the read: bytes the kernel still holds are never executed (the client
+        // resends them elsewhere), and only a partial request can be left in `buf`.
+        let Some(BufResult(res, b)) = read_unless_stopped(&stream, buf, &sink, &worker).await
+        else {
+            break;
+        };
+        buf = b;
+        let n = match res {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                debug!(
+                    listener = %handle.current().config.name,
+                    peer = %peer_text(&stream),
+                    session = id,
+                    error = %e,
+                    "downstream read failed"
+                );
+                break;
+            }
+        };
+        stats.rx_bytes.add(n as u64);
+        let rt = handle.current();
+        let _request_path = RequestPath::enter();
+        // One clock read per read batch: every request parsed from it starts its latency here.
+        let _clock = BatchClock::enter(Instant::now());
+        loop {
+            // `start` never passes the end: it moves by what the parser consumed of `rest`.
+            let rest = buf.get(start..).unwrap_or_default();
+            match parser.parse(rest, &mut args, &mut scratch) {
+                Ok(Parsed::Incomplete) => break,
+                Ok(Parsed::Empty { consumed }) => start += consumed,
+                Ok(Parsed::Resp { consumed }) => {
+                    // The frame is the `consumed` bytes the parser took (always there).
+                    session.handle(&rt, Request::new(rest, &args, rest.get(..consumed)));
+                    start += consumed;
+                }
+                Ok(Parsed::Inline { consumed }) => {
+                    session.handle(&rt, Request::new(&scratch, &args, None));
+                    start += consumed;
+                }
+                Err(e) => {
+                    // Envoy counts a request its decoder rejects here only (`invalid_request`
+                    // is the splitter's count of well-framed requests it cannot run).
+                    stats.cx_protocol_error.inc();
+                    debug!(
+                        listener = %rt.config.name,
+                        peer = %peer_text(&stream),
+                        session = id,
+                        error = %e,
+                        "downstream protocol error; closing the connection"
+                    );
+                    let msg = format!("ERR Protocol error: {e}");
+                    let mut reply = Vec::new();
+                    encode::error(&mut reply, msg.as_bytes());
+                    sink.push_local(NO_CMD, &reply);
+                    break 'conn;
+                }
+            }
+            if session.conn.quit {
+                break 'conn;
+            }
+        }
+        rx_held = move_gauge(&stats.rx_buffered, rx_held, buf.len() - start);
+    }
+    move_gauge(&stats.rx_buffered, rx_held, 0);
+    if worker.is_draining() {
+        stats.cx_drain_close.inc();
+    }
+    sink.reader_done();
+}
+
+/// Moves `gauge` from this session's contribution `held` to `now`; returns `now`.
+fn move_gauge(gauge: &crate::stats::Gauge, held: usize, now: usize) -> usize {
+    if now != held {
+        gauge.add(now as i64 - held as i64);
+    }
+    now
+}
+
+/// Reads like [`net::read_append`], unless the worker starts draining or the client connection
+/// is closed first (`None`: the read is abandoned and whatever it may have read is never
+/// executed). Both wake the reader through `sink.reader`; other wake-ups of it are ignored, so a
+/// read is only ever abandoned when the session ends.
+async fn read_unless_stopped(
+    stream: &TcpStream,
+    buf: Vec<u8>,
+    sink: &Sink,
+    worker: &WorkerShared,
+) -> Option<BufResult<usize, Vec<u8>>> {
+    let mut read = pin!(net::read_append(stream, buf));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = read.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
+        }
+        loop {
+            match pin!(sink.reader.notified()).poll(cx) {
+                Poll::Ready(()) if worker.is_draining() || sink.is_closed() => {
+                    return Poll::Ready(None);
+                }
+                // A stale wake-up (back-pressure lifted earlier): re-arm the wait.
+                Poll::Ready(()) => continue,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    })
+    .await
+}
+
+/// After the last reply of a drained connection: FIN, then read and discard until the client
+/// closes or `deadline` passes. Closing with unread bytes makes Linux send RST at once, dropping
+/// the replies still in this socket's send queue (a slow reader then sees a cut reply and
+/// `connection reset`).
+async fn linger(stream: &TcpStream, deadline: Instant) {
+    net::shutdown_write(stream);
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        match net::timeout(left, net::read_append(stream, buf)).await {
+            Some(BufResult(Ok(n), b)) if n > 0 => {
+                buf = b;
+                buf.clear();
+            }
+            _ => return,
+        }
+    }
+}
+
+impl Session {
+    /// Handles one request: the connection's mode first, then resolution against the command
+    /// table, the auth gate, local answers, faults, and dispatch of what goes upstream.
+    fn handle(&mut self, rt: &ListenerRuntime, req: Request<'_>) {
+        if let Some(obs) = &rt.observer
+            && let Some(p) = obs.request(req.bytes(), req.ranges(), self.peer)
+        {
+            self.sink.observe_next(p);
+        }
+        let custom = req.argc() >= 2 && rt.custom_command(req.name());
+        if let Some(answer) = self.mode.admit(&req, custom) {
+            if answer.cmd == NO_CMD {
+                rt.stats.rq_total.inc();
+            } else {
+                rt.stats.request(answer.cmd);
+            }
+            return self.sink.push_local(answer.cmd, &answer.reply);
+        }
+        let spec = match command::resolve(req.argc(), req.argv()) {
+            Ok(spec) => spec,
+            Err(ResolveError::Unknown(reply)) => {
+                if let Some(key) = req.arg(1).filter(|_| rt.custom_command(req.name())) {
+                    rt.stats.custom_request();
+                    if self.fault(rt, CUSTOM_CMD) {
+                        return;
+                    }
+                    return self.dispatch(rt).custom(&req, key, CUSTOM_CMD);
+                }
+                // Unknown commands are answered before the auth gate, as Envoy does; like every
+                // decoded request they count in downstream_rq_total (Envoy's PendingRequest).
+                rt.stats.rq_total.inc();
+                rt.stats.unsupported_command.inc();
+                return self.sink.push_local(NO_CMD, &reply);
+            }
+            Err(ResolveError::Invalid(reply)) => {
+                // Wrong number of arguments (Envoy: `splitter.invalid_request`); a known command
+                // also counts as its own request and error, so total = success + error holds.
+                rt.stats.invalid_request.inc();
+                if let Some(spec) = command::lookup(req.name()) {
+                    rt.stats.request(spec.id);
+                    return self.sink.push_local(spec.id, &reply);
+                }
+                rt.stats.rq_total.inc();
+                return self.sink.push_local(NO_CMD, &reply);
+            }
+        };
+        let req = req.with_spec(spec);
+        rt.stats.request(spec.id);
+        let gate_exempt = matches!(
+            spec.kind,
+            Kind::Local(Local::Auth | Local::Quit | Local::Hello | Local::Reset)
+        );
+        if !self.conn.authed && !gate_exempt {
+            return self
+                .sink
+                .push_local(spec.id, b"-NOAUTH Authentication required.\r\n");
+        }
+        if let Some(how) = Upstream::of(spec.kind) {
+            // Faults hit only what goes upstream (docs/faults.md): never AUTH, PING or any
+            // other command answered locally, nor requests rejected before this point.
+            if self.fault(rt, spec.id) {
+                return;
+            }
+            return self.dispatch(rt).run(&req, spec, how);
+        }
+        match spec.kind {
+            Kind::Local(which) => {
+                let mut reply = Vec::new();
+                local::answer(
+                    &mut self.conn,
+                    &rt.config,
+                    spec,
+                    which,
+                    req.argc(),
+                    req.argv(),
+                    &mut reply,
+                );
+                self.sink.push_local(spec.id, &reply);
+            }
+            Kind::Refused(reason) => {
+                self.mode.refused(spec);
+                self.sink
+                    .push_local(spec.id, &command::refused_reply(spec, reason));
+            }
+            // `resolve` never returns a container row; the upstream kinds were dispatched.
+            _ => self.sink.push_local(spec.id, &command::arity_error(spec)),
+        }
+    }
+
+    /// Draws the listener's faults for a request of command `cmd` (Envoy `getFaultForCommand`,
+    /// one draw per request), counts what it drew and applies it. True when the request got an
+    /// ERROR fault and is answered: it is not forwarded.
+    #[inline]
+    fn fault(&self, rt: &ListenerRuntime, cmd: u16) -> bool {
+        let Some(fault) = rt.faults.as_ref().and_then(|f| f.pick(cmd)) else {
+            return false;
+        };
+        rt.stats.fault(
+            cmd,
+            matches!(fault, Fault::Error { .. }),
+            fault.delay().is_some(),
+        );
+        dispatch::apply_fault(fault, cmd, &*self.sink)
+    }
+
+    /// The dispatch of one request over `rt`'s routes, into this session's reply slots.
+    #[inline]
+    fn dispatch<'d>(&'d mut self, rt: &'d ListenerRuntime) -> Dispatch<'d, Sink> {
+        Dispatch {
+            router: &rt.router,
+            hashtags: rt.config.enable_hashtagging,
+            client: Client {
+                session: self.id,
+                resp3: self.conn.resp3,
+            },
+            slots: &self.sink,
+            scratch: &mut self.scratch,
+        }
+    }
+}
+
+/// Writes completed replies to the client; closes the connection when the reader is done and
+/// every reply is written, or when a write fails.
+async fn write_loop(
+    stream: Rc<TcpStream>,
+    sink: Rc<Sink>,
+    stats: Rc<super::stats::ListenerStats>,
+    open: Rc<Open>,
+) {
+    let mut spare: Vec<u8> = Vec::new();
+    let mut failed = false;
+    loop {
+        match sink.take_output(spare) {
+            Ok((buf, n)) => {
+                let len = buf.len();
+                let BufResult(res, mut buf) = net::write_all(&stream, buf).await;
+                if let Err(e) = res {
+                    debug!(peer = %peer_text(&stream), error = %e, "downstream write failed");
+                    sink.written(n, len);
+                    sink.close();
+                    failed = true;
+                    break;
+                }
+                stats.tx_bytes.add(len as u64);
+                sink.written(n, len);
+                buf.clear();
+                if buf.capacity() > READ_KEEP {
+                    buf = Vec::new();
+                }
+                spare = buf;
+            }
+            Err(s) => {
+                spare = s;
+                if sink.finished() || sink.is_closed() {
+                    break;
+                }
+                sink.wait_output().await;
+            }
+        }
+    }
+    sink.close();
+    match open.worker.drain_deadline() {
+        Some(deadline) if !failed => linger(&stream, deadline).await,
+        _ => net::shutdown(&stream),
+    }
+    stats.cx_active.dec();
+}
+
+// Keep Rc<Sink> coercible to Rc<dyn Deliver>.
+const _: fn(Rc<Sink>) -> Rc<dyn crate::upstream::Deliver> = |s| s;
+
+/// The client's address for a log line ("?" once the socket has lost it): error paths only.
+fn peer_text(stream: &TcpStream) -> String {
+    stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_owned(), |a| a.to_string())
+}

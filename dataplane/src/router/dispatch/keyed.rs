@@ -1,0 +1,175 @@
+//! Keyed commands and a listener's `custom_commands`: routed whole to the shard of their keys.
+
+use super::{CROSSSLOT, Dispatch, Pool, Slots};
+use crate::cluster::Dest;
+use crate::command::Request;
+use crate::command::{self, CommandSpec};
+use crate::resp::encode;
+use crate::router::RouteRuntime;
+use crate::upstream::{NO_UPSTREAM_HOST, SendError};
+
+/// The keys of a request are on different shards of a pool.
+pub(super) struct CrossSlot;
+
+impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
+    /// Routes a command whole to the shard of its keys. Every key must take the same route and
+    /// hash to the same shard of its cluster (else `-CROSSSLOT`, as Redis Cluster answers); a
+    /// command with no key (EVAL with numkeys 0) takes the catch-all route's shard 0, so scripts
+    /// that touch no key always run on the same backend.
+    pub fn keyed(&mut self, req: &Request<'_>, spec: &'static CommandSpec) {
+        let arg = req.argv();
+        let argc = req.argc();
+        if command::is_blocking(spec, argc, arg) {
+            let mut reply = Vec::new();
+            encode::error(
+                &mut reply,
+                format!(
+                    "ERR '{}' with BLOCK is not supported by respite: blocking commands would \
+                     hold a shared upstream connection",
+                    spec.name
+                )
+                .as_bytes(),
+            );
+            return self.slots.local(spec.id, &reply);
+        }
+        self.scratch.key_idx.clear();
+        if let Err(reply) = command::keys(spec, argc, arg, &mut self.scratch.key_idx) {
+            return self.slots.local(spec.id, &reply);
+        }
+        let router = self.router;
+        let first_key = self.scratch.key_idx.first().map(|&i| arg(i));
+        // No key: the route of the empty key, the catch-all (a prefix is never empty).
+        let Some((id, route)) = router.route(first_key.unwrap_or_default()) else {
+            return self.slots.local(spec.id, NO_UPSTREAM_HOST);
+        };
+        if router.has_prefixes()
+            && self
+                .scratch
+                .key_idx
+                .iter()
+                .skip(1)
+                .any(|&i| router.route_id(arg(i)) != Some(id))
+        {
+            return self.slots.local(spec.id, CROSSSLOT);
+        }
+        let read = command::is_read(spec);
+        if !route.rewrites() {
+            return self.keyed_to(spec.id, read, route, req, first_key);
+        }
+        self.rewrite_and_send(spec.id, read, route, req, first_key);
+    }
+
+    /// A listener `custom_commands` entry of table id `cmd`: a single-key command routed by
+    /// `key`, its argument 1.
+    pub fn custom(&mut self, req: &Request<'_>, key: &[u8], cmd: u16) {
+        let Some((_, route)) = self.router.route(key) else {
+            return self.slots.local(cmd, NO_UPSTREAM_HOST);
+        };
+        self.scratch.key_idx.clear();
+        self.scratch.key_idx.push(1);
+        if !route.rewrites() {
+            return self.keyed_to(cmd, false, route, req, Some(key));
+        }
+        self.rewrite_and_send(cmd, false, route, req, Some(key));
+    }
+
+    /// [`Dispatch::keyed_to`] of `req` with its keys (at `scratch.key_idx`) rewritten by
+    /// `route` (`remove_prefix`, `key_formatter`), built in the scratch buffers.
+    fn rewrite_and_send(
+        &mut self,
+        cmd: u16,
+        read: bool,
+        route: &RouteRuntime<P>,
+        req: &Request<'_>,
+        client_key: Option<&[u8]>,
+    ) {
+        let mut buf = std::mem::take(&mut self.scratch.rw_buf);
+        let mut ranges = std::mem::take(&mut self.scratch.rw_args);
+        buf.clear();
+        ranges.clear();
+        for (i, a) in req.args().enumerate() {
+            let at = buf.len();
+            if self.scratch.key_idx.contains(&i) {
+                route.rewrite(a, &mut buf);
+            } else {
+                buf.extend_from_slice(a);
+            }
+            ranges.push(at..buf.len());
+        }
+        self.keyed_to(
+            cmd,
+            read,
+            route,
+            &Request::new(&buf, &ranges, None),
+            client_key,
+        );
+        self.scratch.rw_buf = buf;
+        self.scratch.rw_args = ranges;
+    }
+
+    /// Sends a keyed command (keys at `scratch.key_idx`, already in their forwarded form) to its
+    /// shard of `route`'s pool, then its copies to the route's mirrors. `client_key`: the first
+    /// key as the client sent it, which decides the mirrors' `runtime_fraction`.
+    fn keyed_to(
+        &mut self,
+        cmd: u16,
+        read: bool,
+        route: &RouteRuntime<P>,
+        req: &Request<'_>,
+        client_key: Option<&[u8]>,
+    ) {
+        let pool = route.pool_for(read);
+        let Ok(place) = self.shard_of_keys(pool, req) else {
+            return self.slots.local(cmd, CROSSSLOT);
+        };
+        self.send_one(cmd, read, pool, place, req);
+        if !route.mirrors.is_empty() {
+            self.mirror_keyed(cmd, read, route, req, client_key);
+        }
+    }
+
+    /// The shard of `pool` that every key at `scratch.key_idx` goes to (shard 0 with no key;
+    /// `None`: no host takes them), or [`CrossSlot`] when they go to different shards.
+    pub(super) fn shard_of_keys(
+        &self,
+        pool: &P,
+        req: &Request<'_>,
+    ) -> Result<Option<usize>, CrossSlot> {
+        let arg = req.argv();
+        let Some(&first) = self.scratch.key_idx.first() else {
+            return Ok(Some(0));
+        };
+        let shard = self.place(pool, arg(first));
+        let cross = self
+            .scratch
+            .key_idx
+            .iter()
+            .skip(1)
+            .any(|&i| self.place(pool, arg(i)) != shard);
+        if cross { Err(CrossSlot) } else { Ok(shard) }
+    }
+
+    /// Sends the whole request to shard `place` of `pool` (`None`: no host, answered
+    /// `no upstream host`); `cmd` is its table id for stats; `read`: it only reads.
+    fn send_one(
+        &mut self,
+        cmd: u16,
+        read: bool,
+        pool: &P,
+        place: Option<usize>,
+        req: &Request<'_>,
+    ) {
+        let seq = self.slots.push(cmd);
+        let sent = match place {
+            Some(shard) => {
+                let target = self.target(seq, 0, cmd);
+                let request = req.forward(&mut self.scratch.encoded);
+                pool.send(Dest::Key(shard), self.client, read, request, target)
+            }
+            None => Err(SendError::NoHost),
+        };
+        if let Err(e) = sent {
+            self.slots.deliver(seq, 0, e.reply());
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Copies for a route's mirrors (Envoy `request_mirror_policy`): fire and forget, each copy
+//! shaped like the request it mirrors, placed by the mirror cluster's own shards.
+
+use std::rc::Rc;
+
+use super::{Dispatch, Pool, Slots};
+use crate::cluster::Dest;
+use crate::command::Request;
+use crate::command::{self, CommandSpec};
+use crate::router::{Mirror, RouteRuntime};
+
+impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
+    /// Copies a keyed command (keys at `scratch.key_idx`, as forwarded) to `route`'s mirrors
+    /// that admit it; `client_key`: its first key as the client sent it.
+    pub(super) fn mirror_keyed(
+        &mut self,
+        cmd: u16,
+        read: bool,
+        route: &RouteRuntime<P>,
+        req: &Request<'_>,
+        client_key: Option<&[u8]>,
+    ) {
+        for m in &route.mirrors {
+            if !m.admits(read, client_key) {
+                continue;
+            }
+            let Ok(place) = self.shard_of_keys(&m.pool, req) else {
+                // The keys share a shard of the primary but not of the mirror: the copy cannot
+                // go whole, and splitting it would change what it does.
+                m.stats.unsendable();
+                continue;
+            };
+            let request = req.forward(&mut self.scratch.encoded);
+            m.stats.send(
+                &*m.pool,
+                place.map(Dest::Key),
+                self.client,
+                read,
+                request,
+                cmd,
+            );
+        }
+    }
+
+    /// Copies a split command to the mirrors of its keys' routes: per mirror cluster, the keys
+    /// it admits, split by that cluster's own shards. `client` holds the arguments as sent (for
+    /// `runtime_fraction`), `fwd` as forwarded; `keys[k]` is key k's argument index and `ids[k]`
+    /// its route. Keys the mirror cluster has no host for are left out of its copies.
+    pub(super) fn mirror_split(
+        &self,
+        spec: &CommandSpec,
+        read: bool,
+        client: &[&[u8]],
+        fwd: &[&[u8]],
+        keys: &[usize],
+        ids: &[usize],
+    ) {
+        let router = self.router;
+        // Distinct mirror clusters of the routes used (few: a handful of mirrors at most).
+        let mut seen: Vec<&Mirror<P>> = Vec::new();
+        for &id in ids {
+            for m in router.by_id(id).into_iter().flat_map(|r| &r.mirrors) {
+                if !m.excludes(read) && !seen.iter().any(|s| Rc::ptr_eq(&s.stats, &m.stats)) {
+                    seen.push(m);
+                }
+            }
+        }
+        for target in seen {
+            let mut k = 0;
+            let parts = command::split::split(spec, fwd, |key| {
+                let (id, at) = (ids.get(k).copied(), keys.get(k).copied());
+                k += 1;
+                let policy = id.and_then(|id| router.by_id(id)).and_then(|r| {
+                    r.mirrors
+                        .iter()
+                        .find(|m| Rc::ptr_eq(&m.stats, &target.stats))
+                });
+                match policy {
+                    Some(m) if m.admits(read, at.and_then(|a| client.get(a).copied())) => {
+                        self.place(&target.pool, key)
+                    }
+                    _ => None,
+                }
+            });
+            for part in &parts {
+                if let Some(shard) = part.shard {
+                    target.stats.send(
+                        &*target.pool,
+                        Some(Dest::Key(shard)),
+                        self.client,
+                        read,
+                        &part.request,
+                        spec.id,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Copies a fan-out command (`request`, as forwarded) to every node of `route`'s mirrors
+    /// that admit it.
+    pub(super) fn mirror_fan_out(
+        &self,
+        spec: &CommandSpec,
+        route: &RouteRuntime<P>,
+        request: &[u8],
+    ) {
+        // SCRIPT LOAD counts as a read, but a mirror without the script would fail every EVALSHA.
+        let read = command::is_read(spec) && spec.name != "script";
+        for m in &route.mirrors {
+            if !m.admits(read, None) {
+                continue;
+            }
+            for node in 0..m.pool.nodes() {
+                m.stats.send(
+                    &*m.pool,
+                    Some(Dest::Node(node)),
+                    self.client,
+                    false,
+                    request,
+                    spec.id,
+                );
+            }
+        }
+    }
+}

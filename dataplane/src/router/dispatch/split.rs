@@ -1,0 +1,115 @@
+//! Multi-key commands split per shard (MGET, MSET, DEL, EXISTS, TOUCH, UNLINK): one
+//! sub-request per route, cluster and shard, the replies merged in the client's key order.
+
+use std::rc::Rc;
+
+use super::{Dispatch, Pool, Slots};
+use crate::cluster::Dest;
+use crate::command::Request;
+use crate::command::{self, CommandSpec, Merge};
+use crate::router::CATCH_ALL;
+use crate::upstream::NO_UPSTREAM_HOST;
+
+impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
+    /// Splits a multi-key command per route, cluster and shard, and merges the replies by
+    /// `merge` in the client's key order; then copies it to the mirrors of its routes.
+    pub fn split(&mut self, req: &Request<'_>, spec: &'static CommandSpec, merge: Merge) {
+        let router = self.router;
+        let argv: Vec<&[u8]> = req.args().collect();
+        let read = command::is_read(spec);
+        if !router.has_prefixes() && !router.rewrites() {
+            // One route for every key, keys forwarded as sent: as before prefix routes existed.
+            let Some(route) = router.keyless() else {
+                return self.slots.local(spec.id, NO_UPSTREAM_HOST);
+            };
+            let pool = &**route.pool_for(read);
+            let parts = command::split::split(spec, &argv, |key| self.place(pool, key));
+            let nkeys = parts.iter().map(|p| p.keys.len()).sum();
+            self.send_parts(spec.id, read, merge, nkeys, parts, |p| {
+                p.shard.map(|s| (pool, Dest::Key(s)))
+            });
+            if router.mirrors() {
+                let keys = split_keys(spec, argv.len());
+                let ids = vec![CATCH_ALL; keys.len()];
+                self.mirror_split(spec, read, &argv, &argv, &keys, &ids);
+            }
+            return;
+        }
+        let keys = split_keys(spec, argv.len());
+        let mut ids = Vec::with_capacity(keys.len());
+        for &i in &keys {
+            match argv.get(i).and_then(|key| router.route_id(key)) {
+                Some(id) => ids.push(id),
+                None => return self.slots.local(spec.id, NO_UPSTREAM_HOST),
+            }
+        }
+        // The forwarded arguments: each key rewritten by its own route.
+        let mut buf = std::mem::take(&mut self.scratch.rw_buf);
+        let mut ranges = std::mem::take(&mut self.scratch.rw_args);
+        buf.clear();
+        ranges.clear();
+        let mut next = keys.iter().zip(&ids).peekable();
+        for (i, a) in argv.iter().enumerate() {
+            let at = buf.len();
+            match next.next_if(|(k, _)| **k == i) {
+                Some((_, &id)) => match router.by_id(id) {
+                    Some(route) => route.rewrite(a, &mut buf),
+                    None => buf.extend_from_slice(a),
+                },
+                None => buf.extend_from_slice(a),
+            }
+            ranges.push(at..buf.len());
+        }
+        let fwd: Vec<&[u8]> = Request::new(&buf, &ranges, None).args().collect();
+        // Group keys by (pool, shard); the split numbers its parts by group.
+        let mut groups: Vec<(&Rc<P>, Option<usize>)> = Vec::new();
+        let mut group_of = Vec::with_capacity(keys.len());
+        for (&i, &id) in keys.iter().zip(&ids) {
+            let Some(route) = router.by_id(id) else {
+                drop(fwd);
+                self.scratch.rw_buf = buf;
+                self.scratch.rw_args = ranges;
+                return self.slots.local(spec.id, NO_UPSTREAM_HOST);
+            };
+            let pool = route.pool_for(read);
+            let shard = fwd.get(i).and_then(|key| self.place(pool, key));
+            let g = match groups
+                .iter()
+                .position(|(p, s)| Rc::ptr_eq(p, pool) && *s == shard)
+            {
+                Some(g) => g,
+                None => {
+                    groups.push((pool, shard));
+                    groups.len() - 1
+                }
+            };
+            group_of.push(g);
+        }
+        let mut n = 0;
+        let parts = command::split::split(spec, &fwd, |_| {
+            let g = group_of.get(n).copied();
+            n += 1;
+            g
+        });
+        let nkeys = parts.iter().map(|p| p.keys.len()).sum();
+        self.send_parts(spec.id, read, merge, nkeys, parts, |p| {
+            let (pool, shard) = groups.get(p.shard?)?;
+            Some((&**pool, Dest::Key((*shard)?)))
+        });
+        if router.mirrors() {
+            self.mirror_split(spec, read, &argv, &fwd, &keys, &ids);
+        }
+        drop(fwd);
+        self.scratch.rw_buf = buf;
+        self.scratch.rw_args = ranges;
+    }
+}
+
+/// Argument indexes of the keys `command::split::split` takes from a request of `argc`
+/// arguments (a key whose values are incomplete is left out, as there).
+fn split_keys(spec: &CommandSpec, argc: usize) -> Vec<usize> {
+    let step = spec.step.max(1) as usize;
+    command::key_indices(spec, argc)
+        .take_while(|&i| i + step <= argc)
+        .collect()
+}
