@@ -275,7 +275,7 @@ impl SockmapEnv {
 
     /// `GET /sockmap`.
     pub fn status(&self) -> Result<Status, String> {
-        parse_status(&respite::top::http::get(self.admin, "/sockmap")?)
+        parse_status(&respite_tools::admin_client::get(self.admin, "/sockmap")?)
     }
 
     fn exited(&mut self) -> Option<String> {
@@ -297,7 +297,7 @@ impl SockmapEnv {
             }
             let last = if self.bpffs.is_none() {
                 // TCP-only: no sockmap endpoint to ask; the admin answering is enough.
-                match respite::top::http::get(self.admin, "/config_dump") {
+                match respite_tools::admin_client::get(self.admin, "/config_dump") {
                     Ok(_) => return Ok(()),
                     Err(e) => e,
                 }
