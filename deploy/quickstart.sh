@@ -223,7 +223,7 @@ start() {
 
     if [[ $SKIP_BUILD != 1 ]]; then
         log "building respite and respite-bench (release)"
-        (cd "$REPO_ROOT" && cargo build --release -p respite -p respite-bench)
+        (cd "$REPO_ROOT" && cargo build --release --bin respite --bin respite-bench)
     fi
     [[ -x $RESPITE_BIN ]] || die "$RESPITE_BIN not found (build failed?)"
     [[ -x $BENCH_BIN ]] || die "$BENCH_BIN not found (build failed?)"

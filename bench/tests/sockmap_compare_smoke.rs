@@ -1,6 +1,6 @@
 //! Smoke tests of `respite-bench compare --sockmap`. Need redis-server and the
 //! release binaries `respite` and `respite-control` next to `respite-bench`
-//! (`cargo build --release -p respite -p respite-control -p respite-bench`).
+//! (`cargo build --release --bin respite --bin respite-control --bin respite-bench`).
 
 mod common;
 

@@ -199,13 +199,8 @@ fn sockmap_command(action: SockmapAction, bpffs: &Path) -> Result<(), String> {
             let ports: Vec<String> = pinned.ports()?.iter().map(u16::to_string).collect();
             let _ = writeln!(
                 out,
-                "enabled {}\nsockets {}\ninserts {}\ninsert_fail {}\nredirect_total {}\nredirect_fail {}\nports {}",
+                "enabled {}\n{c}\nports {}",
                 u8::from(pinned.enabled()?),
-                c.sockets,
-                c.inserts,
-                c.insert_fail,
-                c.redirects,
-                c.redirect_fail,
                 ports.join(",")
             );
         }

@@ -3,12 +3,10 @@
 //! anything else = rejected with the body as the reason (server side:
 //! `respite::admin::control_socket`).
 
-use std::io::{Read as _, Write as _};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use respite::top::http::parse_response;
+use respite_tools::admin_client::{Client, Error, Timeouts};
 
 /// How long a push may wait for the data plane's answer. Applying can legitimately take a while
 /// (a new `redis_cluster` cluster waits up to its `cluster_refresh_timeout` for a first slot map),
@@ -77,55 +75,40 @@ fn post(
     read_timeout: Duration,
 ) -> Result<(), PushError> {
     let shown = socket.display();
-    let io = |what: &str, e: std::io::Error| {
-        PushError::Unreachable(format!("control socket {shown}: {what}: {e}"))
+    let timeouts = Timeouts {
+        write: WRITE_TIMEOUT,
+        read: read_timeout,
+        ..Timeouts::DEFAULT
     };
-    let mut stream = UnixStream::connect(socket).map_err(|e| io("connect", e))?;
-    stream
-        .set_read_timeout(Some(read_timeout))
-        .and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT)))
-        .map_err(|e| io("setting timeouts", e))?;
-    let head = format!(
-        "POST {target} HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain; charset=UTF-8\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream
-        .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(body.as_bytes()))
-        .and_then(|()| stream.flush())
-        .map_err(|e| io(&format!("sending {what}"), e))?;
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .map_err(|e| io("reading the answer", e))?;
-    // The same reader `respite top` uses for the admin endpoint (plain or chunked bodies).
-    let (status, answer) = parse_response(&response).map_err(|_| {
-        PushError::Unreachable(format!(
-            "control socket {shown}: not an HTTP answer: {:?}",
-            excerpt(&response)
-        ))
-    })?;
-    if status == 200 {
+    let answer = Client::new(socket)
+        .with_timeouts(timeouts)
+        .post(target, body)
+        .map_err(|e| {
+            PushError::Unreachable(match e {
+                Error::Connect(e) => format!("control socket {shown}: connect: {e}"),
+                Error::Send(e) => format!("control socket {shown}: sending {what}: {e}"),
+                Error::Receive(e) => format!("control socket {shown}: reading the answer: {e}"),
+                Error::Malformed { start, .. } => {
+                    format!("control socket {shown}: not an HTTP answer: {start:?}")
+                }
+            })
+        })?;
+    if answer.status == 200 {
         Ok(())
-    } else if answer.trim().is_empty() {
+    } else if answer.body.trim().is_empty() {
         Err(PushError::Rejected(format!(
-            "control socket {shown}: answered {status}"
+            "control socket {shown}: answered {}",
+            answer.status
         )))
     } else {
-        Err(PushError::Rejected(answer.trim().to_owned()))
+        Err(PushError::Rejected(answer.body.trim().to_owned()))
     }
-}
-
-/// The start of an unexpected answer, for an error message.
-fn excerpt(raw: &[u8]) -> String {
-    let text = String::from_utf8_lossy(raw);
-    text.chars().take(200).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
     use std::os::unix::net::UnixListener;
     use std::thread::JoinHandle;
 
@@ -304,18 +287,5 @@ mod tests {
         let err = push(&path, "").unwrap_err().to_string();
         assert!(err.contains("not an HTTP answer"), "{err}");
         handle.join().unwrap();
-    }
-
-    #[test]
-    fn parse_response_cases() {
-        assert_eq!(
-            parse_response(b"HTTP/1.0 503 Service Unavailable\r\nA: b\r\n\r\nbusy\n"),
-            Ok((503, "busy\n".to_owned()))
-        );
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
-        assert!(parse_response(b"HTTP/1.1 abc OK\r\n\r\n").is_err());
-        assert!(
-            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err()
-        );
     }
 }

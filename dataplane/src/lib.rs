@@ -15,12 +15,10 @@ pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod engine;
-pub mod migrate;
 pub mod net;
 pub mod resp;
 pub mod router;
 pub mod stats;
-pub mod top;
 pub mod upstream;
 
 #[cfg(test)]

@@ -15,16 +15,18 @@
 //! not read yet when it leaves the map); the next start reuses them. Requirements, privileges and
 //! pitfalls: `docs/ebpf.md`.
 
+mod counters;
 mod filter;
 mod host;
 mod loader;
 mod pinned;
 pub mod selftest;
 
+pub use counters::Counters;
 pub use filter::PortFilter;
 pub use host::{cgroup2_root, ensure_bpffs, ensure_cgroup, join_cgroup};
 pub use loader::Sockmap;
-pub use pinned::{Counters, Pinned, Settings};
+pub use pinned::{Pinned, Settings};
 
 /// Name of the directory under the bpffs mount that holds Respite's pinned maps.
 pub const PIN_DIR: &str = "respite";

@@ -10,7 +10,8 @@ use aya::programs::sock_ops::SockOpsLinkId;
 use aya::programs::{CgroupAttachMode, SkMsg, SockOps};
 use aya::{Ebpf, EbpfLoader};
 
-use crate::pinned::{Counters, Maps, Settings};
+use crate::Counters;
+use crate::pinned::{Maps, Settings};
 use crate::{PIN_DIR, PortFilter, names};
 
 /// The loaded programs and their maps. Attached or not ([`Sockmap::attach`],

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use aya::maps::{Array, Map, MapData, PerCpuArray, SockHash};
 
+use crate::Counters;
 use crate::names;
 use crate::{PIN_DIR, PortFilter};
 
@@ -22,23 +23,6 @@ pub(crate) struct SockKey {
 
 // SAFETY: repr(C), four u32 fields, no padding: every bit pattern is a valid value.
 unsafe impl aya::Pod for SockKey {}
-
-/// Counters of the programs since the maps were created (they survive restarts of the control
-/// process, like the pins).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Sockets recorded by sockops.
-    pub inserts: u64,
-    /// Sockets sockops could not record (map full: 65 536 sockets).
-    pub insert_fail: u64,
-    /// Messages handed to the peer socket.
-    pub redirects: u64,
-    /// Messages whose peer was not in the map: they took TCP, and so will every later message
-    /// of that socket (e.g. a client outside the cgroup).
-    pub redirect_fail: u64,
-    /// Sockets in the SOCKHASH now (closed sockets leave it by themselves).
-    pub sockets: u64,
-}
 
 /// The kill switch: `respite_settings[0]`, 1 = record new sockets, 0 = record none (recorded
 /// sockets keep redirecting until they close).
@@ -83,7 +67,7 @@ impl Maps {
         Ok(Counters {
             inserts: sum(0)?,
             insert_fail: sum(1)?,
-            redirects: sum(2)?,
+            redirect_total: sum(2)?,
             redirect_fail: sum(3)?,
             sockets: self.socks.keys().filter(|k| k.is_ok()).count() as u64,
         })

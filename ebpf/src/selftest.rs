@@ -61,7 +61,7 @@ fn exchange(sockmap: &Sockmap, listener: TcpListener) -> Result<Report, String> 
     let (rtt, bulk) = outcome?;
     served?;
     let after = sockmap.counters()?;
-    let redirects = after.redirects.wrapping_sub(before.redirects);
+    let redirects = after.redirect_total.wrapping_sub(before.redirect_total);
     if redirects < u64::from(PINGS) * 2 {
         return Err(format!(
             "self-test: only {redirects} messages were redirected for {} round trips (is this \

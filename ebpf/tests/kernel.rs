@@ -95,7 +95,7 @@ fn round_trips(port_filter_hit: bool, sockmap: &mut Sockmap) -> (u64, u64) {
     t.join().unwrap();
     let after = sockmap.counters().unwrap();
     (
-        after.redirects - before.redirects,
+        after.redirect_total - before.redirect_total,
         after.redirect_fail - before.redirect_fail,
     )
 }

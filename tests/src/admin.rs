@@ -1,41 +1,45 @@
-//! Admin HTTP helpers beyond [`crate::respite::admin_get`]: any method, and the `/stats`,
-//! `/stats/prometheus` and `/clusters` text forms parsed.
+//! Admin HTTP helpers over the shared admin client (`respite_tools::admin_client`): any method,
+//! over the admin port or the control socket, and the `/clusters` text form parsed.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::path::Path;
 
-/// `method path` (HTTP/1.0, empty body) against 127.0.0.1:`port`: (status, body).
+use respite_tools::admin_client::{Client, Endpoint, Error, Timeouts};
+
+/// How long the harness waits for an admin answer.
+const TIMEOUTS: Timeouts = Timeouts {
+    read: crate::IO_TIMEOUT,
+    ..Timeouts::DEFAULT
+};
+
+/// `method path` (empty body) against 127.0.0.1:`port`: (status, body).
 pub fn request(port: u16, method: &str, path: &str) -> (u16, String) {
     try_request(port, method, path).unwrap_or_else(|e| panic!("admin {method} {path}: {e}"))
 }
 
 /// Like [`request`], with connection and I/O errors returned instead of panicking.
-pub fn try_request(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
-    )?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    Ok(split_response(&resp))
+pub fn try_request(port: u16, method: &str, path: &str) -> Result<(u16, String), Error> {
+    exchange(SocketAddr::from(([127, 0, 0, 1], port)), method, path)
 }
 
-/// (status, body) of an HTTP/1.x response read to EOF; status 0 if the status line is bad.
-pub fn split_response(resp: &str) -> (u16, String) {
-    let status = resp
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = resp
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+/// `method path` (empty body) against `endpoint` (an admin port or a control socket): (status,
+/// body).
+pub fn exchange(
+    endpoint: impl Into<Endpoint>,
+    method: &str,
+    path: &str,
+) -> Result<(u16, String), Error> {
+    let answer = Client::new(endpoint)
+        .with_timeouts(TIMEOUTS)
+        .request(method, path, "")?;
+    Ok((answer.status, answer.body))
+}
+
+/// `method path` (empty body) over the control socket at `socket`: (status, body).
+pub fn control_request(socket: &Path, method: &str, path: &str) -> (u16, String) {
+    exchange(socket, method, path)
+        .unwrap_or_else(|e| panic!("control socket {}: {method} {path}: {e}", socket.display()))
 }
 
 /// `POST path`: (status, body).

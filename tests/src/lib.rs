@@ -611,7 +611,7 @@ pub fn target_dir() -> PathBuf {
 
 /// Path of the built `respite` binary: `$RESPITE_BIN` if set; otherwise the newer of
 /// `target/release/respite` and `target/debug/respite` under `$CARGO_TARGET_DIR` or the
-/// workspace's `target/`. Panics if neither exists (build it with `cargo build -p respite`).
+/// workspace's `target/`. Panics if neither exists (build it with `cargo build --bin respite`).
 pub fn respite_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("RESPITE_BIN") {
         return PathBuf::from(p);
@@ -628,7 +628,7 @@ pub fn respite_bin() -> PathBuf {
     match newest {
         Some((_, p)) => p,
         None => panic!(
-            "no respite binary under {} (release or debug); run `cargo build -p respite` or set \
+            "no respite binary under {} (release or debug); run `cargo build --bin respite` or set \
              RESPITE_BIN",
             target.display()
         ),

@@ -131,24 +131,13 @@ impl Respite {
         respite_control::push::push(socket, toml).map_err(|e| e.to_string())
     }
 
-    /// `method path` (HTTP/1.0, empty body) over the control socket: (status, body).
+    /// `method path` (empty body) over the control socket: (status, body).
     pub fn control_request(&self, method: &str, path: &str) -> (u16, String) {
-        use std::io::{Read, Write};
         let socket = self
             .control
             .as_deref()
             .expect("started without --control-socket");
-        let mut s = std::os::unix::net::UnixStream::connect(socket)
-            .unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
-        s.set_read_timeout(Some(crate::IO_TIMEOUT)).ok();
-        write!(
-            s,
-            "{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"
-        )
-        .expect("write request");
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).expect("read response");
-        crate::admin::split_response(&resp)
+        crate::admin::control_request(socket, method, path)
     }
 
     fn spawn(&mut self) {
@@ -321,7 +310,7 @@ impl Drop for Respite {
     }
 }
 
-/// A minimal HTTP/1.0 GET against 127.0.0.1:`port`: (status, body).
+/// `GET path` against 127.0.0.1:`port`: (status, body).
 pub fn admin_get(port: u16, path: &str) -> (u16, String) {
     crate::admin::request(port, "GET", path)
 }

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub use respite_ebpf::Counters;
+
 use crate::xds::control_bin;
 use crate::{START_TIMEOUT, free_port};
 
@@ -113,8 +115,25 @@ impl Bpffs {
             .unwrap_or_else(|e| panic!("run respite-control sockmap {verb}: {e}"))
     }
 
-    /// `respite-control sockmap status` parsed; panics (with its output) if it fails.
+    /// The counters of `respite-control sockmap status`; panics (with its output) if it fails.
     pub fn status(&self) -> Counters {
+        let text = self.status_text();
+        Counters::from_lines(&text)
+            .unwrap_or_else(|| panic!("respite-control sockmap status printed:\n{text}"))
+    }
+
+    /// The `enabled` line of `respite-control sockmap status` (the kill switch's position).
+    pub fn enabled(&self) -> bool {
+        let text = self.status_text();
+        match text.lines().find_map(|l| l.trim().strip_prefix("enabled ")) {
+            Some("1") => true,
+            Some("0") => false,
+            _ => panic!("respite-control sockmap status printed:\n{text}"),
+        }
+    }
+
+    /// The output of `respite-control sockmap status`; panics (with its output) if it fails.
+    fn status_text(&self) -> String {
         let out = self.kill_switch("status");
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(
@@ -123,8 +142,7 @@ impl Bpffs {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        Counters::from_status(&text)
-            .unwrap_or_else(|| panic!("respite-control sockmap status printed:\n{text}"))
+        text
     }
 
     /// `respite-control sockmap off|on`; panics (with its output) if it fails.
@@ -520,7 +538,9 @@ impl SockmapControl {
 
     /// The counters of `GET /sockmap`.
     pub fn counters(&self) -> Counters {
-        Counters::from_json(&self.sockmap())
+        let doc = self.sockmap();
+        serde_json::from_value(doc.clone())
+            .unwrap_or_else(|e| panic!("GET /sockmap counters ({e}): {doc}"))
     }
 }
 
@@ -543,58 +563,6 @@ fn make_world_readable(path: &Path) {
 }
 
 // ---- the numbers ---------------------------------------------------------------------------
-
-/// The sockmap's counters and gauges at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// `enabled` (0/1).
-    pub enabled: u64,
-    /// Sockets now in the SOCKHASH.
-    pub sockets: u64,
-    /// Sockets ever inserted.
-    pub inserts: u64,
-    /// Failed inserts.
-    pub insert_fail: u64,
-    /// Messages redirected.
-    pub redirect_total: u64,
-    /// Failed redirects.
-    pub redirect_fail: u64,
-}
-
-impl Counters {
-    /// From a `GET /sockmap` document (`enabled` from its `state`).
-    pub fn from_json(doc: &serde_json::Value) -> Counters {
-        let n = |k: &str| doc[k].as_u64().unwrap_or(0);
-        Counters {
-            enabled: u64::from(doc["state"] == "enabled"),
-            sockets: n("sockets"),
-            inserts: n("inserts"),
-            insert_fail: n("insert_fail"),
-            redirect_total: n("redirect_total"),
-            redirect_fail: n("redirect_fail"),
-        }
-    }
-
-    /// From `respite-control sockmap status` output (`name value` lines). `None` when a line
-    /// is missing.
-    pub fn from_status(text: &str) -> Option<Counters> {
-        let map: BTreeMap<&str, u64> = text
-            .lines()
-            .filter_map(|l| {
-                let (k, v) = l.trim().split_once(' ')?;
-                Some((k, v.trim().parse().ok()?))
-            })
-            .collect();
-        Some(Counters {
-            enabled: *map.get("enabled")?,
-            sockets: *map.get("sockets")?,
-            inserts: *map.get("inserts")?,
-            insert_fail: *map.get("insert_fail")?,
-            redirect_total: *map.get("redirect_total")?,
-            redirect_fail: *map.get("redirect_fail")?,
-        })
-    }
-}
 
 /// A `[[listeners]]` on `port` whose catch-all goes to a static ketama cluster `cache` over
 /// `backends` (data plane TOML).

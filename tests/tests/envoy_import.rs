@@ -5,8 +5,8 @@
 //! writes, RING_HASH places keys consistently, and the redis health checker takes a stopped host
 //! out.
 //!
-//! Needs `target/release/respite-control` and `respite` (cargo build --release -p respite -p
-//! respite-control).
+//! Needs `target/release/respite-control` and `respite` (cargo build --release --bin respite
+//! --bin respite-control).
 
 mod common;
 

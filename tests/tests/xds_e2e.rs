@@ -4,7 +4,7 @@
 //! sends an invalid listener and drops the stream: traffic follows each valid change with zero
 //! client errors; the invalid one is NACKed and traffic stays on the last good config.
 //!
-//! Needs `cargo build --release -p respite -p respite-control` first.
+//! Needs `cargo build --release --bin respite --bin respite-control` first.
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -189,7 +189,7 @@ impl RespiteSpec<'_> {
         let admin = ([127, 0, 0, 1], self.admin).into();
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let pushed = respite::top::http::get(admin, "/stats").is_ok_and(|s| {
+            let pushed = respite_tools::admin_client::get(admin, "/stats").is_ok_and(|s| {
                 s.lines().any(|l| {
                     l.split_once(": ").is_some_and(|(k, v)| {
                         k == "control_socket.push_accepted" && v.trim().parse().unwrap_or(0) > 0

@@ -1,15 +1,15 @@
 //! The machinery under `compare --sockmap`: the cgroup v2 that Respite, Redis and the
 //! load generator share, a private bpffs, `respite-control --sockmap` managing the eBPF programs
 //! and pushing to Respite's control socket, its `GET /sockmap` counters, and the kill switch
-//! (`respite-control sockmap on|off`). The contract is /work/briefs/i10/contract.md (CLI flags,
-//! admin JSON); the kernel side is the `respite-ebpf` crate.
+//! (`respite-control sockmap on|off`). The kernel side, and the counters type, is the
+//! `respite-ebpf` crate.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::Deserialize as _;
 
 use super::procs::{free_port, spawn};
 
@@ -20,32 +20,9 @@ const TICK_WAIT: Duration = Duration::from_millis(1300);
 /// The control process follows the kill switch within 1 s (contract); a loaded machine gets more.
 const SWITCH_TIMEOUT: Duration = Duration::from_secs(4);
 
-/// The counters of `GET /sockmap` (all cumulative since the maps were created).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Counters {
-    /// Sockets in the SOCKHASH now (a gauge).
-    pub sockets: u64,
-    pub inserts: u64,
-    pub insert_fail: u64,
-    /// Messages redirected to the peer socket's ingress.
-    pub redirect_total: u64,
-    pub redirect_fail: u64,
-}
-
-impl Counters {
-    /// `self - before`, counter by counter (`sockets`, a gauge, is `self`'s); a counter that went
-    /// down (maps recreated) counts from 0.
-    pub fn since(self, before: Counters) -> Counters {
-        let d = |a: u64, b: u64| if a >= b { a - b } else { a };
-        Counters {
-            sockets: self.sockets,
-            inserts: d(self.inserts, before.inserts),
-            insert_fail: d(self.insert_fail, before.insert_fail),
-            redirect_total: d(self.redirect_total, before.redirect_total),
-            redirect_fail: d(self.redirect_fail, before.redirect_fail),
-        }
-    }
-}
+/// The counters of `GET /sockmap` (all cumulative since the maps were created, `sockets` a
+/// gauge): the type respite-control shows them from.
+pub use respite_ebpf::Counters;
 
 /// `GET /sockmap` of respite-control: the state and the counters.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,8 +39,8 @@ pub struct Status {
 /// Parses the `GET /sockmap` JSON body (contract: `{"state":…, "reason":…, "sockets":u64,
 /// "inserts":u64, "insert_fail":u64, "redirect_total":u64, "redirect_fail":u64, …}`).
 ///
-/// Errors: not JSON, or no `state` string. Missing counters read as 0 (an unavailable
-/// sockmap has none).
+/// Errors: not JSON, no `state` string, or a counter that is not a u64. Missing counters read
+/// as 0 (an unavailable sockmap has none).
 pub fn parse_status(body: &str) -> Result<Status, String> {
     let v: serde_json::Value =
         serde_json::from_str(body).map_err(|e| format!("GET /sockmap: not JSON ({e}): {body}"))?;
@@ -71,7 +48,6 @@ pub fn parse_status(body: &str) -> Result<Status, String> {
         .as_str()
         .ok_or_else(|| format!("GET /sockmap: no `state` in {body}"))?
         .to_string();
-    let n = |k: &str| v[k].as_u64().unwrap_or(0);
     Ok(Status {
         state,
         reason: v["reason"].as_str().map(str::to_string),
@@ -83,13 +59,8 @@ pub fn parse_status(body: &str) -> Result<Status, String> {
                     .collect()
             })
             .unwrap_or_default(),
-        counters: Counters {
-            sockets: n("sockets"),
-            inserts: n("inserts"),
-            insert_fail: n("insert_fail"),
-            redirect_total: n("redirect_total"),
-            redirect_fail: n("redirect_fail"),
-        },
+        counters: Counters::deserialize(&v)
+            .map_err(|e| format!("GET /sockmap: bad counters ({e}): {body}"))?,
     })
 }
 
@@ -275,7 +246,7 @@ impl SockmapEnv {
 
     /// `GET /sockmap`.
     pub fn status(&self) -> Result<Status, String> {
-        parse_status(&respite::top::http::get(self.admin, "/sockmap")?)
+        parse_status(&respite_tools::admin_client::get(self.admin, "/sockmap")?)
     }
 
     fn exited(&mut self) -> Option<String> {
@@ -297,7 +268,7 @@ impl SockmapEnv {
             }
             let last = if self.bpffs.is_none() {
                 // TCP-only: no sockmap endpoint to ask; the admin answering is enough.
-                match respite::top::http::get(self.admin, "/config_dump") {
+                match respite_tools::admin_client::get(self.admin, "/config_dump") {
                     Ok(_) => return Ok(()),
                     Err(e) => e,
                 }
@@ -452,31 +423,6 @@ mod tests {
         assert_eq!(u.counters, Counters::default());
         assert!(parse_status("not found").is_err());
         assert!(parse_status(r#"{"reason":"x"}"#).is_err());
-    }
-
-    #[test]
-    fn counter_deltas() {
-        let a = Counters {
-            sockets: 8,
-            inserts: 10,
-            insert_fail: 0,
-            redirect_total: 100,
-            redirect_fail: 1,
-        };
-        let b = Counters {
-            sockets: 2,
-            inserts: 30,
-            insert_fail: 0,
-            redirect_total: 5100,
-            redirect_fail: 1,
-        };
-        let d = b.since(a);
-        assert_eq!(d.redirect_total, 5000);
-        assert_eq!(d.inserts, 20);
-        assert_eq!(d.redirect_fail, 0);
-        assert_eq!(d.sockets, 2);
-        // Maps recreated in between: the new value counts from 0.
-        assert_eq!(a.since(b).redirect_total, 100);
     }
 
     #[test]

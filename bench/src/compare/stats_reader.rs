@@ -125,7 +125,7 @@ impl StatsReader {
             std::thread::spawn(move || {
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    match respite::top::http::get(admin, PATHS[i % PATHS.len()]) {
+                    match respite_tools::admin_client::get(admin, PATHS[i % PATHS.len()]) {
                         Ok(_) => fetches.fetch_add(1, Ordering::Relaxed),
                         Err(_) => errors.fetch_add(1, Ordering::Relaxed),
                     };

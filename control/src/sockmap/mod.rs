@@ -152,7 +152,7 @@ impl Accelerator {
             "sockets": c.sockets,
             "inserts": c.inserts,
             "insert_fail": c.insert_fail,
-            "redirect_total": c.redirects,
+            "redirect_total": c.redirect_total,
             "redirect_fail": c.redirect_fail,
         })
     }
@@ -199,7 +199,7 @@ fn stats_body(c: &Counters, enabled: bool) -> String {
         "counter sockmap.redirect_total {}\ncounter sockmap.redirect_fail {}\n\
          counter sockmap.insert_total {}\ncounter sockmap.insert_fail {}\n\
          gauge sockmap.sockets {}\ngauge sockmap.enabled {}\n",
-        c.redirects,
+        c.redirect_total,
         c.redirect_fail,
         c.inserts,
         c.insert_fail,
@@ -266,7 +266,7 @@ mod tests {
         let c = Counters {
             inserts: 4,
             insert_fail: 0,
-            redirects: 100,
+            redirect_total: 100,
             redirect_fail: 2,
             sockets: 3,
         };

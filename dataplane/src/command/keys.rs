@@ -4,27 +4,12 @@
 //! `t_zset.c`, `t_set.c`, `t_list.c`).
 
 use super::{CommandSpec, KeySpec, key_indices};
-use crate::resp::encode;
+use crate::resp::{encode, string2ll};
 
 fn err(msg: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(msg.len() + 3);
     encode::error(&mut out, msg);
     out
-}
-
-/// Redis `string2ll`: an optional `-`, digits, no leading zeros (except "0"), no spaces, fits
-/// in i64.
-fn parse_i64(a: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(a).ok()?;
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    if digits.is_empty()
-        || !digits.bytes().all(|b| b.is_ascii_digit())
-        || (digits.len() > 1 && digits.starts_with('0'))
-        || s == "-0"
-    {
-        return None;
-    }
-    s.parse().ok()
 }
 
 const NOT_INTEGER: &[u8] = b"ERR value is not an integer or out of range";
@@ -70,7 +55,7 @@ fn numkeys<'a>(
     if argc <= at {
         return Ok(());
     }
-    let parsed = parse_i64(arg(at));
+    let parsed = string2ll(arg(at));
     // Arguments after numkeys.
     let room = (argc - at - 1) as i64;
     let n = match spec.name {

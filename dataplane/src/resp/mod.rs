@@ -13,6 +13,7 @@ pub use reply::{
     Elements, array_elements, array_len, elements, integer_reply, is_error, is_null, is_ok,
     reply_len,
 };
+pub(crate) use request::string2ll;
 
 /// A RESP protocol violation; Display is the text after `ERR Protocol error: ` (Redis wording).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,7 +28,9 @@ fn err(msg: &str) -> ProtocolError {
     ProtocolError(msg.to_string())
 }
 
-/// Redis `string2ll` (util.c): optional `-`, no `+`, no leading zeros, no spaces, fits i64.
+/// Redis `string2ll` (util.c): optional `-`, no `+`, no leading zeros, no `-0`, no spaces, fits
+/// i64. The one integer reader of request arguments and integer replies, so that e.g. `SELECT 00`
+/// and `EVAL s 01` are refused as Redis refuses them.
 pub(crate) fn string2ll(s: &[u8]) -> Option<i64> {
     let (neg, digits) = match s.split_first() {
         None => return None,

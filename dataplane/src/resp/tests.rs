@@ -544,3 +544,25 @@ fn resets_after_error_and_on_request() {
     r.reset();
     assert_eq!(r.scan(b":2\r\n"), Ok(Some(4)));
 }
+
+#[test]
+fn integers_parse_as_redis_string2ll() {
+    assert_eq!(string2ll(b"0"), Some(0));
+    assert_eq!(string2ll(b"-12"), Some(-12));
+    assert_eq!(string2ll(b"9223372036854775807"), Some(i64::MAX));
+    assert_eq!(string2ll(b"-9223372036854775808"), Some(i64::MIN));
+    for bad in [
+        &b""[..],
+        b"00",
+        b"-0",
+        b"+1",
+        b" 1",
+        b"1 ",
+        b"01",
+        b"9223372036854775808",
+        b"-9223372036854775809",
+        b"-",
+    ] {
+        assert_eq!(string2ll(bad), None, "{bad:?}");
+    }
+}

@@ -8,7 +8,7 @@ mod cluster;
 
 use crate::command::{self, CommandSpec, Local};
 use crate::config::ListenerConfig;
-use crate::resp::encode;
+use crate::resp::{encode, string2ll};
 
 /// The Redis version whose command surface Respite serves, reported by HELLO.
 const REDIS_VERSION: &[u8] = b"7.0.0";
@@ -71,7 +71,7 @@ pub fn answer<'a>(
             out.extend_from_slice(b"+OK\r\n");
             conn.quit = true;
         }
-        Local::Select => match parse_i64(arg(1)) {
+        Local::Select => match string2ll(arg(1)) {
             Some(0) => out.extend_from_slice(b"+OK\r\n"),
             Some(_) => out.extend_from_slice(b"-ERR DB index is out of range\r\n"),
             None => out.extend_from_slice(b"-ERR value is not an integer or out of range\r\n"),
@@ -97,21 +97,6 @@ pub fn answer<'a>(
         }
         Local::Ok => out.extend_from_slice(b"+OK\r\n"),
     }
-}
-
-/// Redis's strict `string2ll` (util.c): no sign other than a leading `-`, no leading zeros, no
-/// `-0`, no spaces; so `SELECT 00` is refused as Redis refuses it.
-fn parse_i64(b: &[u8]) -> Option<i64> {
-    let digits = b.strip_prefix(b"-").unwrap_or(b);
-    let canonical = match digits {
-        [b'0'] => b.len() == 1,
-        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
-        _ => false,
-    };
-    if !canonical {
-        return None;
-    }
-    std::str::from_utf8(b).ok()?.parse().ok()
 }
 
 /// True if `user`/`password` are the listener's downstream credentials. As in Redis, a password
@@ -171,7 +156,7 @@ fn hello<'a>(
 ) {
     let mut proto = if conn.resp3 { 3 } else { 2 };
     if argc >= 2 {
-        match parse_i64(arg(1)) {
+        match string2ll(arg(1)) {
             Some(v @ (2 | 3)) => proto = v,
             Some(_) => {
                 out.extend_from_slice(b"-NOPROTO unsupported protocol version\r\n");
@@ -309,31 +294,6 @@ fn client<'a>(
             msg.extend_from_slice(sub.as_bytes());
             msg.extend_from_slice(b"' is not supported by respite");
             encode::error(out, &msg);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_i64;
-
-    #[test]
-    fn integers_parse_as_redis_string2ll() {
-        assert_eq!(parse_i64(b"0"), Some(0));
-        assert_eq!(parse_i64(b"-12"), Some(-12));
-        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
-        for bad in [
-            &b""[..],
-            b"00",
-            b"-0",
-            b"+1",
-            b" 1",
-            b"1 ",
-            b"01",
-            b"9223372036854775808",
-            b"-",
-        ] {
-            assert_eq!(parse_i64(bad), None, "{bad:?}");
         }
     }
 }

@@ -10,7 +10,6 @@
 //! with `latency_in_micros`) from `/config_dump`, read once at start ("?" when unavailable).
 //! Per-host `rq_time` is always µs. `--once` prints one 120×40 frame as text after two reads.
 
-pub mod http;
 mod render;
 mod sample;
 mod view;
@@ -20,6 +19,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::admin_client;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
 pub use render::{ONCE_SIZE, to_text};
@@ -82,8 +82,8 @@ struct Source {
 
 impl Source {
     fn connect(admin: &str) -> Result<Source, String> {
-        let addr = http::resolve(admin)?;
-        let units = http::get(addr, CONFIG_DUMP_PATH)
+        let addr = admin_client::resolve(admin)?;
+        let units = admin_client::get(addr, CONFIG_DUMP_PATH)
             .and_then(|b| parse_units(&b))
             .ok();
         Ok(Source {
@@ -94,12 +94,12 @@ impl Source {
     }
 
     fn read(&self) -> Result<StatsSample, String> {
-        let body = http::get(self.addr, STATS_PATH)?;
+        let body = admin_client::get(self.addr, STATS_PATH)?;
         parse_stats(&body, Instant::now())
     }
 
     fn health(&self) -> Option<Vec<HostHealth>> {
-        http::get(self.addr, CLUSTERS_PATH)
+        admin_client::get(self.addr, CLUSTERS_PATH)
             .and_then(|b| parse_clusters(&b))
             .ok()
     }

@@ -1,5 +1,5 @@
 //! `respite migrate verify` and `respite migrate copy`: the verification and copy steps of a
-//! migration between two Redis deployments (docs/migration.md, issue 8).
+//! migration between two Redis deployments (docs/migration.md).
 //!
 //! Tooling, not the data path: blocking `redis` crate clients, one key at a time, rate-limited.
 //! Either side is a single server, a Respite listener (which answers SCAN across all the shards

@@ -1,16 +1,15 @@
-//! `respite`: the data-plane binary.
-
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::ExitCode;
-use std::time::Duration;
+//! `respite`: the data-plane binary. It runs the proxy (`respite::engine`) and carries the
+//! operator subcommands of this crate (`top`, `migrate`, `drain`) and `check-config`.
 
 use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use respite::admin::LogControl;
 use respite::config::LogFormat;
+use respite_tools::drain;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _, fmt, reload};
@@ -71,10 +70,10 @@ enum Command {
     },
     /// Live terminal view of a running respite's admin endpoint: req/s, errors and p50/p99 per
     /// command and per upstream host (docs/observability.md).
-    Top(respite::top::TopArgs),
+    Top(respite_tools::top::TopArgs),
     /// Migration tools: `verify` compares a source deployment with a target key by key,
     /// `copy` copies keys with DUMP/RESTORE (docs/migration.md).
-    Migrate(respite::migrate::MigrateArgs),
+    Migrate(respite_tools::migrate::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -85,18 +84,29 @@ fn main() -> ExitCode {
             admin,
             pid,
             wait,
-        }) => match drain(config, admin, pid, wait) {
-            Ok(msg) => {
-                println!("{msg}");
-                ExitCode::SUCCESS
+        }) => {
+            let target = match (config, admin, pid) {
+                (_, _, Some(pid)) => drain::Target::Pid(pid),
+                (Some(file), _, None) => drain::Target::Config(file),
+                (None, Some(addr), None) => drain::Target::Admin(addr),
+                (None, None, None) => {
+                    eprintln!("respite drain: one of --config, --admin, --pid is required");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match drain::run(target, wait) {
+                Ok(msg) => {
+                    println!("{msg}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("respite drain: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("respite drain: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        Some(Command::Top(args)) => respite::top::main(&args),
-        Some(Command::Migrate(args)) => respite::migrate::main(&args),
+        }
+        Some(Command::Top(args)) => respite_tools::top::main(&args),
+        Some(Command::Migrate(args)) => respite_tools::migrate::main(&args),
         Some(Command::CheckConfig { file }) => match respite::config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());
@@ -146,104 +156,6 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-/// `respite drain`: asks the process (by pid, or through its admin endpoint) to drain; with
-/// `wait`, returns once it is gone. Errors name what did not answer.
-fn drain(
-    config: Option<PathBuf>,
-    admin: Option<SocketAddr>,
-    pid: Option<i32>,
-    wait: bool,
-) -> Result<String, String> {
-    let (pid, what) = match (config, admin, pid) {
-        (_, _, Some(pid)) => {
-            // A mistyped pid must not SIGTERM some other program (or init).
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-                .map_err(|e| format!("pid {pid}: {e}"))?;
-            let is_respite = exe
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("respite"));
-            if !is_respite || pid <= 1 {
-                return Err(format!(
-                    "pid {pid} is {}, not a respite process; nothing sent",
-                    exe.display()
-                ));
-            }
-            // SAFETY: kill(2) has no memory effects.
-            if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-                let e = std::io::Error::last_os_error();
-                return Err(format!("SIGTERM to pid {pid}: {e}"));
-            }
-            (pid, format!("sent SIGTERM to pid {pid}"))
-        }
-        (Some(file), _, None) => {
-            let config = respite::config::load(&file).map_err(|e| e.to_string())?;
-            post_drain(config.admin.address)?
-        }
-        (None, Some(addr), None) => post_drain(addr)?,
-        (None, None, None) => return Err("one of --config, --admin, --pid is required".into()),
-    };
-    if !wait {
-        return Ok(what);
-    }
-    while alive(pid) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(format!("{what}; pid {pid} exited"))
-}
-
-/// True while `pid` exists and has not exited (a zombie waiting for its parent has exited).
-fn alive(pid: i32) -> bool {
-    // Signal 0 only checks existence: ESRCH once the process is gone.
-    // SAFETY: kill(2) has no memory effects.
-    if unsafe { libc::kill(pid, 0) } != 0 {
-        return false;
-    }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The state follows the parenthesised command name, which may itself hold ") ".
-    let state = stat
-        .rsplit_once(") ")
-        .and_then(|(_, rest)| rest.chars().next());
-    state != Some('Z')
-}
-
-/// `POST /drain_listeners` to the admin endpoint at `addr` (loopback if `addr` is unspecified):
-/// the pid it reported and a message.
-fn post_drain(mut addr: SocketAddr) -> Result<(i32, String), String> {
-    if addr.ip().is_unspecified() {
-        addr.set_ip(match addr {
-            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-        });
-    }
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-        .map_err(|e| format!("nothing answers on admin address {addr}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let request = format!(
-        "POST {} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n",
-        respite::admin::DRAIN_PATH
-    );
-    let mut response = String::new();
-    s.write_all(request.as_bytes())
-        .and_then(|()| s.read_to_string(&mut response))
-        .map_err(|e| format!("admin address {addr}: {e}"))?;
-    let status = response.split_whitespace().nth(1).unwrap_or("");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .trim();
-    if status != "200" {
-        return Err(format!(
-            "admin address {addr} answered {status}: {body} (is it respite?)"
-        ));
-    }
-    let pid = body
-        .rsplit_once("pid=")
-        .and_then(|(_, p)| p.trim().parse().ok())
-        .ok_or_else(|| format!("admin address {addr}: unexpected answer {body:?}"))?;
-    Ok((pid, format!("pid {pid} at {addr} is draining")))
 }
 
 /// Installs the process's log subscriber and returns its `/logging` control.
