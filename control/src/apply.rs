@@ -33,7 +33,8 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
-use respite::config::Config;
+use respite::config::raw::{RawCluster, RawHost};
+use respite::config::{ClusterType, Config};
 
 #[cfg(test)]
 #[path = "apply_tests.rs"]
@@ -96,7 +97,7 @@ struct Cache {
     listeners: BTreeMap<String, ListenerEntry>,
     clusters: BTreeMap<String, ClusterDraft>,
     /// EDS resource name → hosts items.
-    endpoints: BTreeMap<String, Vec<toml::Value>>,
+    endpoints: BTreeMap<String, Vec<RawHost>>,
     /// EDS names the server said (or the timer decided) do not exist: their clusters are ready
     /// with no hosts.
     missing_endpoints: BTreeSet<String>,
@@ -308,13 +309,13 @@ impl State {
             .iter()
             .flat_map(|l| l.clusters.iter().map(String::as_str))
             .collect();
-        let empty: Vec<toml::Value> = Vec::new();
+        let empty: Vec<RawHost> = Vec::new();
         let placeholders: Vec<ClusterDraft> = referenced
             .iter()
             .filter(|c| !self.ready(c))
             .map(|c| placeholder(c))
             .collect();
-        let mut clusters: Vec<(&ClusterDraft, &[toml::Value])> = Vec::new();
+        let mut clusters: Vec<(&ClusterDraft, &[RawHost])> = Vec::new();
         for c in self.cache.clusters.values() {
             match &c.hosts {
                 HostSource::Inline(h) => clusters.push((c, h)),
@@ -509,12 +510,9 @@ fn check_name(delivered: &str, own: &str) -> Result<(), String> {
 /// An empty cluster standing in for one a serving listener names but that is unknown or has no
 /// hosts yet: its routes answer `no upstream host`.
 fn placeholder(name: &str) -> ClusterDraft {
-    let mut table = toml::Table::new();
-    table.insert("name".into(), toml::Value::String(name.to_string()));
-    table.insert("type".into(), toml::Value::String("eds".into()));
     ClusterDraft {
         name: name.to_string(),
-        table,
+        cluster: RawCluster::new(name.to_string(), ClusterType::Eds),
         hosts: HostSource::Inline(Vec::new()),
     }
 }

@@ -1,12 +1,14 @@
-//! Envoy `Cluster` → one `[[clusters]]` table (without `hosts`) and where its hosts come from.
-//! Field semantics: `cluster.proto`, Envoy's redis docs (`redis.rst` "Configuration") and
-//! xds-client.md §3.3.
+//! Envoy `Cluster` → one `[[clusters]]` entry (without `hosts`) and where its hosts come from.
+//! Field semantics: Envoy's `cluster.proto` and its redis docs (`redis.rst` "Configuration").
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisProtocolOptions;
 
-use super::fields::{data_source, decode, int, positive_duration, s, seconds};
+use respite::config::ClusterType;
+use respite::config::raw::{RawCluster, RawDuration, RawTcpKeepalive, unspanned};
+
+use super::fields::{count, data_source, decode, positive_duration, seconds};
 use super::{ClusterDraft, HostSource, REDIS_CLUSTER_TYPE_NAME, REDIS_PROTOCOL_OPTIONS_TYPE};
 
 /// Envoy's `connect_timeout` default (cluster.proto: "If not set, a default value of 5s will be
@@ -36,14 +38,13 @@ pub fn translate(c: &Cluster) -> Result<ClusterDraft, String> {
     if c.transport_socket.is_some() || !c.transport_socket_matches.is_empty() {
         return Err("transport_socket: upstream TLS is not supported".into());
     }
-    let mut t = toml::Table::new();
-    t.insert("name".into(), s(&c.name));
+    let mut t = RawCluster::new(c.name.clone(), ClusterType::Static);
     let kind = discovery(c, &mut t)?;
     let timeout = match &c.connect_timeout {
         Some(d) => positive_duration(d, "connect_timeout")?,
-        None => ENVOY_CONNECT_TIMEOUT.into(),
+        None => RawDuration::Text(ENVOY_CONNECT_TIMEOUT.into()),
     };
-    t.insert("connect_timeout".into(), s(timeout));
+    t.connect_timeout = Some(unspanned(timeout));
     super::lb::policy(c, kind, &mut t)?;
     super::health::health_checks(c, &mut t)?;
     super::health::outlier_detection(c, &mut t)?;
@@ -78,27 +79,27 @@ pub fn translate(c: &Cluster) -> Result<ClusterDraft, String> {
     };
     Ok(ClusterDraft {
         name: c.name.clone(),
-        table: t,
+        cluster: t,
         hosts,
     })
 }
 
 /// Discovery type → `type`. STRICT_DNS and LOGICAL_DNS become `static`: the data plane resolves
 /// hostnames once when the config is loaded (each push), not on Envoy's `dns_refresh_rate`.
-fn discovery(c: &Cluster, t: &mut toml::Table) -> Result<Kind, String> {
+fn discovery(c: &Cluster, t: &mut RawCluster) -> Result<Kind, String> {
     match &c.cluster_discovery_type {
         // The proto default of `type` is STATIC.
         None => {
-            t.insert("type".into(), s("static"));
+            t.cluster_type = ClusterType::Static;
             Ok(Kind::Static)
         }
         Some(ClusterDiscoveryType::Type(v)) => match DiscoveryType::try_from(*v) {
             Ok(DiscoveryType::Static | DiscoveryType::StrictDns | DiscoveryType::LogicalDns) => {
-                t.insert("type".into(), s("static"));
+                t.cluster_type = ClusterType::Static;
                 Ok(Kind::Static)
             }
             Ok(DiscoveryType::Eds) => {
-                t.insert("type".into(), s("eds"));
+                t.cluster_type = ClusterType::Eds;
                 Ok(Kind::Eds)
             }
             Ok(other) => Err(format!(
@@ -115,7 +116,7 @@ fn discovery(c: &Cluster, t: &mut toml::Table) -> Result<Kind, String> {
                     ct.name
                 ));
             }
-            t.insert("type".into(), s("redis_cluster"));
+            t.cluster_type = ClusterType::RedisCluster;
             super::redis_cluster::config(ct.typed_config.as_ref(), t)?;
             Ok(Kind::RedisCluster)
         }
@@ -124,7 +125,7 @@ fn discovery(c: &Cluster, t: &mut toml::Table) -> Result<Kind, String> {
 
 /// `typed_extension_protocol_options["envoy.filters.network.redis_proxy"]` → upstream AUTH.
 /// Other keys are protocol options of other filters (HTTP and so on) and do not apply to Redis.
-fn protocol_options(c: &Cluster, t: &mut toml::Table) -> Result<(), String> {
+fn protocol_options(c: &Cluster, t: &mut RawCluster) -> Result<(), String> {
     let Some(any) = c
         .typed_extension_protocol_options
         .get(REDIS_PROTOCOL_OPTIONS_KEY)
@@ -144,16 +145,12 @@ fn protocol_options(c: &Cluster, t: &mut toml::Table) -> Result<(), String> {
         ));
     }
     if let Some(ds) = &o.auth_password {
-        t.insert(
-            "auth_password".into(),
-            s(data_source(ds, &format!("{p}.auth_password"))?),
-        );
+        let password = data_source(ds, &format!("{p}.auth_password"))?;
+        t.auth_password = Some(unspanned(password));
     }
     if let Some(ds) = &o.auth_username {
-        t.insert(
-            "auth_username".into(),
-            s(data_source(ds, &format!("{p}.auth_username"))?),
-        );
+        let user = data_source(ds, &format!("{p}.auth_username"))?;
+        t.auth_username = Some(unspanned(user));
     }
     Ok(())
 }
@@ -165,7 +162,7 @@ fn protocol_options(c: &Cluster, t: &mut toml::Table) -> Result<(), String> {
 /// number admits up to workers × hosts times as many queued requests. The other thresholds
 /// (connections, requests, retries) have no Respite counterpart and are ignored: Respite opens a
 /// fixed `connections_per_host` and does not retry.
-fn limits(c: &Cluster, t: &mut toml::Table) -> Result<(), String> {
+fn limits(c: &Cluster, t: &mut RawCluster) -> Result<(), String> {
     if let Some(n) = c
         .circuit_breakers
         .as_ref()
@@ -177,24 +174,18 @@ fn limits(c: &Cluster, t: &mut toml::Table) -> Result<(), String> {
                 "circuit_breakers.thresholds[0].max_pending_requests: must be at least 1".into(),
             );
         }
-        t.insert("max_pending_requests".into(), int(n.value));
+        t.max_pending_requests = Some(unspanned(count(n.value)));
     }
     if let Some(ka) = c
         .upstream_connection_options
         .as_ref()
         .and_then(|o| o.tcp_keepalive.as_ref())
     {
-        let mut k = toml::Table::new();
-        if let Some(v) = ka.keepalive_time {
-            k.insert("keepalive_time".into(), s(seconds(v.value)));
-        }
-        if let Some(v) = ka.keepalive_interval {
-            k.insert("keepalive_interval".into(), s(seconds(v.value)));
-        }
-        if let Some(v) = ka.keepalive_probes {
-            k.insert("keepalive_probes".into(), int(v.value));
-        }
-        t.insert("tcp_keepalive".into(), toml::Value::Table(k));
+        t.tcp_keepalive = Some(unspanned(RawTcpKeepalive {
+            keepalive_time: ka.keepalive_time.map(|v| unspanned(seconds(v.value))),
+            keepalive_interval: ka.keepalive_interval.map(|v| unspanned(seconds(v.value))),
+            keepalive_probes: ka.keepalive_probes.map(|v| unspanned(v.value)),
+        }));
     }
     Ok(())
 }

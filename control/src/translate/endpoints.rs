@@ -1,5 +1,5 @@
-//! `ClusterLoadAssignment` → `hosts` items. Source: `endpoint.proto` / `endpoint_components.proto`
-//! (xds-client.md §3.4).
+//! `ClusterLoadAssignment` → `hosts` items. Source: Envoy's `endpoint.proto` /
+//! `endpoint_components.proto`.
 //!
 //! - Endpoints whose `health_status` is UNHEALTHY, DRAINING or TIMEOUT are left out (Envoy does
 //!   not route to them); UNKNOWN, HEALTHY and DEGRADED are kept.
@@ -16,10 +16,12 @@ use envoy_types::pb::envoy::config::core::v3::HealthStatus;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
 
-use super::fields::{int, s, socket_address};
+use respite::config::raw::{RawHost, RawHostTable, unspanned};
+
+use super::fields::socket_address;
 
 /// See [`super::endpoints`]. Errors name the field from `endpoints[…]`.
-pub fn translate(cla: &ClusterLoadAssignment) -> Result<Vec<toml::Value>, String> {
+pub fn translate(cla: &ClusterLoadAssignment) -> Result<Vec<RawHost>, String> {
     let mut hosts = Vec::new();
     let mut seen = HashSet::new();
     for (i, loc) in cla.endpoints.iter().enumerate() {
@@ -60,13 +62,12 @@ pub fn translate(cla: &ClusterLoadAssignment) -> Result<Vec<toml::Value>, String
                 Some(w) if w.value == 0 => {
                     return Err(format!("{ep}.load_balancing_weight: must be at least 1"));
                 }
-                Some(w) if w.value != 1 => {
-                    let mut t = toml::Table::new();
-                    t.insert("address".into(), s(address));
-                    t.insert("weight".into(), int(w.value));
-                    hosts.push(toml::Value::Table(t));
-                }
-                _ => hosts.push(s(address)),
+                Some(w) if w.value != 1 => hosts.push(RawHost::Full(RawHostTable {
+                    address: unspanned(address),
+                    weight: Some(unspanned(w.value)),
+                    name: None,
+                })),
+                _ => hosts.push(RawHost::Short(address)),
             }
         }
     }

@@ -1,19 +1,20 @@
 //! Envoy value types shared by the listener, cluster and endpoint translations: durations,
 //! fractional percents, socket addresses, `DataSource`s and typed `Any`s, each turned into the
-//! TOML value the data plane reads, with errors naming the field.
+//! value of the data plane's file model, with errors naming the field.
 
 use envoy_types::pb::envoy::config::core::v3::{
     Address, DataSource, RuntimeFractionalPercent, address, data_source, socket_address,
 };
 use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent};
 use envoy_types::pb::google::protobuf::{Any, Duration};
+use respite::config::raw::RawDuration;
 
 /// A protobuf `Duration` as a data-plane duration string (`"1s"`, `"500ms"`, `"20us"`), in the
 /// largest unit that keeps it exact, so `/config_dump` shows the value as the operator wrote it.
 ///
 /// Errors: negative or out-of-range durations (protobuf `Duration` allows nanos in ±999,999,999
 /// with the sign of seconds; Envoy's `validate.rules` require non-negative values).
-pub fn duration(d: &Duration, field: &str) -> Result<String, String> {
+pub fn duration(d: &Duration, field: &str) -> Result<RawDuration, String> {
     if d.seconds < 0 || d.nanos < 0 || d.nanos > 999_999_999 {
         return Err(format!(
             "{field}: invalid duration {}s {}ns: must be non-negative",
@@ -22,11 +23,11 @@ pub fn duration(d: &Duration, field: &str) -> Result<String, String> {
     }
     let nanos =
         u128::from(d.seconds.unsigned_abs()) * 1_000_000_000 + d.nanos.unsigned_abs() as u128;
-    Ok(nanos_text(nanos))
+    Ok(RawDuration::Text(nanos_text(nanos)))
 }
 
 /// [`duration`] that must also be greater than zero (Envoy `gt: {}` rules such as `op_timeout`).
-pub fn positive_duration(d: &Duration, field: &str) -> Result<String, String> {
+pub fn positive_duration(d: &Duration, field: &str) -> Result<RawDuration, String> {
     if d.seconds == 0 && d.nanos == 0 {
         return Err(format!("{field}: must be greater than zero"));
     }
@@ -34,8 +35,8 @@ pub fn positive_duration(d: &Duration, field: &str) -> Result<String, String> {
 }
 
 /// A duration in whole seconds (Envoy `TcpKeepalive` counts seconds as plain integers).
-pub fn seconds(s: u32) -> String {
-    format!("{s}s")
+pub fn seconds(s: u32) -> RawDuration {
+    RawDuration::Text(format!("{s}s"))
 }
 
 fn nanos_text(n: u128) -> String {
@@ -190,12 +191,8 @@ pub fn decode<M: prost::Message + Default>(
     M::decode(any.value.as_slice()).map_err(|e| format!("{field}: cannot decode {type_url}: {e}"))
 }
 
-/// `toml::Value::String` shorthand.
-pub fn s(v: impl Into<String>) -> toml::Value {
-    toml::Value::String(v.into())
-}
-
-/// `toml::Value::Integer` from an unsigned count (every count here fits in i64).
-pub fn int(v: impl Into<u64>) -> toml::Value {
-    toml::Value::Integer(i64::try_from(v.into()).unwrap_or(i64::MAX))
+/// An Envoy `uint32` count as the data plane's `usize` (always fits on the 64-bit targets
+/// Respite builds for; saturates elsewhere).
+pub fn count(v: u32) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
 }

@@ -8,8 +8,10 @@ use envoy_types::pb::envoy::config::core::v3::health_check::{self, HealthChecker
 use envoy_types::pb::envoy::extensions::health_checkers::redis::v3::Redis;
 use envoy_types::pb::google::protobuf::Duration;
 
+use respite::config::raw::{RawCluster, RawHealthCheck, RawOutlierDetection, unspanned};
+
 use super::REDIS_HEALTH_CHECK_TYPE;
-use super::fields::{decode, duration, int, positive_duration, s};
+use super::fields::{decode, duration, positive_duration};
 
 /// `health_checks[]` → `[[clusters.health_checks]]`.
 ///
@@ -20,21 +22,17 @@ use super::fields::{decode, duration, int, positive_duration, s};
 /// connection reuse and logs, and are ignored. `interval_jitter` plus `interval_jitter_percent`
 /// of `interval` (Envoy adds both) becomes `interval_jitter`; with neither, Respite's default
 /// (10 % of interval) applies where Envoy has none: jitter never changes a check's result.
-pub(super) fn health_checks(c: &Cluster, t: &mut toml::Table) -> Result<(), String> {
-    if c.health_checks.is_empty() {
-        return Ok(());
-    }
-    let checks = c
+pub(super) fn health_checks(c: &Cluster, t: &mut RawCluster) -> Result<(), String> {
+    t.health_checks = c
         .health_checks
         .iter()
         .enumerate()
-        .map(|(i, h)| health_check(h, &format!("health_checks[{i}]")))
+        .map(|(i, h)| health_check(h, &format!("health_checks[{i}]")).map(unspanned))
         .collect::<Result<Vec<_>, _>>()?;
-    t.insert("health_checks".into(), toml::Value::Array(checks));
     Ok(())
 }
 
-fn health_check(h: &HealthCheck, p: &str) -> Result<toml::Value, String> {
+fn health_check(h: &HealthCheck, p: &str) -> Result<RawHealthCheck, String> {
     let custom = match &h.health_checker {
         Some(HealthChecker::CustomHealthCheck(c)) => c,
         Some(HealthChecker::TcpHealthCheck(_)) => {
@@ -102,21 +100,21 @@ fn health_check(h: &HealthCheck, p: &str) -> Result<toml::Value, String> {
         return Err(format!("{p}.{field}: not supported"));
     }
 
-    let mut t = toml::Table::new();
+    let mut t = RawHealthCheck::default();
     let Some(interval) = &h.interval else {
         return Err(format!("{p}.interval: required"));
     };
-    t.insert(
-        "interval".into(),
-        s(positive_duration(interval, &format!("{p}.interval"))?),
-    );
+    t.interval = Some(unspanned(positive_duration(
+        interval,
+        &format!("{p}.interval"),
+    )?));
     let Some(timeout) = &h.timeout else {
         return Err(format!("{p}.timeout: required"));
     };
-    t.insert(
-        "timeout".into(),
-        s(positive_duration(timeout, &format!("{p}.timeout"))?),
-    );
+    t.timeout = Some(unspanned(positive_duration(
+        timeout,
+        &format!("{p}.timeout"),
+    )?));
     if h.interval_jitter.is_some() || h.interval_jitter_percent > 0 {
         let fixed = h.interval_jitter.map(|d| nanos(&d)).unwrap_or(0);
         let share = nanos(interval) * u128::from(h.interval_jitter_percent) / 100;
@@ -126,27 +124,20 @@ fn health_check(h: &HealthCheck, p: &str) -> Result<toml::Value, String> {
             seconds: secs,
             nanos: (total % 1_000_000_000) as i32,
         };
-        t.insert(
-            "interval_jitter".into(),
-            s(duration(&d, &format!("{p}.interval_jitter"))?),
-        );
+        t.interval_jitter = Some(unspanned(duration(&d, &format!("{p}.interval_jitter"))?));
     }
-    if let Some(v) = h.unhealthy_threshold {
-        t.insert("unhealthy_threshold".into(), int(v.value));
-    }
-    if let Some(v) = h.healthy_threshold {
-        t.insert("healthy_threshold".into(), int(v.value));
-    }
+    t.unhealthy_threshold = h.unhealthy_threshold.map(|v| unspanned(v.value));
+    t.healthy_threshold = h.healthy_threshold.map(|v| unspanned(v.value));
     if let Some(d) = &h.no_traffic_interval {
-        t.insert(
-            "no_traffic_interval".into(),
-            s(positive_duration(d, &format!("{p}.no_traffic_interval"))?),
-        );
+        t.no_traffic_interval = Some(unspanned(positive_duration(
+            d,
+            &format!("{p}.no_traffic_interval"),
+        )?));
     }
     if !redis.key.is_empty() {
-        t.insert("key".into(), s(redis.key));
+        t.key = Some(unspanned(redis.key));
     }
-    Ok(toml::Value::Table(t))
+    Ok(t)
 }
 
 /// Non-negative protobuf duration in nanoseconds (negative parts count as zero; `duration`
@@ -166,38 +157,28 @@ fn nanos(d: &Duration) -> u128 {
 /// does not have are invalid when enforced: `enforcing_consecutive_5xx` other than 100 %,
 /// `enforcing_consecutive_gateway_failure`, `enforcing_failure_percentage(_local_origin)`,
 /// `split_external_local_origin_errors`.
-pub(super) fn outlier_detection(c: &Cluster, t: &mut toml::Table) -> Result<(), String> {
+pub(super) fn outlier_detection(c: &Cluster, t: &mut RawCluster) -> Result<(), String> {
     let Some(o) = &c.outlier_detection else {
         return Ok(());
     };
     unsupported_detectors(o)?;
     let p = "outlier_detection";
-    let mut ot = toml::Table::new();
-    if let Some(v) = o.consecutive_5xx {
-        ot.insert("consecutive_5xx".into(), int(v.value));
-    }
-    if let Some(d) = &o.base_ejection_time {
-        ot.insert(
-            "base_ejection_time".into(),
-            s(positive_duration(d, &format!("{p}.base_ejection_time"))?),
-        );
-    }
-    if let Some(d) = &o.max_ejection_time {
-        ot.insert(
-            "max_ejection_time".into(),
-            s(positive_duration(d, &format!("{p}.max_ejection_time"))?),
-        );
-    }
-    if let Some(v) = o.max_ejection_percent {
-        ot.insert("max_ejection_percent".into(), int(v.value));
-    }
-    if let Some(d) = &o.interval {
-        ot.insert(
-            "interval".into(),
-            s(positive_duration(d, &format!("{p}.interval"))?),
-        );
-    }
-    t.insert("outlier_detection".into(), toml::Value::Table(ot));
+    let time = |d: &Option<Duration>, key: &str| match d {
+        Some(d) => positive_duration(d, &format!("{p}.{key}")).map(|v| Some(unspanned(v))),
+        None => Ok(None),
+    };
+    let consecutive_5xx = o.consecutive_5xx.map(|v| unspanned(v.value));
+    let base_ejection_time = time(&o.base_ejection_time, "base_ejection_time")?;
+    let max_ejection_time = time(&o.max_ejection_time, "max_ejection_time")?;
+    let max_ejection_percent = o.max_ejection_percent.map(|v| unspanned(v.value));
+    let interval = time(&o.interval, "interval")?;
+    t.outlier_detection = Some(unspanned(RawOutlierDetection {
+        consecutive_5xx,
+        base_ejection_time,
+        max_ejection_time,
+        max_ejection_percent,
+        interval,
+    }));
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! Cluster load balancing → `lb_policy`. Sources: `cluster.proto` (`LbPolicy`,
 //! `RingHashLbConfig`, `MaglevLbConfig`, `load_balancing_policy`), the typed policies
-//! `envoy.load_balancing_policies.{ring_hash,maglev,cluster_provided}` (xds-client.md §3.1), and
+//! `envoy.load_balancing_policies.{ring_hash,maglev,cluster_provided}`, and
 //! the data plane's ring (`dataplane/src/cluster/ring_hash.rs`: Envoy's default 1024 / 8M sizes,
 //! xxHash) and Maglev table (65537 entries).
 //!
@@ -19,8 +19,11 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::ring_hash::v3::
     RingHash, ring_hash,
 };
 
+use respite::config::LbPolicy as DataPlaneLbPolicy;
+use respite::config::raw::{RawCluster, unspanned};
+
 use super::cluster::Kind;
-use super::fields::{decode, s};
+use super::fields::decode;
 
 /// The data plane's ring size bounds (Envoy's defaults); other sizes would place keys differently
 /// from Envoy.
@@ -72,7 +75,7 @@ impl Policy {
 }
 
 /// Writes `lb_policy` (not for `redis_cluster`, where the slot decides).
-pub(super) fn policy(c: &Cluster, kind: Kind, t: &mut toml::Table) -> Result<(), String> {
+pub(super) fn policy(c: &Cluster, kind: Kind, t: &mut RawCluster) -> Result<(), String> {
     let p = chosen(c)?;
     if kind == Kind::RedisCluster {
         // CLUSTER_PROVIDED is the documented setting; the proto default ROUND_ROBIN is what a
@@ -89,11 +92,11 @@ pub(super) fn policy(c: &Cluster, kind: Kind, t: &mut toml::Table) -> Result<(),
     }
     match p {
         Policy::RingHash => {
-            t.insert("lb_policy".into(), s("ring_hash"));
+            t.lb_policy = Some(unspanned(DataPlaneLbPolicy::RingHash));
             Ok(())
         }
         Policy::Maglev => {
-            t.insert("lb_policy".into(), s("maglev"));
+            t.lb_policy = Some(unspanned(DataPlaneLbPolicy::Maglev));
             Ok(())
         }
         Policy::ClusterProvided => {

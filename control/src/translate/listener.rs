@@ -1,6 +1,5 @@
 //! Envoy `Listener` with the `envoy.filters.network.redis_proxy` filter → one `[[listeners]]`
-//! table. Field semantics: `redis_proxy.proto` (envoy-redis-proxy.md §1.1–1.4) and xds-client.md
-//! §3.2.
+//! entry. Field semantics: Envoy's `redis_proxy.proto`.
 
 use std::collections::BTreeSet;
 
@@ -10,8 +9,13 @@ use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis
     ConnPoolSettings, PrefixRoutes, RedisFault, conn_pool_settings::ReadPolicy, prefix_routes,
     redis_fault::RedisFaultType,
 };
+use respite::config::raw::{
+    RawFault, RawListener, RawMirrorPolicy, RawPrefixRoutes, RawReadCommandPolicy, RawRoute,
+    unspanned,
+};
+use respite::config::{FaultType, ReadPolicy as DataPlaneReadPolicy};
 
-use super::fields::{data_source, decode, int, positive_duration, s, socket_address};
+use super::fields::{count, data_source, decode, positive_duration, socket_address};
 use super::{ListenerDraft, REDIS_PROXY_FILTER, REDIS_PROXY_TYPE};
 
 /// See [`super::listener`].
@@ -23,14 +27,11 @@ pub fn translate(l: &Listener) -> Result<ListenerDraft, String> {
     let address = socket_address(l.address.as_ref(), "address")?;
     let proxy = redis_proxy(l)?;
 
-    let mut t = toml::Table::new();
     let mut clusters = BTreeSet::new();
-    t.insert("name".into(), s(&l.name));
-    t.insert("address".into(), s(address));
-    proxy_fields(&proxy, &mut t, &mut clusters)?;
+    let listener = proxy_fields(&proxy, &l.name, address, &mut clusters)?;
     Ok(ListenerDraft {
         name: l.name.clone(),
-        table: t,
+        listener,
         clusters,
     })
 }
@@ -134,28 +135,26 @@ fn redis_proxy(l: &Listener) -> Result<RedisProxy, String> {
     }
 }
 
-/// `RedisProxy` → listener keys. The deprecated single `downstream_auth_password` is still read
+/// `RedisProxy` → the listener. The deprecated single `downstream_auth_password` is still read
 /// (older configs) and comes first in `downstream_auth_passwords`.
 #[allow(deprecated)]
 fn proxy_fields(
     proxy: &RedisProxy,
-    t: &mut toml::Table,
+    name: &str,
+    address: String,
     clusters: &mut BTreeSet<String>,
-) -> Result<(), String> {
+) -> Result<RawListener, String> {
     let p = "redis_proxy";
     if proxy.stat_prefix.is_empty() {
         return Err(format!("{p}.stat_prefix: required"));
     }
-    t.insert("stat_prefix".into(), s(&proxy.stat_prefix));
     let Some(settings) = &proxy.settings else {
         return Err(format!("{p}.settings: required (op_timeout)"));
     };
-    settings_fields(settings, t)?;
+    let mut t = settings_fields(settings, name, address)?;
+    t.stat_prefix = Some(unspanned(proxy.stat_prefix.clone()));
     // Only the unit of command.<cmd>.latency changes; the data plane has the same switch.
-    t.insert(
-        "latency_in_micros".into(),
-        toml::Value::Boolean(proxy.latency_in_micros),
-    );
+    t.latency_in_micros = proxy.latency_in_micros;
     if proxy.external_auth_provider.is_some() {
         return Err(format!(
             "{p}.external_auth_provider: external (gRPC) AUTH is not supported; use \
@@ -171,48 +170,33 @@ fn proxy_fields(
         ));
     }
 
-    let mut passwords = Vec::new();
     if let Some(ds) = &proxy.downstream_auth_password {
-        passwords.push(s(data_source(
-            ds,
-            &format!("{p}.downstream_auth_password"),
-        )?));
+        let password = data_source(ds, &format!("{p}.downstream_auth_password"))?;
+        t.downstream_auth_passwords.push(unspanned(password));
     }
     for (i, ds) in proxy.downstream_auth_passwords.iter().enumerate() {
-        passwords.push(s(data_source(
-            ds,
-            &format!("{p}.downstream_auth_passwords[{i}]"),
-        )?));
-    }
-    if !passwords.is_empty() {
-        t.insert(
-            "downstream_auth_passwords".into(),
-            toml::Value::Array(passwords),
-        );
+        let password = data_source(ds, &format!("{p}.downstream_auth_passwords[{i}]"))?;
+        t.downstream_auth_passwords.push(unspanned(password));
     }
     if let Some(ds) = &proxy.downstream_auth_username {
         let user = data_source(ds, &format!("{p}.downstream_auth_username"))?;
-        t.insert("downstream_auth_username".into(), s(user));
+        t.downstream_auth_username = Some(unspanned(user));
     }
-    if !proxy.custom_commands.is_empty() {
-        t.insert(
-            "custom_commands".into(),
-            toml::Value::Array(proxy.custom_commands.iter().map(s).collect()),
-        );
-    }
-    if !proxy.faults.is_empty() {
-        let faults = proxy
-            .faults
-            .iter()
-            .enumerate()
-            .map(|(i, f)| fault(f, &format!("{p}.faults[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
-        t.insert("faults".into(), toml::Value::Array(faults));
-    }
+    t.custom_commands = proxy
+        .custom_commands
+        .iter()
+        .map(|c| unspanned(c.clone()))
+        .collect();
+    t.faults = proxy
+        .faults
+        .iter()
+        .enumerate()
+        .map(|(i, f)| fault(f, &format!("{p}.faults[{i}]")).map(unspanned))
+        .collect::<Result<Vec<_>, _>>()?;
     match &proxy.prefix_routes {
         Some(pr) => {
-            let table = routes(pr, &format!("{p}.prefix_routes"), clusters)?;
-            t.insert("prefix_routes".into(), toml::Value::Table(table));
+            let routes = routes(pr, &format!("{p}.prefix_routes"), clusters)?;
+            t.prefix_routes = Some(unspanned(routes));
         }
         None => {
             return Err(format!(
@@ -221,10 +205,10 @@ fn proxy_fields(
             ));
         }
     }
-    Ok(())
+    Ok(t)
 }
 
-/// `ConnPoolSettings` → listener keys.
+/// `ConnPoolSettings` → the listener `name` on `address`, with its connection settings.
 ///
 /// - `enable_redirection` is accepted either way: Respite always follows `MOVED`/`ASK` on a
 ///   `redis_cluster` cluster (what Envoy's Redis Cluster docs require the flag for) and never
@@ -235,51 +219,39 @@ fn proxy_fields(
 /// - `read_policy` and `max_upstream_unknown_connections` are written only when set (non-MASTER,
 ///   present); [`super::render`] drops them from a listener that reaches no `redis_cluster`
 ///   cluster, where Envoy ignores them too.
-fn settings_fields(c: &ConnPoolSettings, t: &mut toml::Table) -> Result<(), String> {
+fn settings_fields(
+    c: &ConnPoolSettings,
+    name: &str,
+    address: String,
+) -> Result<RawListener, String> {
     let p = "redis_proxy.settings";
     let Some(op) = &c.op_timeout else {
         return Err(format!("{p}.op_timeout: required"));
     };
-    t.insert(
-        "op_timeout".into(),
-        s(positive_duration(op, &format!("{p}.op_timeout"))?),
-    );
+    let op_timeout = positive_duration(op, &format!("{p}.op_timeout"))?;
+    let mut t = RawListener::new(name.to_owned(), address, op_timeout);
     if c.dns_cache_config.is_some() {
         return Err(format!(
             "{p}.dns_cache_config: resolving hostnames in MOVED/ASK through a DNS cache is not \
              supported"
         ));
     }
-    t.insert(
-        "enable_hashtagging".into(),
-        toml::Value::Boolean(c.enable_hashtagging),
-    );
-    t.insert(
-        "max_buffer_size_before_flush".into(),
-        int(c.max_buffer_size_before_flush),
-    );
+    t.enable_hashtagging = c.enable_hashtagging;
+    t.max_buffer_size_before_flush = count(c.max_buffer_size_before_flush);
     if let Some(d) = &c.buffer_flush_timeout {
-        t.insert(
-            "buffer_flush_timeout".into(),
-            s(super::fields::duration(
-                d,
-                &format!("{p}.buffer_flush_timeout"),
-            )?),
-        );
+        let timeout = super::fields::duration(d, &format!("{p}.buffer_flush_timeout"))?;
+        t.buffer_flush_timeout = Some(unspanned(timeout));
     }
     if let Some(n) = &c.max_upstream_unknown_connections {
-        t.insert("max_upstream_unknown_connections".into(), int(n.value));
+        t.max_upstream_unknown_connections = Some(unspanned(count(n.value)));
     }
-    t.insert(
-        "enable_command_stats".into(),
-        toml::Value::Boolean(c.enable_command_stats),
-    );
+    t.enable_command_stats = c.enable_command_stats;
     let policy = match ReadPolicy::try_from(c.read_policy) {
         Ok(ReadPolicy::Master) => None,
-        Ok(ReadPolicy::PreferMaster) => Some("prefer_primary"),
-        Ok(ReadPolicy::Replica) => Some("replica"),
-        Ok(ReadPolicy::PreferReplica) => Some("prefer_replica"),
-        Ok(ReadPolicy::Any) => Some("any"),
+        Ok(ReadPolicy::PreferMaster) => Some(DataPlaneReadPolicy::PreferPrimary),
+        Ok(ReadPolicy::Replica) => Some(DataPlaneReadPolicy::Replica),
+        Ok(ReadPolicy::PreferReplica) => Some(DataPlaneReadPolicy::PreferReplica),
+        Ok(ReadPolicy::Any) => Some(DataPlaneReadPolicy::Any),
         Ok(
             other @ (ReadPolicy::LocalZoneAffinity
             | ReadPolicy::LocalZoneAffinityReplicasAndPrimary),
@@ -293,40 +265,35 @@ fn settings_fields(c: &ConnPoolSettings, t: &mut toml::Table) -> Result<(), Stri
             return Err(format!("{p}.read_policy: unknown value {}", c.read_policy));
         }
     };
-    if let Some(policy) = policy {
-        t.insert("read_policy".into(), s(policy));
-    }
-    Ok(())
+    t.read_policy = policy.map(unspanned);
+    Ok(t)
 }
 
-/// `RedisFault` → one `[[listeners.faults]]` table; `fault_enabled`'s runtime key is ignored
+/// `RedisFault` → one `[[listeners.faults]]` entry; `fault_enabled`'s runtime key is ignored
 /// (see [`super::fields::runtime_percent`]).
-fn fault(f: &RedisFault, p: &str) -> Result<toml::Value, String> {
-    let mut t = toml::Table::new();
-    let kind = match RedisFaultType::try_from(f.fault_type) {
-        Ok(RedisFaultType::Delay) => "delay",
-        Ok(RedisFaultType::Error) => "error",
+fn fault(f: &RedisFault, p: &str) -> Result<RawFault, String> {
+    let fault_type = match RedisFaultType::try_from(f.fault_type) {
+        Ok(RedisFaultType::Delay) => FaultType::Delay,
+        Ok(RedisFaultType::Error) => FaultType::Error,
         Err(_) => return Err(format!("{p}.fault_type: unknown value {}", f.fault_type)),
     };
-    t.insert("fault_type".into(), s(kind));
     let Some(enabled) = &f.fault_enabled else {
         return Err(format!("{p}.fault_enabled: required"));
     };
     let pct = super::fields::runtime_percent(Some(enabled), &format!("{p}.fault_enabled"))?;
-    t.insert("fault_enabled".into(), toml::Value::Float(pct));
-    if let Some(d) = &f.delay {
-        t.insert(
-            "delay".into(),
-            s(super::fields::duration(d, &format!("{p}.delay"))?),
-        );
-    }
-    if !f.commands.is_empty() {
-        t.insert(
-            "commands".into(),
-            toml::Value::Array(f.commands.iter().map(s).collect()),
-        );
-    }
-    Ok(toml::Value::Table(t))
+    let delay = match &f.delay {
+        Some(d) => Some(unspanned(super::fields::duration(
+            d,
+            &format!("{p}.delay"),
+        )?)),
+        None => None,
+    };
+    Ok(RawFault {
+        fault_type: unspanned(fault_type),
+        fault_enabled: unspanned(pct),
+        delay,
+        commands: f.commands.iter().map(|c| unspanned(c.clone())).collect(),
+    })
 }
 
 /// `PrefixRoutes` → `[listeners.prefix_routes]`, collecting every cluster named.
@@ -334,35 +301,33 @@ fn routes(
     pr: &PrefixRoutes,
     p: &str,
     clusters: &mut BTreeSet<String>,
-) -> Result<toml::Table, String> {
-    let mut t = toml::Table::new();
-    t.insert(
-        "case_insensitive".into(),
-        toml::Value::Boolean(pr.case_insensitive),
-    );
-    if !pr.routes.is_empty() {
-        let rs = pr
-            .routes
-            .iter()
-            .enumerate()
-            .map(|(i, r)| route(r, &format!("{p}.routes[{i}]"), false, clusters))
-            .collect::<Result<Vec<_>, _>>()?;
-        t.insert("routes".into(), toml::Value::Array(rs));
-    }
-    match &pr.catch_all_route {
-        Some(r) => {
-            let c = route(r, &format!("{p}.catch_all_route"), true, clusters)?;
-            t.insert("catch_all_route".into(), c);
-        }
+) -> Result<RawPrefixRoutes, String> {
+    let routes = pr
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| route(r, &format!("{p}.routes[{i}]"), false, clusters).map(unspanned))
+        .collect::<Result<Vec<_>, _>>()?;
+    let catch_all_route = match &pr.catch_all_route {
+        Some(r) => Some(unspanned(route(
+            r,
+            &format!("{p}.catch_all_route"),
+            true,
+            clusters,
+        )?)),
         None if pr.routes.is_empty() => {
             return Err(format!(
                 "{p}: needs routes or a catch_all_route (Envoy requires catch_all_route when \
                  routes is empty)"
             ));
         }
-        None => {}
-    }
-    Ok(t)
+        None => None,
+    };
+    Ok(RawPrefixRoutes {
+        routes,
+        case_insensitive: pr.case_insensitive,
+        catch_all_route,
+    })
 }
 
 /// One `Route`. The catch-all route has no prefix to match or remove, so its `prefix` and
@@ -372,54 +337,43 @@ fn route(
     p: &str,
     catch_all: bool,
     clusters: &mut BTreeSet<String>,
-) -> Result<toml::Value, String> {
-    let mut t = toml::Table::new();
-    if !catch_all {
-        t.insert("prefix".into(), s(&r.prefix));
-        t.insert(
-            "remove_prefix".into(),
-            toml::Value::Boolean(r.remove_prefix),
-        );
-    }
+) -> Result<RawRoute, String> {
     if r.cluster.is_empty() {
         return Err(format!("{p}.cluster: required"));
     }
     clusters.insert(r.cluster.clone());
-    t.insert("cluster".into(), s(&r.cluster));
+    let mut t = RawRoute::new(r.cluster.clone());
+    if !catch_all {
+        t.prefix = Some(unspanned(r.prefix.clone()));
+        t.remove_prefix = Some(unspanned(r.remove_prefix));
+    }
     if !r.key_formatter.is_empty() {
-        t.insert("key_formatter".into(), s(&r.key_formatter));
+        t.key_formatter = Some(unspanned(r.key_formatter.clone()));
     }
     if let Some(rc) = &r.read_command_policy {
         if rc.cluster.is_empty() {
             return Err(format!("{p}.read_command_policy.cluster: required"));
         }
         clusters.insert(rc.cluster.clone());
-        let mut rt = toml::Table::new();
-        rt.insert("cluster".into(), s(&rc.cluster));
-        t.insert("read_command_policy".into(), toml::Value::Table(rt));
+        t.read_command_policy = Some(unspanned(RawReadCommandPolicy {
+            cluster: unspanned(rc.cluster.clone()),
+        }));
     }
-    if !r.request_mirror_policy.is_empty() {
-        let mut ms = Vec::new();
-        for (i, m) in r.request_mirror_policy.iter().enumerate() {
-            let mp = format!("{p}.request_mirror_policy[{i}]");
-            if m.cluster.is_empty() {
-                return Err(format!("{mp}.cluster: required"));
-            }
-            clusters.insert(m.cluster.clone());
-            let mut mt = toml::Table::new();
-            mt.insert("cluster".into(), s(&m.cluster));
-            mt.insert(
-                "exclude_read_commands".into(),
-                toml::Value::Boolean(m.exclude_read_commands),
-            );
-            let pct = super::fields::runtime_percent(
-                m.runtime_fraction.as_ref(),
-                &format!("{mp}.runtime_fraction"),
-            )?;
-            mt.insert("runtime_fraction".into(), toml::Value::Float(pct));
-            ms.push(toml::Value::Table(mt));
+    for (i, m) in r.request_mirror_policy.iter().enumerate() {
+        let mp = format!("{p}.request_mirror_policy[{i}]");
+        if m.cluster.is_empty() {
+            return Err(format!("{mp}.cluster: required"));
         }
-        t.insert("request_mirror_policy".into(), toml::Value::Array(ms));
+        clusters.insert(m.cluster.clone());
+        let pct = super::fields::runtime_percent(
+            m.runtime_fraction.as_ref(),
+            &format!("{mp}.runtime_fraction"),
+        )?;
+        t.request_mirror_policy.push(unspanned(RawMirrorPolicy {
+            cluster: unspanned(m.cluster.clone()),
+            exclude_read_commands: m.exclude_read_commands,
+            runtime_fraction: Some(unspanned(pct)),
+        }));
     }
-    Ok(toml::Value::Table(t))
+    Ok(t)
 }

@@ -1,6 +1,6 @@
-//! Envoy resources → Respite config tables (DESIGN.md "Config model": Envoy resources translate
-//! into the one model). Each resource translates alone, so one bad resource is rejected by name
-//! while the others apply (xDS: a NACK names each rejected resource).
+//! Envoy resources → the data plane's config file model ([`respite::config::raw`]), serialized
+//! into the TOML the data plane parses. Each resource translates alone, so one bad resource is
+//! rejected by name while the others apply (xDS: a NACK names each rejected resource).
 //!
 //! A field that changes behaviour and that Respite does not implement (e.g.
 //! `external_auth_provider`, AWS IAM auth, a second network filter, TLS) makes the resource
@@ -34,42 +34,51 @@ mod tests;
 #[cfg(test)]
 mod tests_cluster;
 #[cfg(test)]
+mod tests_golden;
+#[cfg(test)]
 mod tests_support;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
+use respite::config::ClusterType;
+use respite::config::raw::{RawCluster, RawConfig, RawHost, RawListener, unspanned};
 
-/// The redis_proxy network filter's name (xds-client.md §3.1).
+/// The redis_proxy network filter's name.
 pub const REDIS_PROXY_FILTER: &str = "envoy.filters.network.redis_proxy";
-/// The redis_proxy filter config's type URL; the filter is matched by it (xds-client.md §3.1).
+/// The redis_proxy filter config's type URL; the filter is matched by it (as Envoy picks the
+/// filter factory).
 pub const REDIS_PROXY_TYPE: &str =
     "type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProxy";
-/// Upstream AUTH options in `Cluster.typed_extension_protocol_options` (xds-client.md §3.1).
+/// Upstream AUTH options in `Cluster.typed_extension_protocol_options`.
 pub const REDIS_PROTOCOL_OPTIONS_TYPE: &str =
     "type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProtocolOptions";
-/// `Cluster.cluster_type.name` of a Redis Cluster upstream (xds-client.md §3.1).
+/// `Cluster.cluster_type.name` of a Redis Cluster upstream.
 pub const REDIS_CLUSTER_TYPE_NAME: &str = "envoy.clusters.redis";
-/// The redis health checker's config type URL (xds-client.md §3.1).
+/// The redis health checker's config type URL.
 pub const REDIS_HEALTH_CHECK_TYPE: &str =
     "type.googleapis.com/envoy.extensions.health_checkers.redis.v3.Redis";
 
-/// A translated Listener: one `[[listeners]]` table and the clusters its routes and mirrors name
+/// A translated Listener: one `[[listeners]]` entry and the clusters its routes and mirrors name
 /// (what warming waits for).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListenerDraft {
+    /// The Listener's name (also `listener.name`).
     pub name: String,
-    /// The `[[listeners]]` table, keys as in `deploy/examples/respite.toml`.
-    pub table: toml::Table,
+    /// The `[[listeners]]` entry.
+    pub listener: RawListener,
+    /// Every cluster its routes, read policies and mirrors name.
     pub clusters: BTreeSet<String>,
 }
 
-/// A translated Cluster: its `[[clusters]]` table without `hosts`, and where the hosts come from.
+/// A translated Cluster: its `[[clusters]]` entry without `hosts`, and where the hosts come from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterDraft {
+    /// The Cluster's name (also `cluster.name`).
     pub name: String,
-    /// The `[[clusters]]` table without `hosts`.
-    pub table: toml::Table,
+    /// The `[[clusters]]` entry; its `hosts` stay empty, [`render`] fills them in.
+    pub cluster: RawCluster,
+    /// Where the hosts come from.
     pub hosts: HostSource,
 }
 
@@ -78,7 +87,7 @@ pub struct ClusterDraft {
 pub enum HostSource {
     /// The cluster's inline `load_assignment` (STATIC, STRICT_DNS, redis cluster seeds): `hosts`
     /// items, each `"host:port"` or `{ address = "host:port", weight = N }`.
-    Inline(Vec<toml::Value>),
+    Inline(Vec<RawHost>),
     /// `type: EDS`: the ClusterLoadAssignment of this name (`eds_cluster_config.service_name`,
     /// or the cluster name); the table has `type = "eds"`.
     Eds(String),
@@ -111,7 +120,7 @@ pub fn cluster(c: &Cluster) -> Result<ClusterDraft, String> {
 /// is valid and gives no hosts.
 ///
 /// Errors: the reason the resource is invalid, naming the field.
-pub fn endpoints(cla: &ClusterLoadAssignment) -> Result<Vec<toml::Value>, String> {
+pub fn endpoints(cla: &ClusterLoadAssignment) -> Result<Vec<RawHost>, String> {
     endpoints::translate(cla)
 }
 
@@ -121,42 +130,45 @@ pub fn endpoints(cla: &ClusterLoadAssignment) -> Result<Vec<toml::Value>, String
 /// A listener none of whose clusters is a `redis_cluster` loses `read_policy` and
 /// `max_upstream_unknown_connections`: Envoy ignores them there ("Redis Cluster only"), while
 /// the data plane refuses them as settings without effect.
-pub fn render(
-    listeners: &[&ListenerDraft],
-    clusters: &[(&ClusterDraft, &[toml::Value])],
-) -> String {
-    let mut root = toml::Table::new();
+pub fn render(listeners: &[&ListenerDraft], clusters: &[(&ClusterDraft, &[RawHost])]) -> String {
     let redis_clusters: BTreeSet<&str> = clusters
         .iter()
-        .filter(|(c, _)| c.table.get("type").and_then(|v| v.as_str()) == Some("redis_cluster"))
+        .filter(|(c, _)| c.cluster.cluster_type == ClusterType::RedisCluster)
         .map(|(c, _)| c.name.as_str())
         .collect();
-    let ls: Vec<toml::Value> = listeners
+    let listeners = listeners
         .iter()
         .map(|l| {
-            let mut t = l.table.clone();
+            let mut raw = l.listener.clone();
             if !l
                 .clusters
                 .iter()
                 .any(|c| redis_clusters.contains(c.as_str()))
             {
-                t.remove("read_policy");
-                t.remove("max_upstream_unknown_connections");
+                raw.read_policy = None;
+                raw.max_upstream_unknown_connections = None;
             }
-            toml::Value::Table(t)
+            unspanned(raw)
         })
         .collect();
-    let cs: Vec<toml::Value> = clusters
+    let clusters = clusters
         .iter()
         .map(|(c, hosts)| {
-            let mut t = c.table.clone();
-            t.insert("hosts".into(), toml::Value::Array(hosts.to_vec()));
-            toml::Value::Table(t)
+            let mut raw = c.cluster.clone();
+            raw.hosts = unspanned(hosts.iter().cloned().map(unspanned).collect());
+            unspanned(raw)
         })
         .collect();
-    root.insert("listeners".into(), toml::Value::Array(ls));
-    root.insert("clusters".into(), toml::Value::Array(cs));
-    toml::to_string(&root).unwrap_or_default()
+    let file = RawConfig {
+        listeners,
+        clusters,
+        ..RawConfig::default()
+    };
+    // Every number translated fits TOML's i64, the only thing serialization can fail on.
+    let text = file.to_toml().unwrap_or_default();
+    #[cfg(test)]
+    tests_golden::check(&text);
+    text
 }
 
 /// Translates a whole Envoy `static_resources` (bootstrap file: `respite-control translate`,
@@ -187,7 +199,7 @@ pub fn static_config(listeners: &[Listener], clusters: &[Cluster]) -> Result<Str
         cs.push((d, hosts));
     }
     let lrefs: Vec<&ListenerDraft> = ls.iter().collect();
-    let crefs: Vec<(&ClusterDraft, &[toml::Value])> =
+    let crefs: Vec<(&ClusterDraft, &[RawHost])> =
         cs.iter().map(|(d, h)| (d, h.as_slice())).collect();
     let text = render(&lrefs, &crefs);
     respite::config::parse_pushed(&text, "translated config").map_err(|e| e.to_string())?;
@@ -206,31 +218,27 @@ fn resource(kind: &str, i: usize, name: &str) -> String {
 /// Where the stand-in configs point their hosts: never connected to, never resolved. Each
 /// stand-in cluster gets its own port, since the data plane refuses a mirror that shares a host
 /// with its route's cluster.
-fn stand_in_host(i: usize) -> toml::Value {
-    toml::Value::String(format!("127.0.0.1:{}", 1 + i % 65535))
+fn stand_in_host(i: usize) -> RawHost {
+    RawHost::Short(format!("127.0.0.1:{}", 1 + i % 65535))
 }
 
 /// Parses `draft` with stand-in `redis_cluster` clusters (so cluster-only listener settings are
 /// allowed), returning the data plane's message without its location.
 fn check_listener(draft: &ListenerDraft) -> Result<(), String> {
-    let stand_ins: Vec<(ClusterDraft, [toml::Value; 1])> = draft
+    let stand_ins: Vec<(ClusterDraft, [RawHost; 1])> = draft
         .clusters
         .iter()
         .enumerate()
         .map(|(i, name)| {
-            let mut t = toml::Table::new();
-            t.insert("name".into(), toml::Value::String(name.clone()));
-            t.insert("type".into(), toml::Value::String("redis_cluster".into()));
             let c = ClusterDraft {
                 name: name.clone(),
-                table: t,
+                cluster: RawCluster::new(name.clone(), ClusterType::RedisCluster),
                 hosts: HostSource::Inline(Vec::new()),
             };
             (c, [stand_in_host(i)])
         })
         .collect();
-    let cs: Vec<(&ClusterDraft, &[toml::Value])> =
-        stand_ins.iter().map(|(c, h)| (c, &h[..])).collect();
+    let cs: Vec<(&ClusterDraft, &[RawHost])> = stand_ins.iter().map(|(c, h)| (c, &h[..])).collect();
     check(&render(&[draft], &cs))
 }
 
@@ -240,19 +248,10 @@ fn check_cluster(draft: &ClusterDraft) -> Result<(), String> {
     check(&render(&[], &[(draft, &host[..])]))
 }
 
+/// The data plane's verdict on a stand-in config, without the error's line and column: they
+/// are of the stand-in text, meaningless to the resource's author.
 fn check(text: &str) -> Result<(), String> {
-    const ORIGIN: &str = "translated";
-    respite::config::parse_pushed(text, ORIGIN)
+    respite::config::parse_pushed(text, "translated")
         .map(|_| ())
-        .map_err(|e| without_location(&e.0, ORIGIN))
-}
-
-/// `translated:3:7: listeners[0].faults[0].delay: msg` → `listeners[0].faults[0].delay: msg`
-/// (the line and column are of the stand-in text, meaningless to the resource's author).
-fn without_location(msg: &str, origin: &str) -> String {
-    let Some(rest) = msg.strip_prefix(origin) else {
-        return msg.to_owned();
-    };
-    let rest = rest.trim_start_matches(|c: char| c == ':' || c.is_ascii_digit());
-    rest.trim_start().to_owned()
+        .map_err(|e| e.reason())
 }

@@ -1,7 +1,7 @@
 //! `cluster_type {name: envoy.clusters.redis, typed_config}` → the `redis_cluster` keys.
-//! Source: `extensions/clusters/redis/v3/redis_cluster.proto` (envoy-redis-proxy.md §1.6). The
-//! proto's own example wraps the config in a `google.protobuf.Struct`, so both that and the
-//! typed `RedisClusterConfig` Any are accepted (xds-client.md §3.3).
+//! Source: Envoy's `extensions/clusters/redis/v3/redis_cluster.proto`. The proto's own example
+//! wraps the config in a `google.protobuf.Struct`, so both that and the typed
+//! `RedisClusterConfig` Any are accepted.
 //!
 //! Values are copied as the resource gives them, Envoy's defaults included: an absent
 //! `failure_refresh_threshold` or `host_degraded_refresh_threshold` is Envoy's 0 (never), not
@@ -10,7 +10,9 @@
 use envoy_types::pb::envoy::extensions::clusters::redis::v3::RedisClusterConfig;
 use envoy_types::pb::google::protobuf::{Any, Duration, Struct, Value, value};
 
-use super::fields::{decode, duration, int, positive_duration, s};
+use respite::config::raw::{RawCluster, unspanned};
+
+use super::fields::{decode, duration, positive_duration};
 
 const REDIS_CLUSTER_CONFIG_TYPE: &str =
     "type.googleapis.com/envoy.extensions.clusters.redis.v3.RedisClusterConfig";
@@ -18,7 +20,7 @@ const STRUCT_TYPE: &str = "type.googleapis.com/google.protobuf.Struct";
 const P: &str = "cluster_type.typed_config";
 
 /// Writes the redis cluster keys. An absent `typed_config` means all Envoy defaults.
-pub(super) fn config(any: Option<&Any>, t: &mut toml::Table) -> Result<(), String> {
+pub(super) fn config(any: Option<&Any>, t: &mut RawCluster) -> Result<(), String> {
     let cfg = match any {
         None => RedisClusterConfig::default(),
         Some(a) if a.type_url == STRUCT_TYPE => {
@@ -32,34 +34,22 @@ pub(super) fn config(any: Option<&Any>, t: &mut toml::Table) -> Result<(), Strin
             "{P}.enable_zone_discovery: availability-zone discovery is not supported"
         ));
     }
-    let durations = [
-        ("cluster_refresh_rate", &cfg.cluster_refresh_rate),
-        ("cluster_refresh_timeout", &cfg.cluster_refresh_timeout),
-        ("redirect_refresh_interval", &cfg.redirect_refresh_interval),
-    ];
-    for (key, d) in durations {
-        if let Some(d) = d {
-            let f = format!("{P}.{key}");
-            let text = if key == "redirect_refresh_interval" {
-                duration(d, &f)?
-            } else {
-                positive_duration(d, &f)?
-            };
-            t.insert(key.into(), s(text));
-        }
+    if let Some(d) = &cfg.cluster_refresh_rate {
+        let v = positive_duration(d, &format!("{P}.cluster_refresh_rate"))?;
+        t.cluster_refresh_rate = Some(unspanned(v));
+    }
+    if let Some(d) = &cfg.cluster_refresh_timeout {
+        let v = positive_duration(d, &format!("{P}.cluster_refresh_timeout"))?;
+        t.cluster_refresh_timeout = Some(unspanned(v));
+    }
+    if let Some(d) = &cfg.redirect_refresh_interval {
+        let v = duration(d, &format!("{P}.redirect_refresh_interval"))?;
+        t.redirect_refresh_interval = Some(unspanned(v));
     }
     // Envoy's default is 5, the same as Respite's, when unset.
-    if let Some(v) = cfg.redirect_refresh_threshold {
-        t.insert("redirect_refresh_threshold".into(), int(v.value));
-    }
-    t.insert(
-        "failure_refresh_threshold".into(),
-        int(cfg.failure_refresh_threshold),
-    );
-    t.insert(
-        "host_degraded_refresh_threshold".into(),
-        int(cfg.host_degraded_refresh_threshold),
-    );
+    t.redirect_refresh_threshold = cfg.redirect_refresh_threshold.map(|v| unspanned(v.value));
+    t.failure_refresh_threshold = Some(unspanned(cfg.failure_refresh_threshold));
+    t.host_degraded_refresh_threshold = Some(unspanned(cfg.host_degraded_refresh_threshold));
     Ok(())
 }
 

@@ -25,7 +25,7 @@ const HUNDRED: i32 = 0;
 const TEN_THOUSAND: i32 = 1;
 const MILLION: i32 = 2;
 
-/// Envoy's documentation example listener (xds-client.md §3.2).
+/// Envoy's documentation example listener (redis_proxy docs).
 #[test]
 fn envoy_documentation_example() {
     let mut p = proxy();
@@ -90,11 +90,12 @@ fn connection_settings_map_to_listener_keys() {
 #[test]
 fn durations_render_in_the_largest_exact_unit() {
     let f = super::fields::duration;
-    assert_eq!(f(&dur(2, 0), "x").unwrap(), "2s");
-    assert_eq!(f(&ms(1500), "x").unwrap(), "1500ms");
-    assert_eq!(f(&dur(0, 20_000), "x").unwrap(), "20us");
-    assert_eq!(f(&dur(0, 7), "x").unwrap(), "7ns");
-    assert_eq!(f(&dur(0, 0), "x").unwrap(), "0s");
+    let text = |t: &str| respite::config::raw::RawDuration::Text(t.into());
+    assert_eq!(f(&dur(2, 0), "x").unwrap(), text("2s"));
+    assert_eq!(f(&ms(1500), "x").unwrap(), text("1500ms"));
+    assert_eq!(f(&dur(0, 20_000), "x").unwrap(), text("20us"));
+    assert_eq!(f(&dur(0, 7), "x").unwrap(), text("7ns"));
+    assert_eq!(f(&dur(0, 0), "x").unwrap(), text("0s"));
     assert_mentions(
         &f(&dur(-1, 0), "a.b").unwrap_err(),
         &["a.b", "non-negative"],
@@ -116,7 +117,9 @@ fn read_policies_map_and_need_a_redis_cluster() {
             s.max_upstream_unknown_connections = Some(UInt32Value { value: 7 });
         }
         let d = super::listener(&listener_with(&p)).unwrap();
-        assert_eq!(d.table["read_policy"].as_str(), Some(text));
+        let written = d.listener.read_policy.clone().map(|r| r.into_inner());
+        assert_eq!(written, Some(policy));
+        assert_eq!(toml::Value::try_from(policy).unwrap().as_str(), Some(text));
         // Routed to a Redis Cluster: kept.
         let mut rc = static_cluster("cache", &[7000]);
         rc.cluster_discovery_type = Some(redis_cluster_type(None));
@@ -135,7 +138,7 @@ fn read_policies_map_and_need_a_redis_cluster() {
     }
     // MASTER (the default) writes nothing.
     let d = super::listener(&listener_with(&proxy())).unwrap();
-    assert!(!d.table.contains_key("read_policy"));
+    assert_eq!(d.listener.read_policy, None);
 }
 
 fn redis_cluster_type(
@@ -350,7 +353,7 @@ fn ipv6_listener_address_is_bracketed() {
     let mut l = listener_with(&proxy());
     l.address = Some(sock("::1", 6390));
     let d = super::listener(&l).unwrap();
-    assert_eq!(d.table["address"].as_str(), Some("[::1]:6390"));
+    assert_eq!(d.listener.address.get_ref(), "[::1]:6390");
     let cfg = parse_listener(&l);
     assert_eq!(cfg.listeners[0].address.to_string(), "[::1]:6390");
 }
@@ -578,8 +581,9 @@ fn accepted_and_ignored_settings() {
         );
     }
     let d = super::listener(&listener_with(&p)).unwrap();
-    assert!(!d.table.contains_key("enable_redirection"));
-    assert!(!d.table.contains_key("connection_rate_limit"));
+    let written = toml::Table::try_from(&d.listener).unwrap();
+    assert!(!written.contains_key("enable_redirection"));
+    assert!(!written.contains_key("connection_rate_limit"));
     parse_listener(&listener_with(&p));
 }
 

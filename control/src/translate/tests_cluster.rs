@@ -99,7 +99,7 @@ fn dns_types_become_static_with_hostnames() {
 fn eds_cluster_names_its_assignment() {
     let d = super::cluster(&eds_cluster("svc-a")).unwrap();
     assert_eq!(d.hosts, HostSource::Eds("svc-a".into()));
-    assert_eq!(d.table["type"].as_str(), Some("eds"));
+    assert_eq!(d.cluster.cluster_type, ClusterType::Eds);
     let d = super::cluster(&eds_cluster("")).unwrap();
     assert_eq!(d.hosts, HostSource::Eds("dyn".into()));
     let c = parse_cluster(&eds_cluster(""));
@@ -700,7 +700,7 @@ fn endpoints_weights_health_and_duplicates() {
         cluster_name: "dyn".into(),
         ..Default::default()
     };
-    assert_eq!(super::endpoints(&empty).unwrap(), Vec::<toml::Value>::new());
+    assert_eq!(super::endpoints(&empty).unwrap(), Vec::new());
 
     // An inline assignment whose endpoints are all unhealthy leaves a static cluster empty.
     let mut cl = static_cluster("c", &[]);

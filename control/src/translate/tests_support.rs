@@ -19,6 +19,7 @@ use envoy_types::pb::envoy::r#type::v3::FractionalPercent;
 use envoy_types::pb::google::protobuf::{Any, Duration};
 use prost::{Message, Name};
 use respite::config::Config;
+use respite::config::raw::RawHost;
 
 use super::{ClusterDraft, HostSource, ListenerDraft};
 
@@ -167,14 +168,14 @@ pub fn parse_listener(l: &Listener) -> Config {
 
 /// Renders listeners and clusters (inline hosts, or no hosts for EDS) and parses the text.
 pub fn parse(listeners: &[&ListenerDraft], clusters: &[ClusterDraft]) -> Config {
-    let hosts: Vec<Vec<toml::Value>> = clusters
+    let hosts: Vec<Vec<RawHost>> = clusters
         .iter()
         .map(|c| match &c.hosts {
             HostSource::Inline(h) => h.clone(),
             HostSource::Eds(_) => Vec::new(),
         })
         .collect();
-    let cs: Vec<(&ClusterDraft, &[toml::Value])> = clusters
+    let cs: Vec<(&ClusterDraft, &[RawHost])> = clusters
         .iter()
         .zip(&hosts)
         .map(|(c, h)| (c, h.as_slice()))
@@ -199,7 +200,7 @@ pub fn parse_cluster(c: &Cluster) -> respite::config::ClusterConfig {
 /// The error of a listener that must be rejected.
 pub fn listener_err(l: &Listener) -> String {
     match super::listener(l) {
-        Ok(d) => panic!("listener accepted: {:?}", d.table),
+        Ok(d) => panic!("listener accepted: {:?}", d.listener),
         Err(e) => e,
     }
 }
@@ -207,7 +208,7 @@ pub fn listener_err(l: &Listener) -> String {
 /// The error of a cluster that must be rejected.
 pub fn cluster_err(c: &Cluster) -> String {
     match super::cluster(c) {
-        Ok(d) => panic!("cluster accepted: {:?}", d.table),
+        Ok(d) => panic!("cluster accepted: {:?}", d.cluster),
         Err(e) => e,
     }
 }

@@ -17,18 +17,12 @@ impl Source<'_> {
     /// `origin:line:col: path: message`; the location part is dropped when there is no span
     /// (a required key absent from the whole document has nowhere to point).
     pub fn error(&self, span: Option<Range<usize>>, path: &str, message: &str) -> ConfigError {
-        let mut out = String::from(self.origin);
-        if let Some(span) = span {
-            let (line, col) = line_col(self.text, span.start);
-            out.push_str(&format!(":{line}:{col}"));
+        ConfigError {
+            origin: self.origin.to_owned(),
+            location: span.map(|span| line_col(self.text, span.start)),
+            key: path.to_owned(),
+            message: message.to_owned(),
         }
-        out.push_str(": ");
-        if !path.is_empty() {
-            out.push_str(path);
-            out.push_str(": ");
-        }
-        out.push_str(message);
-        ConfigError(out)
     }
 
     /// Maps a toml/serde error onto the same format. toml keeps the key path of a serde error

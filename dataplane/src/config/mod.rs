@@ -1,12 +1,14 @@
-//! The one config model (DESIGN.md "Config model") and its TOML loader.
+//! The one config model and its TOML loader.
 //!
 //! TOML maps 1:1 onto the model; see `deploy/examples/respite.toml` for every key with its
 //! default. Names follow Envoy's `redis_proxy` (`stat_prefix`, `op_timeout`,
 //! `enable_hashtagging`, `prefix_routes.catch_all_route`, ...).
 //!
-//! Loading happens in two layers: a serde layer of spanned raw values (`raw`) checks the shape
-//! (unknown keys, types, required keys), then `validate` checks meaning (durations, addresses,
-//! references, duplicates) and fills defaults. Every failure is a [`ConfigError`] of the form
+//! Loading happens in two layers: a serde layer of spanned raw values ([`raw`], the file model)
+//! checks the shape (unknown keys, types, required keys), then `validate` checks meaning
+//! (durations, addresses, references, duplicates) and fills defaults. The file model also
+//! serializes back into the file format: `respite-control` builds it to write the configs it
+//! pushes. Every failure is a [`ConfigError`] of the form
 //! `origin:line:col: key.path: message`, with the line taken from toml's spans.
 //!
 //! Every type serializes (serde) with its TOML key names, durations as humantime strings
@@ -19,11 +21,13 @@ use std::time::Duration;
 
 mod dump;
 mod locate;
-mod raw;
+pub mod raw;
 mod routes;
 mod sockmap;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_raw;
 #[cfg(test)]
 mod tests_routes;
 #[cfg(test)]
@@ -543,19 +547,51 @@ pub struct HostConfig {
 /// example 5sec or 5ms`. The `line:col` part is absent only when nothing in the file can be
 /// pointed at (a missing file, or no `[[listeners]]` at all).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConfigError(pub String);
+pub struct ConfigError {
+    /// Where the text came from: the file path as given, or the name a pushed text came under.
+    pub origin: String,
+    /// 1-based line and column (in characters) of the offending key or value; `None` when
+    /// nothing in the text can be pointed at.
+    pub location: Option<(usize, usize)>,
+    /// The dotted key path (`listeners[0].op_timeout`); empty when the error is about the whole
+    /// text (a file that cannot be read, a TOML syntax error outside any key).
+    pub key: String,
+    /// What is wrong, e.g. `must be greater than zero`.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// `key.path: message` (or the message alone when there is no key): the error without its
+    /// origin and location, for a text its reader never saw (a config rendered from Envoy
+    /// resources, where only the key means something to the resource's author).
+    pub fn reason(&self) -> String {
+        if self.key.is_empty() {
+            self.message.clone()
+        } else {
+            format!("{}: {}", self.key, self.message)
+        }
+    }
+}
 
 impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.origin)?;
+        if let Some((line, col)) = self.location {
+            write!(f, ":{line}:{col}")?;
+        }
+        write!(f, ": {}", self.reason())
     }
 }
 impl std::error::Error for ConfigError {}
 
 /// Reads and validates a TOML config file; errors name the path as given.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        origin: path.display().to_string(),
+        location: None,
+        key: String::new(),
+        message: e.to_string(),
+    })?;
     parse(&text, &path.display().to_string())
 }
 

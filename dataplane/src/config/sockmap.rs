@@ -1,11 +1,11 @@
-//! `[sockmap]`: eBPF sockmap acceleration of loopback hops (issue 10). The table is read by
+//! `[sockmap]`: eBPF sockmap acceleration of loopback hops. The table is read by
 //! `respite-control`, which loads the programs and fills their port filter; the data plane only
 //! validates it (so a typo fails the load like any other key) and shows it in `/config_dump`.
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::ConfigError;
@@ -89,24 +89,35 @@ fn in_range(item: &str, n: u64) -> Result<u16, String> {
     }
 }
 
-/// The serde layer of `[sockmap]` (shape checks: unknown keys, types).
-#[derive(Debug, Deserialize)]
+/// The serde layer of `[sockmap]` (shape checks: unknown keys, types), and its file form.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawSockmap {
+pub struct RawSockmap {
+    /// Load and enable the programs.
     #[serde(default)]
     pub enabled: bool,
+    /// Absolute cgroup v2 directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<Spanned<String>>,
+    /// Extra ports or ranges.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ports: Option<Vec<Spanned<RawPort>>>,
+    /// Add loopback upstream ports.
     #[serde(default)]
     pub upstreams: bool,
+    /// Absolute bpffs mount.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub bpffs: Option<Spanned<String>>,
 }
 
 /// One element of `ports`: a number or a `"a-b"` string, kept apart so that validation can
 /// range-check both with one message.
-#[derive(Debug)]
-pub(super) enum RawPort {
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum RawPort {
+    /// `6379`.
     Number(i64),
+    /// `"7000-7005"` (or `"6379"`).
     Text(String),
 }
 

@@ -1140,8 +1140,11 @@ fn eds_clusters_may_be_empty_and_pushed_configs_may_have_no_listeners() {
     assert!(c.clusters[0].hosts.is_empty());
     assert!(c.listeners.is_empty());
     let e = parse(text, "t.toml").expect_err("a file needs a listener");
-    assert!(e.0.contains("at least one [[listeners]]"), "{e}");
+    assert!(e.to_string().contains("at least one [[listeners]]"), "{e}");
     let static_empty = "[[clusters]]\nname = \"s\"\nhosts = []\n";
     let e = parse_pushed(static_empty, "push").expect_err("static needs hosts");
-    assert!(e.0.contains("a cluster needs at least one host"), "{e}");
+    assert!(
+        e.to_string().contains("a cluster needs at least one host"),
+        "{e}"
+    );
 }
