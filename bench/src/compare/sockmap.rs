@@ -3,7 +3,7 @@
 //! arm order reversed every other rep), plus Redis direct (over TCP) for scale.
 //!
 //! Why Respite restarts for every phase: sockmap ON only covers connections established while it
-//! is on, and a connection that once went over TCP stays on TCP for life (contract), while
+//! is on, and a connection that once went over TCP stays on TCP for life (docs/ebpf.md), while
 //! Respite keeps its upstream connections pooled for its whole life. A Respite started in an OFF
 //! phase would keep TCP upstream connections in the next ON phase (a half-accelerated "ON"), and
 //! one started in an ON phase would fall back in the next OFF phase anyway. So each Respite phase

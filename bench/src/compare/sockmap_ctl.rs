@@ -17,7 +17,7 @@ use super::procs::{free_port, spawn};
 const LOAD_TIMEOUT: Duration = Duration::from_secs(20);
 /// respite-control reads the counters once a second; a little more covers its tick's own work.
 const TICK_WAIT: Duration = Duration::from_millis(1300);
-/// The control process follows the kill switch within 1 s (contract); a loaded machine gets more.
+/// The control process follows the kill switch within 1 s (docs/ebpf.md); a loaded machine gets more.
 const SWITCH_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// The counters of `GET /sockmap` (all cumulative since the maps were created, `sockets` a
@@ -36,7 +36,7 @@ pub struct Status {
     pub ports: Vec<u16>,
 }
 
-/// Parses the `GET /sockmap` JSON body (contract: `{"state":…, "reason":…, "sockets":u64,
+/// Parses the `GET /sockmap` JSON body (docs/ebpf.md: `{"state":…, "reason":…, "sockets":u64,
 /// "inserts":u64, "insert_fail":u64, "redirect_total":u64, "redirect_fail":u64, …}`).
 ///
 /// Errors: not JSON, no `state` string, or a counter that is not a u64. Missing counters read

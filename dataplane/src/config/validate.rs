@@ -1,4 +1,4 @@
-//! Meaning checks and defaults: raw spanned values in, contract types out.
+//! Meaning checks and defaults: raw spanned values in, the validated model out.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -1,7 +1,7 @@
 //! One read of the admin endpoint, parsed: stat values, detailed histogram buckets, host
 //! health, and the latency unit of each listener.
 //!
-//! Shapes are the admin contract (docs/observability.md): `GET /stats?format=json&
+//! Shapes are the admin endpoint's, as docs/observability.md documents them: `GET /stats?format=json&
 //! histogram_buckets=detailed` is Envoy's `{"stats":[{"name","value"}…, {"histograms":
 //! {"details":[{"name","totals":[{"lower_bound","width","count"}…]}]}}]}`; `/clusters?format=
 //! json` is Envoy's `cluster_statuses`; `/config_dump` is the live config as JSON.
