@@ -1,6 +1,8 @@
 //! Request parsing: Respite's zero-copy resumable parser vs the `redis-protocol` decoder, on a
 //! pipeline of 16 GET and 16 SET requests (the measured reason the hot path does not use
 //! `redis-protocol`). Per-request time = reported time / 32 (see the Throughput line).
+// A benchmark, off the request path: it may index and unwrap.
+#![allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};

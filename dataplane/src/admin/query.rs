@@ -41,8 +41,8 @@ fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
-    while i < b.len() {
-        match b[i] {
+    while let Some(&c) = b.get(i) {
+        match c {
             b'+' => out.push(b' '),
             b'%' => match (
                 b.get(i + 1).copied().and_then(hex),

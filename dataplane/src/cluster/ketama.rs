@@ -70,8 +70,7 @@ impl Ketama {
             .min(u64::from(u32::MAX)) as u32;
         let mut points: Vec<(u32, u32)> = Vec::new();
         let mut buf = Vec::with_capacity(KETAMA_MAX_HOSTLEN + 16);
-        for (idx, host) in hosts.iter().enumerate() {
-            let weight = weights[idx];
+        for (idx, (host, &weight)) in hosts.iter().zip(weights.iter()).enumerate() {
             if weight == 0 {
                 continue;
             }

@@ -49,7 +49,10 @@ impl Maglev {
             .iter()
             .enumerate()
             .filter(|(_, w)| **w > 0)
-            .map(|(i, &w)| (hosts[i].address.to_string(), i, f64::from(w) / sum as f64))
+            .filter_map(|(i, &w)| {
+                let host = hosts.get(i)?;
+                Some((host.address.to_string(), i, f64::from(w) / sum as f64))
+            })
             .collect();
         let max_w = sorted.iter().map(|e| e.2).fold(0.0f64, f64::max);
         sorted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -78,12 +81,15 @@ impl Maglev {
                     continue;
                 }
                 entry.target_weight += max_w;
+                // `c < size == table.len()`, and a free entry remains while `filled < size`.
                 let mut c = (entry.offset + entry.skip * entry.next) % size;
-                while table[c as usize] != EMPTY {
+                while table.get(c as usize).is_some_and(|&e| e != EMPTY) {
                     entry.next += 1;
                     c = (entry.offset + entry.skip * entry.next) % size;
                 }
-                table[c as usize] = entry.host;
+                if let Some(e) = table.get_mut(c as usize) {
+                    *e = entry.host;
+                }
                 entry.next += 1;
                 filled += 1;
             }
@@ -95,9 +101,9 @@ impl Maglev {
     /// Envoy `OriginalMaglevTable::chooseHost` (attempt 0).
     #[inline]
     pub(super) fn pick_hash(&self, h: u64) -> usize {
-        if self.table.is_empty() {
-            return 0;
-        }
-        self.table[(h % self.size) as usize] as usize
+        // `size` is the table's length, so the entry is always there; an empty table picks 0.
+        self.table
+            .get((h % self.size.max(1)) as usize)
+            .map_or(0, |&e| e as usize)
     }
 }

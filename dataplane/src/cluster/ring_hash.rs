@@ -57,7 +57,8 @@ impl RingHash {
         let mut current_hashes = 0.0f64;
         let mut target_hashes = 0.0f64;
         for &(idx, w) in &normalized {
-            let addr = hosts[idx].address.to_string();
+            let Some(host) = hosts.get(idx) else { continue };
+            let addr = host.address.to_string();
             key.clear();
             key.extend_from_slice(addr.as_bytes());
             key.push(b'_');

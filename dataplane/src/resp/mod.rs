@@ -135,12 +135,13 @@ impl ReplyScanner {
 pub mod encode {
     /// Appends the decimal form of `n` without allocating (itoa into a stack buffer).
     pub fn decimal(out: &mut Vec<u8>, n: i64) {
+        // u64::MAX has 20 digits: the buffer always has room, written from the back.
         let mut buf = [0u8; 20];
         let mut i = buf.len();
         let mut v = n.unsigned_abs();
-        loop {
+        for d in buf.iter_mut().rev() {
+            *d = b'0' + (v % 10) as u8;
             i -= 1;
-            buf[i] = b'0' + (v % 10) as u8;
             v /= 10;
             if v == 0 {
                 break;
@@ -149,7 +150,7 @@ pub mod encode {
         if n < 0 {
             out.push(b'-');
         }
-        out.extend_from_slice(&buf[i..]);
+        out.extend_from_slice(buf.get(i..).unwrap_or_default());
     }
     fn length(out: &mut Vec<u8>, n: usize) {
         decimal(out, i64::try_from(n).unwrap_or(i64::MAX));

@@ -80,7 +80,7 @@ impl Faults {
         let mut lists: Vec<Box<[Rule]>> = Vec::new();
         let mut index: HashMap<Vec<usize>, u16> = HashMap::new();
         let every: Vec<usize> = (0..faults.len())
-            .filter(|&i| faults[i].commands.is_empty())
+            .filter(|&i| faults.get(i).is_some_and(|f| f.commands.is_empty()))
             .collect();
         index.insert(every.clone(), 0);
         lists.push(rules(faults, &every));
@@ -90,8 +90,9 @@ impl Faults {
                 let top = spec.name.split('|').next().unwrap_or(spec.name);
                 let applies: Vec<usize> = (0..faults.len())
                     .filter(|&i| {
-                        let c = &faults[i].commands;
-                        c.is_empty() || c.iter().any(|n| n == top)
+                        faults.get(i).is_some_and(|f| {
+                            f.commands.is_empty() || f.commands.iter().any(|n| n == top)
+                        })
                     })
                     .collect();
                 *index.entry(applies).or_insert_with_key(|applies| {
@@ -129,8 +130,8 @@ fn rules(faults: &[FaultConfig], which: &[usize]) -> Box<[Rule]> {
     let mut cum = 0.0f64;
     which
         .iter()
-        .map(|&i| {
-            let f = &faults[i];
+        .filter_map(|&i| faults.get(i))
+        .map(|f| {
             cum += f.fault_enabled;
             Rule {
                 below: threshold(cum),

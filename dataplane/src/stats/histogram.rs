@@ -311,7 +311,7 @@ impl HistogramSnapshot {
             let value = v.value_iterated_to() as f64;
             let n = v.count_at_value();
             let first = bounds.partition_point(|&b| b < value);
-            for c in &mut out[first..] {
+            for c in out.iter_mut().skip(first) {
                 *c += n;
             }
         }

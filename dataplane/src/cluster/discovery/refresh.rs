@@ -87,8 +87,10 @@ impl Refresher {
         let mut known = nodes.clone();
         extend_unique(&mut known, &self.seeds);
         let mut order = Vec::with_capacity(known.len());
-        if !known.is_empty() {
-            order.push(known[self.rng.usize(..known.len())]);
+        if !known.is_empty()
+            && let Some(&pick) = known.get(self.rng.usize(..known.len()))
+        {
+            order.push(pick);
         }
         extend_unique(&mut order, &nodes);
         extend_unique(&mut order, &self.seeds);
