@@ -1,7 +1,12 @@
 //! Command lookup: the hash index `command::lookup` uses against the binary search over sorted
 //! names it replaced (bench/NOTES.md), on a mix of common names in client casing.
 // A benchmark, off the request path: it may index and unwrap.
-#![allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use respite::command::{COMMANDS, lookup};

@@ -2,7 +2,12 @@
 //! pipeline of 16 GET and 16 SET requests (the measured reason the hot path does not use
 //! `redis-protocol`). Per-request time = reported time / 32 (see the Throughput line).
 // A benchmark, off the request path: it may index and unwrap.
-#![allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};

@@ -20,7 +20,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Respite: a thread-per-core io_uring Redis proxy (sharding, Envoy redis_proxy semantics,
 /// twemproxy-compatible ketama).
 #[derive(Parser)]
-#[command(version, about, long_about = None, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "respite",
+    version,
+    about = "Respite: a thread-per-core io_uring Redis (RESP) proxy",
+    long_about = None,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     /// TOML config file to run with (see deploy/examples/respite.toml).
     #[arg(short, long, value_name = "FILE")]
