@@ -172,6 +172,26 @@ fn malformed_requests_do_not_end_the_refused_transaction() {
     assert!(!exists_anywhere(&backends, b"leak"));
 }
 
+/// A client that disconnects inside the refused transaction leaves nothing of it applied, and
+/// the state belongs to that connection only: another client runs its commands as usual.
+#[test]
+fn disconnect_inside_the_refused_transaction_applies_nothing() {
+    let backends = servers(2);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let mut c = respite.raw();
+    let mut other = respite.raw();
+    assert!(is_error(&c.cmd(&[b"MULTI"])));
+    assert!(is_error(&c.cmd(&[b"SET", b"gone", b"1"])));
+    assert_eq!(other.cmd(&[b"SET", b"other", b"1"]), OK);
+    c.send_raw(&RawClient::encode(&[b"SET", b"gone", b"2"]));
+    drop(c);
+    let mut again = respite.raw();
+    assert_eq!(again.cmd(&[b"GET", b"gone"]), NIL);
+    assert_eq!(again.cmd(&[b"SET", b"after", b"1"]), OK);
+    assert!(!exists_anywhere(&backends, b"gone"));
+    assert!(exists_anywhere(&backends, b"other"));
+}
+
 /// A real client library's transaction API: the Rust `redis` crate's atomic pipeline sends
 /// MULTI, the commands and EXEC in one write. It must fail, and none of its writes may land.
 #[test]
