@@ -270,8 +270,12 @@ impl Session {
         {
             self.sink.observe_next(p);
         }
-        let custom = req.argc() >= 2 && rt.custom_command(req.name());
-        if let Some(answer) = self.mode.admit(&req, custom) {
+        // The shared mode admits everything: the custom-command lookup is only paid outside it.
+        if self.mode != Mode::Shared
+            && let Some(answer) = self
+                .mode
+                .admit(&req, req.argc() >= 2 && rt.custom_command(req.name()))
+        {
             if answer.cmd == NO_CMD {
                 rt.stats.rq_total.inc();
             } else {
