@@ -5,7 +5,9 @@
 //! same key and message (what a NACK says).
 //!
 //! A render without a recorded counterpart (a test written after the recording) is not
-//! compared.
+//! compared. Values that belong to the machine running the tests are recorded as a
+//! placeholder (`${PATH}`, the one environment variable a test reads) and filled in here, so
+//! the recording holds on every machine.
 
 use std::cell::Cell;
 
@@ -17,12 +19,13 @@ thread_local! {
     static RENDERS: Cell<usize> = const { Cell::new(0) };
 }
 
-/// The recorded text of render `n` of `test`.
-fn recorded(test: &str, n: usize) -> Option<&'static str> {
+/// The recorded text of render `n` of `test`, with this machine's values filled in.
+fn recorded(test: &str, n: usize) -> Option<String> {
     let header = format!("{HEADER}{test}#{n}\n");
     let start = RECORDED.find(&header)? + header.len();
     let rest = &RECORDED[start..];
-    Some(rest.find(HEADER).map_or(rest, |end| &rest[..end]))
+    let text = rest.find(HEADER).map_or(rest, |end| &rest[..end]);
+    Some(text.replace("${PATH}", &std::env::var("PATH").unwrap_or_default()))
 }
 
 /// A config's meaning: what the data plane builds from it, or its refusal without location.
@@ -42,7 +45,7 @@ pub fn check(text: &str) {
     };
     assert_eq!(
         meaning(text),
-        meaning(old),
+        meaning(&old),
         "render #{n} of {test} means something else than before:\n{text}\n--- recorded:\n{old}"
     );
 }
