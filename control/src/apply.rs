@@ -48,6 +48,35 @@ use crate::xds::{CLUSTER_TYPE, ENDPOINT_TYPE, Interest, LISTENER_TYPE, Update, V
 /// Origin named in config errors of translated snapshots.
 const ORIGIN: &str = "xds";
 
+/// Why a resource, a snapshot or a push was not applied. `Display` is the text of the NACK's
+/// `error_detail` or of the log line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApplyError {
+    /// A resource that cannot be used on its own: its `type_url` differs from the response's,
+    /// it does not decode, its name differs from the name it was sent under, or it does not
+    /// translate (the translation's message).
+    Resource(String),
+    /// The whole config does not parse with the data plane's own parser
+    /// (`origin:line:col: key: reason`).
+    Invalid(respite::config::ConfigError),
+    /// The data plane answered and refused the config: its reason (e.g. a bind failure).
+    Rejected(String),
+}
+
+impl std::fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApplyError::Resource(reason) => f.write_str(reason),
+            ApplyError::Invalid(e) => write!(f, "{e}"),
+            ApplyError::Rejected(reason) => {
+                write!(f, "the data plane rejected the config: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ApplyError {}
+
 /// How the applier runs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -342,10 +371,10 @@ impl State {
     ///
     /// Errors: the snapshot is invalid (the config error), or the data plane rejected it (its
     /// reason); the cache is not restored here.
-    fn commit(&mut self, now: Instant) -> Result<(), String> {
+    fn commit(&mut self, now: Instant) -> Result<(), ApplyError> {
         let plan = self.plan(now);
         let config =
-            respite::config::parse_pushed(&plan.text, ORIGIN).map_err(|e| e.to_string())?;
+            respite::config::parse_pushed(&plan.text, ORIGIN).map_err(ApplyError::Invalid)?;
         // Promote: the versions just rendered are the active ones now.
         let timeout = self.options.warming_timeout;
         for e in self.cache.listeners.values_mut() {
@@ -371,7 +400,7 @@ impl State {
     ///
     /// Errors: the data plane rejected it. An unreachable data plane is not an error: the push
     /// is kept for [`Applier::tick`].
-    fn push(&mut self, text: String, config: Arc<Config>) -> Result<(), String> {
+    fn push(&mut self, text: String, config: Arc<Config>) -> Result<(), ApplyError> {
         if let Some(hook) = &self.options.before_push {
             (hook.0)(&config);
         }
@@ -395,7 +424,7 @@ impl State {
             }
             Err(PushError::Rejected(reason)) => {
                 self.unpushed = None;
-                Err(format!("the data plane rejected the config: {reason}"))
+                Err(ApplyError::Rejected(reason))
             }
             Err(PushError::Unreachable(reason)) => {
                 if self.unpushed.is_none() {
@@ -428,7 +457,24 @@ impl State {
     /// Caches one resource of `type_url`, translated.
     ///
     /// Errors: why the resource is invalid.
-    fn store(&mut self, type_url: &str, name: &str, any: &Any, now: Instant) -> Result<(), String> {
+    fn store(
+        &mut self,
+        type_url: &str,
+        name: &str,
+        any: &Any,
+        now: Instant,
+    ) -> Result<(), ApplyError> {
+        self.store_resource(type_url, name, any, now)
+            .map_err(ApplyError::Resource)
+    }
+
+    fn store_resource(
+        &mut self,
+        type_url: &str,
+        name: &str,
+        any: &Any,
+        now: Instant,
+    ) -> Result<(), String> {
         if any.type_url != type_url {
             return Err(format!(
                 "resource type {} does not match the response type {type_url}",
@@ -530,7 +576,7 @@ impl crate::xds::Applier for Applier {
         // Translate each resource alone: a bad one is rejected by name, the others stay.
         for (name, any) in &update.resources {
             if let Err(reason) = st.store(&update.type_url, name, any, now) {
-                verdict.rejected.push((name.clone(), reason));
+                verdict.rejected.push((name.clone(), reason.to_string()));
             }
         }
         st.drop_orphans();
@@ -562,7 +608,7 @@ impl crate::xds::Applier for Applier {
         }
         if let Err(e) = st.commit(now) {
             st.cache = saved;
-            verdict.error = Some(e);
+            verdict.error = Some(e.to_string());
         }
         self.report_warming(&st, now);
         verdict
@@ -638,8 +684,8 @@ impl Applier {
     ///
     /// Errors: the config is invalid (`origin:line:col: key: reason`), or the data plane
     /// rejected it or cannot be reached.
-    pub fn apply_static(&self, text: &str, origin: &str) -> Result<(), String> {
-        let config = respite::config::parse_pushed(text, origin).map_err(|e| e.to_string())?;
+    pub fn apply_static(&self, text: &str, origin: &str) -> Result<(), ApplyError> {
+        let config = respite::config::parse_pushed(text, origin).map_err(ApplyError::Invalid)?;
         self.lock().push(text.to_string(), Arc::new(config))
     }
 

@@ -399,7 +399,9 @@ async fn run_file(path: &Path, envoy: bool, applier: &Applier) -> Result<(), Str
         } else {
             read(path)?
         };
-        applier.apply_static(&text, &path.display().to_string())
+        applier
+            .apply_static(&text, &path.display().to_string())
+            .map_err(|e| e.to_string())
     };
     load(path)?;
     tracing::info!(file = %path.display(), "config applied");

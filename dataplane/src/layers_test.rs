@@ -203,6 +203,39 @@ fn modules_import_only_the_layers_below_them() {
     );
 }
 
+/// `cluster/` decides and schedules; only `upstream/` moves bytes to Redis (test files,
+/// which start their own servers, aside).
+#[test]
+fn cluster_opens_reads_and_writes_no_socket() {
+    let root = src().join("cluster");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    assert!(files.len() > 10, "no sources under {}", root.display());
+    let socket_io = [
+        "net::connect(",
+        "net::write_all(",
+        "net::read_append(",
+        "TcpStream::connect",
+    ];
+    let bad: Vec<String> = files
+        .iter()
+        .filter(|f| !f.to_string_lossy().contains("tests"))
+        .flat_map(|f| {
+            let text = fs::read_to_string(f).unwrap_or_default();
+            socket_io
+                .iter()
+                .filter(|p| text.contains(*p))
+                .map(|p| format!("{}: {p}", f.display()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "socket I/O in cluster/:\n{}",
+        bad.join("\n")
+    );
+}
+
 #[test]
 fn the_allowed_table_has_no_cycle() {
     fn visit(m: &str, stack: &mut Vec<String>) {

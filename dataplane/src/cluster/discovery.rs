@@ -40,7 +40,6 @@
 //! `topology_changed` (maps published after the first); gauge `slots_covered` (slots the
 //! current map assigns, 0..=16384).
 
-mod client;
 mod refresh;
 mod slots_reply;
 
@@ -55,7 +54,7 @@ use std::time::{Duration, Instant};
 use super::topology::{SlotMap, TopologyCell, UNASSIGNED};
 use crate::config::ClusterConfig;
 use crate::stats::{Counter, Gauge, Store};
-use client::Client;
+use crate::upstream::ClusterSlotsClient;
 use refresh::{Outcome, Refresher, Trigger, TriggerGate};
 
 /// How often the thread looks at the trigger counts and the stop signal.
@@ -143,6 +142,13 @@ pub fn parse_cluster_slots(reply: &[u8], queried: SocketAddr) -> Result<SlotMap,
     slots_reply::parse(reply, queried)
 }
 
+/// The slot map `node` reports: one `CLUSTER SLOTS` exchange, parsed. Errors name the step
+/// that failed (connect, write, read, AUTH, parse), for the refresh's warning.
+fn slot_map(client: &ClusterSlotsClient, node: SocketAddr) -> Result<SlotMap, String> {
+    let reply = client.fetch(node).map_err(|e| e.to_string())?;
+    parse_cluster_slots(&reply, node)
+}
+
 /// The stats of one cluster's discovery thread.
 struct Stats {
     periodic: Arc<Counter>,
@@ -186,7 +192,7 @@ struct Worker {
     stats: Stats,
     refresher: Refresher,
     gate: TriggerGate,
-    client: Client,
+    client: ClusterSlotsClient,
     rate: Duration,
     stop: Arc<AtomicBool>,
     wait: Receiver<()>,
@@ -212,7 +218,7 @@ impl Worker {
             stats,
             refresher: Refresher::new(seeds, current, fastrand::Rng::new()),
             gate: TriggerGate::new(&cluster.redis_cluster),
-            client: Client::new(&cluster, stop.clone()),
+            client: ClusterSlotsClient::new(&cluster, stop.clone()),
             rate: cluster.redis_cluster.cluster_refresh_rate,
             name: cluster.name,
             cell,
@@ -278,7 +284,7 @@ impl Worker {
             Cause::Triggered => self.stats.triggered.inc(),
         }
         let client = &self.client;
-        let report = self.refresher.refresh(&mut |node| client.fetch(node));
+        let report = self.refresher.refresh(&mut |node| slot_map(client, node));
         if self.stopped() {
             // Errors here are most likely "stopped"; nothing of this refresh matters any more.
             return false;

@@ -616,7 +616,7 @@ async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<TcpStream> {
 /// check): the raw bytes of each.
 ///
 /// Errors: end of stream before `n` replies, a read error, or a malformed reply.
-pub(crate) async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
+pub(super) async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
     let mut buf = Vec::with_capacity(512);
     let mut start = 0;
     let mut out = Vec::with_capacity(n);

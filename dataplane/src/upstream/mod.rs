@@ -1,10 +1,13 @@
 //! Sockets to the backends: per-worker pipelined connections, their stats, the process-wide
-//! connect rate limit per host, and the reply reader that health checks share.
+//! connect rate limit per host, and the wire side of active health checks and of Redis
+//! Cluster discovery (what their replies mean is decided in `cluster`).
 //!
 //! Which host a request goes to is decided above, in `cluster` (placement, read policy, health,
 //! redirects); this layer only moves bytes and reports what happened on the wire. It knows a
 //! host only through [`HostState`] and a Redis Cluster pool only through [`Redirect`].
 
+mod check;
+mod cluster_slots;
 mod conn;
 mod host;
 mod limit;
@@ -15,7 +18,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(crate) use conn::read_replies;
+pub use check::{CheckReply, CheckSession};
+pub use cluster_slots::{ClusterSlotsClient, FetchError};
 pub use conn::{Conn, SendError};
 pub use host::{HostState, Streak};
 pub use limit::ConnectLimiter;

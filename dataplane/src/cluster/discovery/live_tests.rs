@@ -6,12 +6,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Discovery;
-use super::client::Client;
+use super::{Discovery, slot_map};
 use crate::cluster::CLUSTER_SLOTS;
 use crate::cluster::topology::{SlotMap, TopologyCell};
 use crate::config::{ClusterConfig, ClusterType, HostConfig, LbPolicy, RedisClusterConfig};
 use crate::stats::Store;
+use crate::upstream::ClusterSlotsClient;
 
 /// Six `redis-server` processes, killed on drop (also when the test panics).
 struct RedisCluster {
@@ -163,12 +163,12 @@ fn live_discovery_publishes_the_map_and_follows_a_failover() {
 
     // Replicas show up in CLUSTER SLOTS a few seconds after `--cluster create` returns.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let client = Client::new(&cfg, stop);
+    let client = ClusterSlotsClient::new(&cfg, stop);
     wait_until(Duration::from_secs(30), "every node to see 3x1", || {
         redis
             .ports()
             .iter()
-            .all(|&p| client.fetch(addr(p)).is_ok_and(|m| complete(&m)))
+            .all(|&p| slot_map(&client, addr(p)).is_ok_and(|m| complete(&m)))
     });
 
     let cell = Arc::new(TopologyCell::default());
