@@ -134,6 +134,18 @@ pub async fn write_all(stream: &TcpStream, buf: Vec<u8>) -> BufResult<(), Vec<u8
     s.write_all(buf).await
 }
 
+/// True when an idle connection can still be used: nothing is waiting to be read and the peer
+/// has not closed it (a non-blocking `MSG_PEEK`; a Redis that restarted or closed an idle
+/// client has sent FIN or RST by now). Bytes waiting on a connection that expects none mean
+/// it is out of step: not usable either.
+pub fn idle_usable(stream: &TcpStream) -> bool {
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    match SockRef::from(stream).recv_with_flags(&mut probe, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
+        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        Ok(_) => false,
+    }
+}
+
 /// Shuts both directions of a stream so a task blocked reading it wakes with end of stream.
 pub fn shutdown(stream: &TcpStream) {
     let _ = SockRef::from(stream).shutdown(std::net::Shutdown::Both);

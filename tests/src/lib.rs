@@ -40,17 +40,39 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Returns a free TCP port on 127.0.0.1: binds port 0, reads the port the kernel chose and
-/// closes the socket. A port is never returned twice within one process (parallel tests in one
-/// test binary cannot collide); another process may still grab it in between.
+/// closes the socket. A port is never returned twice, within one process (parallel tests in one
+/// test binary) nor across test processes running at the same time: each port handed out is
+/// claimed with a lock on `<tmp>/respite-test-ports/<port>`, held until the process exits.
+/// (Another program may still take it in between.)
 pub fn free_port() -> u16 {
     static USED: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
+    static CLAIMS: Mutex<Vec<fs::File>> = Mutex::new(Vec::new());
     let used = USED.get_or_init(|| Mutex::new(HashSet::new()));
+    let dir = std::env::temp_dir().join("respite-test-ports");
+    let _ = fs::create_dir_all(&dir);
     loop {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let port = listener.local_addr().expect("local_addr").port();
         drop(listener);
-        if used.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
-            return port;
+        if !used.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            continue;
+        }
+        let claim = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()));
+        match claim {
+            Ok(file) => match file.try_lock() {
+                Ok(()) => {
+                    CLAIMS.lock().unwrap_or_else(|e| e.into_inner()).push(file);
+                    return port;
+                }
+                // Another test process holds it.
+                Err(_) => continue,
+            },
+            // No claim possible (read-only tmp): the in-process rule still holds.
+            Err(_) => return port,
         }
     }
 }

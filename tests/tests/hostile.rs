@@ -1168,11 +1168,16 @@ fn empty_binary_and_brace_keys_match_redis() {
             "{shown:?}: respite (left) vs redis (right)"
         );
     }
-    // The keys really are spread over the backends (with braces, by their tag).
+    // The keys really are spread over backends (with braces, by their tag), so the split
+    // commands above were split. Which backends depends on the ports of this run: ketama may
+    // leave one of three without any of these keys, never all on one in practice.
     let placement = Placement::new(&addrs(&backends));
     let owners: std::collections::BTreeSet<usize> =
         keys.iter().map(|k| placement.owner(k)).collect();
-    assert_eq!(owners.len(), 3, "edge keys all on one backend: {owners:?}");
+    assert!(
+        owners.len() >= 2,
+        "edge keys all on one backend: {owners:?}"
+    );
 }
 
 /// (4) Empty inline lines (CRLF, LF, blanks, tabs), `*0` and `*-1` are skipped silently, as Redis
@@ -1289,7 +1294,7 @@ fn err_replies(server: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
-/// Commands respite will not run (transactions, pub/sub, blocking, MONITOR, CONFIG, ...) and
+/// Commands respite will not run (pub/sub, blocking, MONITOR, CONFIG, ...) and
 /// unknown commands, pipelined by a client in bulk: each gets its error (unknown ones in Redis's
 /// words), the connection stays open and in order, and nothing reaches a backend. A listener
 /// `custom_commands` entry is routed by its key to the one backend that owns it.
@@ -1304,9 +1309,6 @@ fn refused_and_unknown_commands_keep_the_connection_and_reach_no_backend() {
     assert_eq!(c.cmd(&[b"SET", b"k", b"v"]), OK);
     let before: Vec<_> = backends.iter().map(commandstats).collect();
     let refused: Vec<(Vec<Vec<u8>>, &str)> = vec![
-        (cmd(&[b"MULTI"]), "multi"),
-        (cmd(&[b"EXEC"]), "exec"),
-        (cmd(&[b"WATCH", b"k"]), "watch"),
         (cmd(&[b"SUBSCRIBE", b"ch"]), "subscribe"),
         (cmd(&[b"PSUBSCRIBE", b"c*"]), "psubscribe"),
         (cmd(&[b"BLPOP", b"l", b"0"]), "blpop"),
@@ -1333,16 +1335,6 @@ fn refused_and_unknown_commands_keep_the_connection_and_reach_no_backend() {
     let per_round = refused.len() + unknown.len() + 1;
     for (round, chunk) in replies.chunks(per_round).enumerate() {
         for ((_, name), r) in refused.iter().zip(chunk) {
-            // EXEC right after the refused MULTI ends that refused transaction, as Redis ends one
-            // with a queue-time error.
-            if *name == "exec" {
-                assert_eq!(
-                    show(r),
-                    show(b"-EXECABORT Transaction discarded because of previous errors.\r\n"),
-                    "round {round}"
-                );
-                continue;
-            }
             let prefix = format!("-ERR '{name}' is not supported by respite: ");
             assert!(
                 r.starts_with(prefix.as_bytes()) && r.ends_with(b"\r\n"),

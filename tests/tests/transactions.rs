@@ -1,223 +1,383 @@
-//! Transactions through Respite. MULTI is refused for now; what must hold is that nothing a
-//! client queues after the refused MULTI runs: every request up to EXEC or DISCARD is refused
-//! unrun and EXEC answers `-EXECABORT`, as Redis does for a transaction with a queue-time error.
+//! Transactions through Respite (MULTI, EXEC, DISCARD, WATCH, UNWATCH) against real
+//! redis-servers: replies byte for byte as one redis-server gives them, and on every path that
+//! discards a transaction (queue-time error, keys on two backends, DISCARD, disconnect, reload,
+//! backend down, no leased connection free) nothing of it runs.
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::*;
-use respite_tests::respite::Respite;
-use respite_tests::{RawClient, RedisServer};
+use respite_tests::respite::{Respite, simple_config};
+use respite_tests::{RawClient, RedisServer, free_port};
 
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
-
-fn is_error(reply: &[u8]) -> bool {
-    reply.first() == Some(&b'-')
-}
+const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
 
 /// True if `key` exists on any of `backends`.
 fn exists_anywhere(backends: &[RedisServer], key: &[u8]) -> bool {
     backends.iter().any(|b| exists_on(&mut b.raw(), key))
 }
 
-/// The pipeline of the bug report, byte for byte: before the fix SET and INCR ran although MULTI
-/// and EXEC were refused, so `GET tx1` answered 2.
+/// Pipelines that use transactions, with keys of one hash tag: Respite's replies equal one
+/// redis-server's, byte for byte (queue-time errors, runtime errors inside EXEC, empty
+/// transactions, EXEC/DISCARD without MULTI, nested MULTI, WATCH inside MULTI, a malformed EXEC,
+/// RESET and UNWATCH inside MULTI).
 #[test]
-fn commands_after_a_refused_multi_do_not_run() {
-    let backends = servers(3);
-    let respite = Respite::over(&addrs(&backends), 1);
-    let mut c = respite.raw();
-    let replies = c.pipeline(&[
-        cmd(&[b"MULTI"]),
-        cmd(&[b"SET", b"tx1", b"1"]),
-        cmd(&[b"INCR", b"tx1"]),
-        cmd(&[b"EXEC"]),
-        cmd(&[b"GET", b"tx1"]),
-    ]);
-    assert!(
-        replies[0].starts_with(b"-ERR 'multi' is not supported by respite"),
-        "{}",
-        show(&replies[0])
-    );
-    for (r, name) in replies[1..3].iter().zip(["set", "incr"]) {
-        let want = format!(
-            "-ERR '{name}' was not run: MULTI was refused on this connection, so the \
-             transaction is discarded; EXEC or DISCARD ends it\r\n"
-        );
-        assert_eq!(show(r), show(want.as_bytes()));
-    }
-    assert_eq!(show(&replies[3]), show(EXECABORT));
-    assert_eq!(show(&replies[4]), show(NIL), "GET after EXEC runs again");
-    assert!(!exists_anywhere(&backends, b"tx1"));
-    // The connection is back to normal after EXEC.
-    assert_eq!(c.cmd(&[b"SET", b"tx1", b"x"]), OK);
-    assert_eq!(c.cmd(&[b"GET", b"tx1"]), bulk(b"x"));
-}
-
-/// Every kind of request — keyed, split over backends, fan-out, SCAN, scripts, local, inline —
-/// is refused unrun inside the refused transaction; nested MULTI and WATCH get Redis's errors.
-#[test]
-fn every_kind_of_request_is_refused_until_exec_or_discard() {
+fn transactions_answer_as_redis_does() {
+    let reference = RedisServer::start();
     let backends = servers(3);
     let respite = Respite::over(&addrs(&backends), 2);
-    let mut c = respite.raw();
-    assert_eq!(c.cmd(&[b"SET", b"keep", b"1"]), OK);
-    let mut mset: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
-    for i in 0..30 {
-        mset.push(format!("m{i}").into_bytes());
-        mset.push(b"v".to_vec());
-    }
-    let queued = [
-        cmd(&[b"SET", b"a", b"1"]),
-        mset,
-        cmd(&[b"DEL", b"keep"]),
-        cmd(&[b"FLUSHALL"]),
-        cmd(&[b"SCAN", b"0"]),
-        cmd(&[b"EVAL", b"redis.call('set','lua','1')", b"0"]),
-        cmd(&[b"PING"]),
+    let pipelines: Vec<Vec<Vec<Vec<u8>>>> = vec![
+        // The bug report's pipeline: SET and INCR run inside the transaction, once.
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"tx1", b"1"]),
+            cmd(&[b"INCR", b"tx1"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"tx1"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}a", b"x"]),
+            cmd(&[b"INCR", b"{t}a"]),
+            cmd(&[b"LPUSH", b"{t}l", b"1", b"2"]),
+            cmd(&[b"MGET", b"{t}a", b"{t}b"]),
+            cmd(&[b"DEL", b"{t}l", b"{t}b"]),
+            cmd(&[b"PING"]),
+            cmd(&[b"ECHO", b"e\r\nx"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"{t}a"]),
+        ],
+        vec![cmd(&[b"MULTI"]), cmd(&[b"EXEC"])],
+        vec![cmd(&[b"EXEC"]), cmd(&[b"DISCARD"]), cmd(&[b"UNWATCH"])],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}q", b"1"]),
+            cmd(&[b"MULTI"]),
+            cmd(&[b"WATCH", b"{t}q"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"{t}q"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}e", b"1"]),
+            cmd(&[b"NOSUCHCOMMAND", b"x"]),
+            cmd(&[b"GET"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"{t}e"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}m", b"1"]),
+            cmd(&[b"EXEC", b"junk"]),
+            cmd(&[b"GET", b"{t}m"]),
+            cmd(&[b"EXEC"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}d", b"1"]),
+            cmd(&[b"DISCARD"]),
+            cmd(&[b"GET", b"{t}d"]),
+            cmd(&[b"DISCARD"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}r", b"1"]),
+            cmd(&[b"RESET"]),
+            cmd(&[b"GET", b"{t}r"]),
+            cmd(&[b"EXEC"]),
+        ],
+        vec![
+            cmd(&[b"WATCH", b"{t}w"]),
+            cmd(&[b"MULTI"]),
+            cmd(&[b"UNWATCH"]),
+            cmd(&[b"SET", b"{t}w", b"1"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"WATCH", b"{t}w", b"{t}w2"]),
+            cmd(&[b"UNWATCH"]),
+            cmd(&[b"WATCH"]),
+        ],
     ];
-    assert!(is_error(&c.cmd(&[b"MULTI"])));
-    for q in &queued {
-        let r = c.pipeline(std::slice::from_ref(q)).remove(0);
-        assert!(
-            show(&r).contains("was not run: MULTI was refused on this connection"),
-            "{}: {}",
-            show(&q[0]),
-            show(&r)
-        );
-    }
-    // An inline request takes the same path.
-    c.send_raw(b"SET inline 1\r\n");
-    assert!(show(&c.read_reply()).contains("was not run"));
-    assert_eq!(
-        c.cmd(&[b"MULTI"]),
-        b"-ERR MULTI calls can not be nested\r\n"
-    );
-    assert_eq!(
-        c.cmd(&[b"WATCH", b"a"]),
-        b"-ERR WATCH inside MULTI is not allowed\r\n"
-    );
-    assert_eq!(c.cmd(&[b"DISCARD"]), OK);
-    // Nothing ran: the key set before is still there, none of the queued writes happened.
-    assert_eq!(c.cmd(&[b"GET", b"keep"]), bulk(b"1"));
-    for key in [&b"a"[..], b"m0", b"m29", b"lua", b"inline"] {
-        assert!(!exists_anywhere(&backends, key), "{}", show(key));
-    }
-    // DISCARD ended it: requests run again, and EXEC is refused as before (no transaction open).
-    assert_eq!(c.cmd(&[b"SET", b"a", b"2"]), OK);
-    assert!(
-        c.cmd(&[b"EXEC"])
-            .starts_with(b"-ERR 'exec' is not supported")
-    );
-    assert_eq!(c.cmd(&[b"GET", b"a"]), bulk(b"2"));
-}
-
-/// RESET ends the refused transaction like DISCARD (Redis: RESET discards MULTI); QUIT closes.
-#[test]
-fn reset_ends_and_quit_closes_a_refused_transaction() {
-    let backends = servers(1);
-    let respite = Respite::over(&addrs(&backends), 1);
+    let mut r = reference.raw();
     let mut c = respite.raw();
-    assert!(is_error(&c.cmd(&[b"MULTI"])));
-    assert!(is_error(&c.cmd(&[b"SET", b"r", b"1"])));
-    assert_eq!(c.cmd(&[b"RESET"]), b"+RESET\r\n");
-    assert_eq!(c.cmd(&[b"SET", b"r", b"2"]), OK);
-    assert_eq!(c.cmd(&[b"GET", b"r"]), bulk(b"2"));
-
-    let mut q = respite.raw();
-    let replies = q.pipeline(&[
-        cmd(&[b"MULTI"]),
-        cmd(&[b"SET", b"q", b"1"]),
-        cmd(&[b"QUIT"]),
-    ]);
-    assert_eq!(replies[2], OK);
-    assert!(q.is_closed(std::time::Duration::from_secs(5)));
-    assert!(!exists_anywhere(&backends, b"q"));
+    for p in &pipelines {
+        let want = r.pipeline(p);
+        let got = c.pipeline(p);
+        for ((command, w), g) in p.iter().zip(&want).zip(&got) {
+            let shown: Vec<String> = command.iter().map(|a| show(a)).collect();
+            assert_eq!(
+                show(g),
+                show(w),
+                "{shown:?}: respite (left) vs redis (right)"
+            );
+        }
+    }
 }
 
-/// Requests Redis rejects while queuing keep the state (a malformed RESET, DISCARD or WATCH must
-/// not end it and let later writes run, also on a mirror); a malformed EXEC aborts it, as in
-/// Redis. Replies are Redis's own texts.
+/// A transaction whose keys are on two backends is refused at the first key that goes
+/// elsewhere (`-CROSSSLOT`, as Redis Cluster answers) and EXEC runs nothing; so is one that
+/// mixes in a command Respite sends to every backend.
 #[test]
-fn malformed_requests_do_not_end_the_refused_transaction() {
-    let backends = servers(2);
+fn keys_on_two_backends_discard_the_whole_transaction() {
+    let backends = servers(3);
+    let placement = Placement::new(&addrs(&backends));
+    let a = placement.key_on(0, "x");
+    let b = placement.key_on(1, "x");
     let respite = Respite::over(&addrs(&backends), 1);
     let mut c = respite.raw();
     let replies = c.pipeline(&[
         cmd(&[b"MULTI"]),
-        cmd(&[b"RESET", b"x"]),
-        cmd(&[b"DISCARD", b"y"]),
-        cmd(&[b"WATCH"]),
-        cmd(&[b"MULTI", b"x"]),
-        cmd(&[b"SET", b"leak", b"1"]),
-        cmd(&[b"EXEC", b"x"]),
-        cmd(&[b"GET", b"leak"]),
+        cmd(&[b"SET", a.as_bytes(), b"1"]),
+        cmd(&[b"SET", b.as_bytes(), b"1"]),
+        cmd(&[b"SET", a.as_bytes(), b"2"]),
         cmd(&[b"EXEC"]),
     ]);
-    let want: [&[u8]; 8] = [
-        b"-ERR wrong number of arguments for 'reset' command\r\n",
-        b"-ERR wrong number of arguments for 'discard' command\r\n",
-        b"-ERR wrong number of arguments for 'watch' command\r\n",
-        b"-ERR wrong number of arguments for 'multi' command\r\n",
-        b"-ERR 'set' was not run: MULTI was refused on this connection, so the transaction is \
-          discarded; EXEC or DISCARD ends it\r\n",
-        b"-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' \
-          command\r\n",
-        NIL,
-        b"-ERR 'exec' is not supported by respite: transactions need a dedicated upstream \
-          connection (not yet implemented)\r\n",
-    ];
-    for (got, want) in replies[1..].iter().zip(want) {
-        assert_eq!(show(got), show(want));
-    }
-    assert!(!exists_anywhere(&backends, b"leak"));
+    assert_eq!(show(&replies[1]), show(b"+QUEUED\r\n"));
+    assert_eq!(show(&replies[2]), show(CROSSSLOT));
+    assert_eq!(show(&replies[3]), show(b"+QUEUED\r\n"));
+    assert_eq!(show(&replies[4]), show(EXECABORT));
+    assert!(!exists_anywhere(&backends, a.as_bytes()));
+    assert!(!exists_anywhere(&backends, b.as_bytes()));
+
+    let replies = c.pipeline(&[
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", a.as_bytes(), b"1"]),
+        cmd(&[b"FLUSHALL"]),
+        cmd(&[b"EXEC"]),
+    ]);
+    assert!(
+        replies[2].starts_with(b"-ERR 'flushall' inside MULTI is not supported"),
+        "{}",
+        show(&replies[2])
+    );
+    assert_eq!(show(&replies[3]), show(EXECABORT));
+    assert!(!exists_anywhere(&backends, a.as_bytes()));
+    // WATCH binds the transaction to its keys' backend.
+    let replies = c.pipeline(&[
+        cmd(&[b"WATCH", a.as_bytes()]),
+        cmd(&[b"WATCH", b.as_bytes()]),
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", b.as_bytes(), b"1"]),
+        cmd(&[b"EXEC"]),
+    ]);
+    assert_eq!(show(&replies[0]), show(OK));
+    assert_eq!(show(&replies[1]), show(CROSSSLOT));
+    assert_eq!(show(&replies[3]), show(CROSSSLOT));
+    assert_eq!(show(&replies[4]), show(EXECABORT));
+    assert!(!exists_anywhere(&backends, b.as_bytes()));
 }
 
-/// A client that disconnects inside the refused transaction leaves nothing of it applied, and
-/// the state belongs to that connection only: another client runs its commands as usual.
+/// Nothing queued runs when the client disconnects before EXEC, nor when the listener is
+/// reloaded in the middle, nor when the backend is down at EXEC.
 #[test]
-fn disconnect_inside_the_refused_transaction_applies_nothing() {
+fn discarded_transactions_run_nothing() {
+    let backends = servers(2);
+    let port = free_port();
+    let admin = free_port();
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "");
+    let respite = Respite::start(&cfg, port, admin);
+
+    let mut gone = respite.raw();
+    gone.send(&[b"MULTI"]);
+    gone.send(&[b"SET", b"{d}gone", b"1"]);
+    drop(gone);
+
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"{d}reload", b"1"]), b"+QUEUED\r\n");
+    respite.reload(&cfg.replace("op_timeout = \"1s\"", "op_timeout = \"2s\""));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !respite.log().contains("reloaded") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let exec = c.cmd(&[b"EXEC"]);
+    assert!(exec.starts_with(b"-EXECABORT"), "{}", show(&exec));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!exists_anywhere(&backends, b"{d}gone"));
+    assert!(!exists_anywhere(&backends, b"{d}reload"));
+    // And the connection works normally after.
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"{d}after", b"1"]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");
+    assert!(exists_anywhere(&backends, b"{d}after"));
+}
+
+/// A backend that is down when EXEC comes: the client gets an error and nothing runs later
+/// (the queued commands are not kept anywhere).
+#[test]
+fn backend_down_at_exec_runs_nothing() {
+    let mut backends = servers(1);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"down", b"1"]), b"+QUEUED\r\n");
+    backends[0].kill();
+    let exec = c.cmd(&[b"EXEC"]);
+    assert!(exec.starts_with(b"-"), "{}", show(&exec));
+    // Back (empty, on the same port): the queued SET was kept nowhere and never arrives.
+    backends[0].restart();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!exists_on(&mut backends[0].raw(), b"down"));
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"up", b"1"]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");
+}
+
+/// WATCH through Respite is optimistic locking as at Redis: 20 clients incrementing one
+/// counter with WATCH/GET/MULTI/SET/EXEC (retrying when EXEC answers nil) end with exactly
+/// the number of increments that committed, and the lease pool holds no connection afterwards.
+#[test]
+fn watch_gives_exactly_once_increments_under_contention() {
+    let backends = servers(2);
+    let respite = Respite::over(&addrs(&backends), 2);
+    const CLIENTS: usize = 20;
+    const EACH: usize = 10;
+    let addr = respite.addr();
+    let conflicts: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let addr = addr.clone();
+                s.spawn(move || {
+                    let mut c = RawClient::connect(&addr);
+                    let mut conflicts = 0;
+                    for _ in 0..EACH {
+                        loop {
+                            assert_eq!(c.cmd(&[b"WATCH", b"counter"]), OK);
+                            let v = c.cmd(&[b"GET", b"counter"]);
+                            let n: u64 = if v == NIL {
+                                0
+                            } else {
+                                let text = String::from_utf8_lossy(&v);
+                                text.lines()
+                                    .nth(1)
+                                    .and_then(|l| l.parse().ok())
+                                    .unwrap_or(0)
+                            };
+                            assert_eq!(c.cmd(&[b"MULTI"]), OK);
+                            let next = (n + 1).to_string();
+                            assert_eq!(
+                                c.cmd(&[b"SET", b"counter", next.as_bytes()]),
+                                b"+QUEUED\r\n"
+                            );
+                            match c.cmd(&[b"EXEC"]).as_slice() {
+                                b"*1\r\n+OK\r\n" => break,
+                                b"*-1\r\n" => conflicts += 1,
+                                other => panic!("EXEC answered {}", show(other)),
+                            }
+                        }
+                    }
+                    conflicts
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let mut c = respite.raw();
+    assert_eq!(
+        c.cmd(&[b"GET", b"counter"]),
+        bulk((CLIENTS * EACH).to_string().as_bytes())
+    );
+    eprintln!("{conflicts} EXECs answered nil (a WATCHed key changed)");
+    assert!(
+        conflicts > 0,
+        "20 clients never conflicted: WATCH cannot have been tested"
+    );
+    assert_eq!(respite.stat("cluster.cache.leased_cx_active"), 0);
+    assert_eq!(respite.stat("cluster.cache.leased_cx_closed_dirty"), 0);
+}
+
+/// With `max_leased_connections = 1`, a second client's EXEC waits while a WATCH holds the one
+/// connection, gets an error after `op_timeout` and runs nothing; once the WATCH ends the pool
+/// serves again, reusing the connection (no new connect).
+#[test]
+fn exhausted_lease_pool_refuses_then_recovers() {
+    let backends = servers(1);
+    let port = free_port();
+    let admin = free_port();
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "").replace(
+        "type = \"static\"",
+        "type = \"static\"\nmax_leased_connections = 1",
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let mut holder = respite.raw();
+    assert_eq!(holder.cmd(&[b"WATCH", b"held"]), OK);
+    let mut other = respite.raw();
+    assert_eq!(other.cmd(&[b"MULTI"]), OK);
+    assert_eq!(other.cmd(&[b"SET", b"waited", b"1"]), b"+QUEUED\r\n");
+    let started = Instant::now();
+    let exec = other.cmd(&[b"EXEC"]);
+    let waited = started.elapsed();
+    assert!(
+        exec.starts_with(b"-ERR no leased upstream connection became free"),
+        "{}",
+        show(&exec)
+    );
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
+    assert!(!exists_on(&mut backends[0].raw(), b"waited"));
+    assert_eq!(respite.stat("cluster.cache.leased_cx_pool_exhausted"), 1);
+
+    assert_eq!(holder.cmd(&[b"UNWATCH"]), OK);
+    assert_eq!(other.cmd(&[b"MULTI"]), OK);
+    assert_eq!(other.cmd(&[b"SET", b"waited", b"2"]), b"+QUEUED\r\n");
+    assert_eq!(other.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");
+    assert_eq!(other.cmd(&[b"GET", b"waited"]), bulk(b"2"));
+    assert_eq!(respite.stat("cluster.cache.leased_cx_connect"), 1);
+    // A client that leaves while it holds a WATCH: its connection is closed, not returned.
+    assert_eq!(holder.cmd(&[b"WATCH", b"held"]), OK);
+    drop(holder);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while respite.stat("cluster.cache.leased_cx_closed_dirty") < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(respite.stat("cluster.cache.leased_cx_closed_dirty"), 1);
+    assert_eq!(other.cmd(&[b"MULTI"]), OK);
+    assert_eq!(other.cmd(&[b"EXEC"]), b"*0\r\n");
+}
+
+/// A request pipelined after EXEC sees the transaction's writes (the session waits for EXEC's
+/// reply before it handles the next request).
+#[test]
+fn requests_after_exec_see_its_writes() {
     let backends = servers(2);
     let respite = Respite::over(&addrs(&backends), 1);
     let mut c = respite.raw();
-    let mut other = respite.raw();
-    assert!(is_error(&c.cmd(&[b"MULTI"])));
-    assert!(is_error(&c.cmd(&[b"SET", b"gone", b"1"])));
-    assert_eq!(other.cmd(&[b"SET", b"other", b"1"]), OK);
-    c.send_raw(&RawClient::encode(&[b"SET", b"gone", b"2"]));
-    drop(c);
-    let mut again = respite.raw();
-    assert_eq!(again.cmd(&[b"GET", b"gone"]), NIL);
-    assert_eq!(again.cmd(&[b"SET", b"after", b"1"]), OK);
-    assert!(!exists_anywhere(&backends, b"gone"));
-    assert!(exists_anywhere(&backends, b"other"));
+    for i in 0..50 {
+        let v = i.to_string();
+        let replies = c.pipeline(&[
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"seq", v.as_bytes()]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"seq"]),
+        ]);
+        assert_eq!(show(&replies[3]), show(&bulk(v.as_bytes())));
+    }
 }
 
-/// A real client library's transaction API: the Rust `redis` crate's atomic pipeline sends
-/// MULTI, the commands and EXEC in one write. It must fail, and none of its writes may land.
+/// The Rust `redis` crate's atomic pipeline (MULTI … EXEC in one write) works, and its
+/// `transaction` helper (WATCH, reads, MULTI/EXEC, retried on nil).
 #[test]
-fn redis_crate_atomic_pipeline_fails_without_side_effects() {
+fn redis_crate_transactions_work() {
     let backends = servers(2);
     let respite = Respite::over(&addrs(&backends), 1);
     let port: u16 = respite.addr().rsplit(':').next().unwrap().parse().unwrap();
     let mut conn = respite_tests::redis_client(port);
-    let result: redis::RedisResult<(String, i64)> = redis::pipe()
+    let (a, b): (i64, i64) = redis::pipe()
         .atomic()
-        .set("crate:a", 1)
-        .incr("crate:a", 5)
-        .query(&mut conn);
-    assert!(result.is_err(), "{result:?}");
-    assert!(!exists_anywhere(&backends, b"crate:a"));
-    // The same connection works afterwards.
-    let v: i64 = redis::cmd("INCR").arg("crate:b").query(&mut conn).unwrap();
-    assert_eq!(v, 1);
-}
-
-/// The direct Redis answers the same pipeline the same way where both define it: queued
-/// commands are not run and EXEC aborts (Redis: a queue-time error flags the transaction).
-#[test]
-fn execabort_text_is_redis_own() {
-    let redis = RedisServer::start();
-    let mut d: RawClient = redis.raw();
-    let replies = d.pipeline(&[cmd(&[b"MULTI"]), cmd(&[b"NOSUCHCOMMAND"]), cmd(&[b"EXEC"])]);
-    assert_eq!(show(&replies[2]), show(EXECABORT));
+        .set("{crate}a", 1)
+        .ignore()
+        .incr("{crate}a", 5)
+        .incr("{crate}b", 2)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!((a, b), (6, 2));
+    let (n,): (i64,) = redis::transaction(&mut conn, &["{crate}a"], |conn, pipe| {
+        let v: i64 = redis::cmd("GET").arg("{crate}a").query(conn)?;
+        pipe.set("{crate}a", v * 10)
+            .ignore()
+            .get("{crate}a")
+            .query(conn)
+    })
+    .unwrap();
+    assert_eq!(n, 60);
 }

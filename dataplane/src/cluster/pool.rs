@@ -18,7 +18,8 @@ use super::topology::Registry;
 use crate::config::{ClusterConfig, ClusterType, OnUnhealthy};
 use crate::stats::Store;
 use crate::upstream::{
-    self, CommandName, HostStats, PoolSettings, SendError, Target, UpstreamStats,
+    self, CommandName, HostStats, LeasePool, LeaseStats, PoolSettings, SendError, Target,
+    UpstreamStats,
 };
 
 /// An upstream connection as this layer uses it: to a host whose shared state is a
@@ -97,6 +98,9 @@ pub struct ClusterPool {
     pub cluster: ClusterConfig,
     /// The listener-side settings its connections were made with.
     pub settings: Rc<PoolSettings>,
+    /// Connections held by one session at a time (transactions), at most
+    /// `max_leased_connections` per host.
+    pub leases: Rc<LeasePool>,
 }
 
 enum PoolKind {
@@ -179,11 +183,18 @@ impl ClusterPool {
                 PoolKind::Slots(SlotPool::start(cluster, settings.clone(), cell, ctx))
             }
         };
+        let leases = LeasePool::new(
+            &cluster.name,
+            settings.clone(),
+            cluster.max_leased_connections,
+            LeaseStats::new(&ctx.store, ctx.worker, &cluster.name),
+        );
         Ok(Rc::new(ClusterPool {
             name: cluster.name.clone(),
             kind,
             cluster: cluster.clone(),
             settings,
+            leases,
         }))
     }
 
@@ -248,6 +259,18 @@ impl ClusterPool {
         }
     }
 
+    /// The host that takes writes for [`Dest::Key`] `shard` (a host index, or a slot's primary
+    /// for Redis Cluster): `None` when it is unknown, unhealthy or ejected.
+    pub fn primary_addr(&self, shard: usize) -> Option<std::net::SocketAddr> {
+        match &self.kind {
+            PoolKind::Hashed(h) => {
+                let host = h.shared.get(shard)?;
+                host.health.is_healthy().then_some(host.addr)
+            }
+            PoolKind::Slots(p) => p.primary_of(shard),
+        }
+    }
+
     /// Number of nodes a fan-out command goes to: every host, or every Redis Cluster primary.
     pub fn fanout_len(&self) -> usize {
         match &self.kind {
@@ -293,6 +316,7 @@ fn connect_all(
 impl Drop for ClusterPool {
     /// The last session using this pool moved to a newer config: let in-flight requests finish.
     fn drop(&mut self) {
+        self.leases.retire();
         match &self.kind {
             PoolKind::Hashed(h) => {
                 let r3 = h.hosts_resp3.borrow_mut().take();

@@ -508,6 +508,18 @@ impl SlotPool {
         })
     }
 
+    /// The primary that owns `slot` in the current map, if it is assigned and healthy.
+    pub fn primary_of(&self, slot: usize) -> Option<SocketAddr> {
+        self.sync();
+        let view = self.view.borrow();
+        let shard = view.shards.get(*view.slots.get(slot)? as usize)?;
+        shard
+            .primary_conns
+            .first()
+            .is_none_or(|c| c.healthy())
+            .then_some(shard.primary)
+    }
+
     /// Number of primaries in the current map (fan-out targets).
     pub fn primaries(&self) -> usize {
         self.sync();

@@ -339,6 +339,11 @@ pub struct ClusterConfig {
     /// default 16384 (Envoy's circuit breaker `max_pending_requests`, counted per worker here so
     /// that no counter is shared).
     pub max_pending_requests: usize,
+    /// Per host and worker, the most leased upstream connections (in use plus idle): the
+    /// connections a transaction holds from `WATCH` or `MULTI` to `EXEC`, apart from the shared
+    /// pipelined ones. A client finding all in use waits up to the listener's `op_timeout`,
+    /// then gets an error. At least 1; default 32.
+    pub max_leased_connections: usize,
     /// `[clusters.tcp_keepalive]`: TCP keepalive on upstream connections, so a host that powers
     /// off is noticed while the connection is idle (Envoy `upstream_connection_options`).
     pub tcp_keepalive: TcpKeepalive,

@@ -347,6 +347,9 @@ pub struct RawCluster {
     /// Queued requests per host and worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_pending_requests: Option<Spanned<usize>>,
+    /// Leased connections per host and worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_leased_connections: Option<Spanned<usize>>,
     /// `[clusters.tcp_keepalive]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive: Option<Spanned<RawTcpKeepalive>>,
@@ -375,6 +378,7 @@ impl RawCluster {
             on_unhealthy: None,
             connection_rate_limit_per_sec: None,
             max_pending_requests: None,
+            max_leased_connections: None,
             tcp_keepalive: None,
         }
     }

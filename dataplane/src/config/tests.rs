@@ -178,6 +178,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 on_unhealthy: OnUnhealthy::FailFast,
                 connection_rate_limit_per_sec: 100,
                 max_pending_requests: 16384,
+                max_leased_connections: 32,
                 tcp_keepalive: TcpKeepalive::default(),
             },
             ClusterConfig {
@@ -200,6 +201,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 on_unhealthy: OnUnhealthy::FailFast,
                 connection_rate_limit_per_sec: 100,
                 max_pending_requests: 16384,
+                max_leased_connections: 32,
                 tcp_keepalive: TcpKeepalive::default(),
             },
         ],

@@ -30,6 +30,7 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const DEFAULT_MAX_UPSTREAM_UNKNOWN_CONNECTIONS: usize = 100;
 const DEFAULT_CONNECTION_RATE_LIMIT_PER_SEC: u32 = 100;
 const DEFAULT_MAX_PENDING_REQUESTS: usize = 16384;
+const DEFAULT_MAX_LEASED_CONNECTIONS: usize = 32;
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -431,6 +432,17 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         Some(n) => n.into_inner(),
         None => DEFAULT_MAX_PENDING_REQUESTS,
     };
+    let max_leased_connections = match c.max_leased_connections.take() {
+        Some(n) if *n.get_ref() == 0 => {
+            return Err(src.error(
+                Some(n.span()),
+                &format!("{path}.max_leased_connections"),
+                "must be at least 1",
+            ));
+        }
+        Some(n) => n.into_inner(),
+        None => DEFAULT_MAX_LEASED_CONNECTIONS,
+    };
     let tcp_keepalive = match c.tcp_keepalive.take() {
         Some(k) => tcp_keepalive(src, &format!("{path}.tcp_keepalive"), k.into_inner())?,
         None => TcpKeepalive::default(),
@@ -563,6 +575,7 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         on_unhealthy,
         connection_rate_limit_per_sec,
         max_pending_requests,
+        max_leased_connections,
         tcp_keepalive,
     })
 }

@@ -211,6 +211,7 @@ mod tests {
             on_unhealthy: Default::default(),
             connection_rate_limit_per_sec: 0,
             max_pending_requests: 16384,
+            max_leased_connections: 32,
             tcp_keepalive: Default::default(),
         }
     }

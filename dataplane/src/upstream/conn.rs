@@ -565,8 +565,24 @@ const BACKOFF_CAP: Duration = Duration::from_secs(5);
 /// for RESP3 connections or `AUTH [user] pass` for RESP2 ones when credentials are configured,
 /// then `READONLY` for Redis Cluster replicas. Any error reply fails the connection.
 async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<TcpStream> {
-    let s = &conn.settings;
-    let stream = net::connect_keepalive(conn.addr, s.connect_timeout, &s.tcp_keepalive).await?;
+    open(
+        conn.addr,
+        &conn.settings,
+        conn.readonly,
+        conn.host.cluster(),
+    )
+    .await
+}
+
+/// [`connect`] for any connection to `addr` of cluster `cluster` (named in the log line of a
+/// refused handshake): the shared ones and the leased ones.
+pub(super) async fn open(
+    addr: SocketAddr,
+    s: &PoolSettings,
+    readonly: bool,
+    cluster: &str,
+) -> std::io::Result<TcpStream> {
+    let stream = net::connect_keepalive(addr, s.connect_timeout, &s.tcp_keepalive).await?;
     // RESP3 connections authenticate inside HELLO; RESP2 ones with AUTH.
     let mut req = Vec::new();
     let mut replies = 0;
@@ -589,7 +605,7 @@ async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<TcpStream> {
     if !req.is_empty() {
         replies += 1;
     }
-    if conn.readonly {
+    if readonly {
         encode::command(&mut req, [&b"READONLY"[..]].into_iter());
         replies += 1;
     }
@@ -603,7 +619,7 @@ async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<TcpStream> {
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))??;
     if let Some(reply) = all.iter().find(|r| r.first() == Some(&b'-')) {
         let text = String::from_utf8_lossy(reply).trim_end().to_string();
-        warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, reply = %text, "upstream handshake failed");
+        warn!(cluster = %cluster, upstream = %addr, reply = %text, "upstream handshake failed");
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             text,

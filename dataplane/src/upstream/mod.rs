@@ -10,6 +10,7 @@ mod check;
 mod cluster_slots;
 mod conn;
 mod host;
+mod lease;
 mod limit;
 
 use std::cell::RefCell;
@@ -22,6 +23,7 @@ pub use check::{CheckReply, CheckSession};
 pub use cluster_slots::{ClusterSlotsClient, FetchError};
 pub use conn::{Conn, SendError};
 pub use host::{HostState, Streak};
+pub use lease::{LEASE_EXHAUSTED, Lease, LeaseError, LeasePool, LeaseStats};
 pub use limit::ConnectLimiter;
 
 use crate::config::{ClusterConfig, ListenerConfig, ReadPolicy, TcpKeepalive};

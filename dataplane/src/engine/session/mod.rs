@@ -11,9 +11,11 @@ use std::time::Instant;
 use tracing::debug;
 
 mod mode;
-mod refused_multi;
+mod multi;
+mod transaction;
 
 use mode::Mode;
+use transaction::{Barrier, TxCommand, Watch};
 
 use super::sink::{NO_CMD, Sink};
 use super::stats::CUSTOM_CMD;
@@ -46,6 +48,11 @@ struct Session {
     peer: Option<std::net::SocketAddr>,
     /// The one place that says what the connection's requests may do.
     mode: Mode,
+    /// The connection's WATCH: the leased upstream connection holding it.
+    watching: Option<Watch>,
+    /// Set by a request whose reply must come before the next request is handled (EXEC,
+    /// WATCH); the read loop waits on it.
+    barrier: Option<Rc<Barrier>>,
 }
 
 /// Keeps a session registered with its worker until both its reader and its writer are done
@@ -96,6 +103,8 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             .filter(|o| o.wants_peer())
             .and_then(|_| stream.peer_addr().ok()),
         mode: Mode::Shared,
+        watching: None,
+        barrier: None,
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -108,6 +117,8 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
     let mut start = 0usize;
     // Unparsed bytes of this session counted in `downstream_cx_rx_bytes_buffered`.
     let mut rx_held = 0usize;
+    // Set after a barrier: parse what is already buffered before reading more.
+    let mut resume = false;
 
     'conn: loop {
         while !sink.has_capacity() && !sink.is_closed() && !worker.is_draining() {
@@ -127,35 +138,38 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             buf.drain(..start);
             start = 0;
         }
-        if buf.capacity() - buf.len() < READ_INITIAL / 2 {
-            buf.reserve(buf.len().max(READ_CHUNK));
-        }
-        // A drain stops the read: bytes the kernel still holds are never executed (the client
-        // resends them elsewhere), and only a partial request can be left in `buf`.
-        let Some(BufResult(res, b)) = read_unless_stopped(&stream, buf, &sink, &worker).await
-        else {
-            break;
-        };
-        buf = b;
-        let n = match res {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) => {
-                debug!(
-                    listener = %handle.current().config.name,
-                    peer = %peer_text(&stream),
-                    session = id,
-                    error = %e,
-                    "downstream read failed"
-                );
-                break;
+        if !std::mem::take(&mut resume) {
+            if buf.capacity() - buf.len() < READ_INITIAL / 2 {
+                buf.reserve(buf.len().max(READ_CHUNK));
             }
-        };
-        stats.rx_bytes.add(n as u64);
+            // A drain stops the read: bytes the kernel still holds are never executed (the
+            // client resends them elsewhere), and only a partial request can be left in `buf`.
+            let Some(BufResult(res, b)) = read_unless_stopped(&stream, buf, &sink, &worker).await
+            else {
+                break;
+            };
+            buf = b;
+            let n = match res {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
+                    debug!(
+                        listener = %handle.current().config.name,
+                        peer = %peer_text(&stream),
+                        session = id,
+                        error = %e,
+                        "downstream read failed"
+                    );
+                    break;
+                }
+            };
+            stats.rx_bytes.add(n as u64);
+        }
         let rt = handle.current();
-        let _request_path = RequestPath::enter();
+        let request_path = RequestPath::enter();
         // One clock read per read batch: every request parsed from it starts its latency here.
-        let _clock = BatchClock::enter(Instant::now());
+        let clock = BatchClock::enter(Instant::now());
+        let mut wait = None;
         loop {
             // `start` never passes the end: it moves by what the parser consumed of `rest`.
             let rest = buf.get(start..).unwrap_or_default();
@@ -192,8 +206,19 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             if session.conn.quit {
                 break 'conn;
             }
+            if let Some(b) = session.barrier.take() {
+                wait = Some(b);
+                break;
+            }
         }
         rx_held = move_gauge(&stats.rx_buffered, rx_held, buf.len() - start);
+        if let Some(barrier) = wait {
+            // Other tasks run while this one waits: the batch's clock and probe scope end here.
+            drop(clock);
+            drop(request_path);
+            session.watching = barrier.wait().await;
+            resume = true;
+        }
     }
     move_gauge(&stats.rx_buffered, rx_held, 0);
     if worker.is_draining() {
@@ -264,25 +289,20 @@ async fn linger(stream: &TcpStream, deadline: Instant) {
 impl Session {
     /// Handles one request: the connection's mode first, then resolution against the command
     /// table, the auth gate, local answers, faults, and dispatch of what goes upstream.
-    fn handle(&mut self, rt: &ListenerRuntime, req: Request<'_>) {
+    fn handle(&mut self, rt: &Rc<ListenerRuntime>, req: Request<'_>) {
         if let Some(obs) = &rt.observer
             && let Some(p) = obs.request(req.bytes(), req.ranges(), self.peer)
         {
             self.sink.observe_next(p);
         }
-        // The shared mode admits everything: the custom-command lookup is only paid outside it.
-        if self.mode != Mode::Shared
-            && let Some(answer) = self
-                .mode
-                .admit(&req, req.argc() >= 2 && rt.custom_command(req.name()))
-        {
-            if answer.cmd == NO_CMD {
-                rt.stats.rq_total.inc();
-            } else {
-                rt.stats.request(answer.cmd);
+        let req = if self.mode.is_shared() {
+            req
+        } else {
+            match self.in_multi(rt, req) {
+                Some(req) => req,
+                None => return,
             }
-            return self.sink.push_local(answer.cmd, &answer.reply);
-        }
+        };
         let spec = match command::resolve(req.argc(), req.argv()) {
             Ok(spec) => spec,
             Err(ResolveError::Unknown(reply)) => {
@@ -332,6 +352,10 @@ impl Session {
         }
         match spec.kind {
             Kind::Local(which) => {
+                if which == Local::Reset {
+                    // RESET ends a WATCH (and a MULTI, which ended before this).
+                    self.end_watch();
+                }
                 let mut reply = Vec::new();
                 local::answer(
                     &mut self.conn,
@@ -344,11 +368,12 @@ impl Session {
                 );
                 self.sink.push_local(spec.id, &reply);
             }
-            Kind::Refused(reason) => {
-                self.mode.refused(spec);
-                self.sink
-                    .push_local(spec.id, &command::refused_reply(spec, reason));
-            }
+            Kind::Refused(reason) => match TxCommand::of(spec.name) {
+                Some(which) => self.tx_command(rt, &req, spec, which),
+                None => self
+                    .sink
+                    .push_local(spec.id, &command::refused_reply(spec, reason)),
+            },
             // `resolve` never returns a container row; the upstream kinds were dispatched.
             _ => self.sink.push_local(spec.id, &command::arity_error(spec)),
         }

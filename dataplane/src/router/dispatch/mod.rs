@@ -15,12 +15,14 @@ mod scan;
 mod split;
 #[cfg(test)]
 mod tests;
+mod transaction;
 
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::Duration;
 
 pub use fault::apply as apply_fault;
+pub use transaction::{Queued, TxDest};
 
 use super::Router;
 use crate::cluster::{ClusterPool, Dest};

@@ -1,91 +1,85 @@
-//! The connection state after a refused MULTI: until EXEC, DISCARD or RESET nothing the client
-//! sends runs, and EXEC answers `-EXECABORT`, as Redis treats a transaction that had a queue-time
-//! error (`multi.c`, `server.c` `processCommand`). Without it, a client that pipelines
-//! MULTI … EXEC would see the transaction fail while its commands ran one by one.
-//!
-//! Errors Redis itself reports while queuing (unknown command, wrong arity, nested MULTI, WATCH
-//! inside MULTI) get Redis's texts; a command Redis would have queued gets an error saying it was
-//! not run.
+//! What a request means while a connection is inside `MULTI`, before anything is sent: the
+//! queue-time rules of Redis (`server.c` `processCommand`, `multi.c`). Unknown commands and
+//! wrong arity are answered at once and discard the transaction (EXEC then answers
+//! `-EXECABORT`); a nested MULTI and a WATCH are answered with Redis's errors and change
+//! nothing; EXEC, DISCARD, RESET and QUIT act; everything else is queued.
 
 use std::borrow::Cow;
 
-use crate::command::{self, ResolveError};
+use crate::command::{self, CommandSpec, ResolveError};
 use crate::engine::sink::NO_CMD;
 
 /// Redis's reply to EXEC of a transaction flagged by an error while queuing.
 pub const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
 
-/// What the session does with one request while in the state.
+/// What the session does with one request inside `MULTI`.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Answer `reply` (a request of table row `cmd`, or [`NO_CMD`]); nothing runs. `ends`: the
-    /// state ends with this request.
+    /// Answer `reply` (a request of table row `cmd`, or [`NO_CMD`]). `discards`: the
+    /// transaction is flagged, EXEC will answer `-EXECABORT`; `ends`: the transaction ends
+    /// here (a malformed EXEC).
     Answer {
         cmd: u16,
         reply: Cow<'static, [u8]>,
+        discards: bool,
         ends: bool,
     },
-    /// Handle the request as usual: RESET (which also ends the state) and QUIT.
+    /// EXEC: run the transaction (or answer `-EXECABORT` when it was flagged).
+    Exec(&'static CommandSpec),
+    /// DISCARD: `+OK`, the transaction and its WATCH end.
+    Discard(&'static CommandSpec),
+    /// RESET (ends the transaction, then runs as usual) or QUIT (runs as usual).
     Run { ends: bool },
+    /// Queue it: a command of row `spec`, or a custom command (`None`).
+    Queue(Option<&'static CommandSpec>),
 }
 
 /// The step for a request of `argc` arguments, `arg(i)` the i-th (`arg(0)` the name). `custom`:
 /// the name is one of the listener's `custom_commands` (unknown to the table, but Redis would
-/// have queued it).
+/// queue it).
 pub fn step<'a>(argc: usize, arg: impl Fn(usize) -> &'a [u8] + Copy, custom: bool) -> Step {
     let spec = match command::resolve(argc, arg) {
         Ok(spec) => spec,
-        Err(ResolveError::Unknown(_)) if custom => return not_run(NO_CMD, None),
-        Err(ResolveError::Unknown(reply)) => return answer(NO_CMD, reply, false),
+        Err(ResolveError::Unknown(_)) if custom => return Step::Queue(None),
+        Err(ResolveError::Unknown(reply)) => return answer(NO_CMD, reply, true, false),
         Err(ResolveError::Invalid(reply)) => {
             let spec = command::lookup(arg(0));
             let cmd = spec.map_or(NO_CMD, |s| s.id);
             if spec.is_some_and(|s| s.name == "exec") {
                 // Redis discards the transaction at once when EXEC itself is malformed.
-                return answer(cmd, execabort_because(&reply), true);
+                return answer(cmd, execabort_because(&reply), true, true);
             }
-            return answer(cmd, reply, false);
+            return answer(cmd, reply, true, false);
         }
     };
     match spec.name {
         "reset" => Step::Run { ends: true },
         "quit" => Step::Run { ends: false },
-        "exec" => answer(spec.id, EXECABORT, true),
-        "discard" => answer(spec.id, &b"+OK\r\n"[..], true),
+        "exec" => Step::Exec(spec),
+        "discard" => Step::Discard(spec),
         "multi" => answer(
             spec.id,
             &b"-ERR MULTI calls can not be nested\r\n"[..],
+            false,
             false,
         ),
         "watch" => answer(
             spec.id,
             &b"-ERR WATCH inside MULTI is not allowed\r\n"[..],
             false,
+            false,
         ),
-        name => not_run(spec.id, Some(name)),
+        _ => Step::Queue(Some(spec)),
     }
 }
 
-fn answer(cmd: u16, reply: impl Into<Cow<'static, [u8]>>, ends: bool) -> Step {
+fn answer(cmd: u16, reply: impl Into<Cow<'static, [u8]>>, discards: bool, ends: bool) -> Step {
     Step::Answer {
         cmd,
         reply: reply.into(),
+        discards,
         ends,
     }
-}
-
-/// The refusal of a command Redis would have queued; `name` is the table's (never the client's
-/// bytes, which could hold CR/LF), `None` for a custom command.
-fn not_run(cmd: u16, name: Option<&str>) -> Step {
-    let what = match name {
-        Some(n) => format!("'{n}'"),
-        None => "command".to_owned(),
-    };
-    let reply = format!(
-        "-ERR {what} was not run: MULTI was refused on this connection, so the transaction is \
-         discarded; EXEC or DISCARD ends it\r\n"
-    );
-    answer(cmd, reply.into_bytes(), false)
 }
 
 /// Redis's `execCommandAbort` text for a malformed EXEC: `-EXECABORT Transaction discarded
@@ -112,88 +106,104 @@ mod tests {
         )
     }
 
-    fn reply(s: Step) -> (String, bool) {
+    fn reply(s: Step) -> (String, bool, bool) {
         match s {
-            Step::Answer { reply, ends, .. } => (String::from_utf8_lossy(&reply).into(), ends),
-            Step::Run { .. } => panic!("expected an answer, got {s:?}"),
+            Step::Answer {
+                reply,
+                discards,
+                ends,
+                ..
+            } => (String::from_utf8_lossy(&reply).into(), discards, ends),
+            other => panic!("expected an answer, got {other:?}"),
         }
     }
 
-    /// Each reply below is what redis-server 7.0.15 answers inside MULTI, except the "was not
-    /// run" refusals, where Redis would answer `+QUEUED`.
+    /// Each reply below is what redis-server 7.0.15 answers inside MULTI, and whether EXEC
+    /// then answers `-EXECABORT`.
     #[test]
     fn replies_follow_redis_queue_time_errors() {
-        let cases: &[(&[&[u8]], &str, bool)] = &[
-            (
-                &[b"EXEC"],
-                "-EXECABORT Transaction discarded because of previous errors.\r\n",
-                true,
-            ),
+        let cases: &[(&[&[u8]], &str, bool, bool)] = &[
             (
                 &[b"exec", b"x"],
                 "-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n",
                 true,
+                true,
             ),
-            (&[b"DiScArD"], "+OK\r\n", true),
             (
                 &[b"DISCARD", b"y"],
                 "-ERR wrong number of arguments for 'discard' command\r\n",
+                true,
                 false,
             ),
-            (&[b"MULTI"], "-ERR MULTI calls can not be nested\r\n", false),
+            (
+                &[b"MULTI"],
+                "-ERR MULTI calls can not be nested\r\n",
+                false,
+                false,
+            ),
             (
                 &[b"MULTI", b"x"],
                 "-ERR wrong number of arguments for 'multi' command\r\n",
+                true,
                 false,
             ),
             (
                 &[b"WATCH", b"k"],
                 "-ERR WATCH inside MULTI is not allowed\r\n",
                 false,
+                false,
             ),
             (
                 &[b"WATCH"],
                 "-ERR wrong number of arguments for 'watch' command\r\n",
+                true,
                 false,
             ),
             (
                 &[b"RESET", b"x"],
                 "-ERR wrong number of arguments for 'reset' command\r\n",
+                true,
                 false,
             ),
             (
                 &[b"nosuchcmd", b"a"],
                 "-ERR unknown command 'nosuchcmd', with args beginning with: 'a' \r\n",
+                true,
                 false,
             ),
             (
-                &[b"SET", b"k", b"v"],
-                "-ERR 'set' was not run: MULTI was refused on this connection, so the transaction is discarded; EXEC or DISCARD ends it\r\n",
-                false,
-            ),
-            (
-                &[b"ping"],
-                "-ERR 'ping' was not run: MULTI was refused on this connection, so the transaction is discarded; EXEC or DISCARD ends it\r\n",
+                &[b"get"],
+                "-ERR wrong number of arguments for 'get' command\r\n",
+                true,
                 false,
             ),
         ];
-        for (args, want, ends) in cases {
-            assert_eq!(reply(run(args)), ((*want).to_owned(), *ends), "{args:?}");
+        for (args, want, discards, ends) in cases {
+            assert_eq!(
+                reply(run(args)),
+                ((*want).to_owned(), *discards, *ends),
+                "{args:?}"
+            );
         }
     }
 
     #[test]
-    fn reset_and_quit_run_as_usual() {
+    fn exec_discard_reset_quit_act_and_the_rest_is_queued() {
+        assert!(matches!(run(&[b"EXEC"]), Step::Exec(s) if s.name == "exec"));
+        assert!(matches!(run(&[b"DiScArD"]), Step::Discard(s) if s.name == "discard"));
         assert_eq!(run(&[b"reset"]), Step::Run { ends: true });
         assert_eq!(run(&[b"QUIT"]), Step::Run { ends: false });
+        assert!(matches!(run(&[b"set", b"k", b"v"]), Step::Queue(Some(s)) if s.name == "set"));
+        assert!(matches!(run(&[b"PING"]), Step::Queue(Some(s)) if s.name == "ping"));
+        assert!(matches!(run(&[b"unwatch"]), Step::Queue(Some(s)) if s.name == "unwatch"));
     }
 
     #[test]
-    fn custom_commands_are_refused_without_echoing_client_bytes() {
-        let args: &[&[u8]] = &[b"my\r\ncmd", b"k"];
-        let (text, ends) = reply(step(2, |i| args.get(i).copied().unwrap_or_default(), true));
-        assert!(!ends);
-        assert!(text.starts_with("-ERR command was not run: "), "{text}");
-        assert_eq!(text.matches("\r\n").count(), 1);
+    fn custom_commands_are_queued() {
+        let args: &[&[u8]] = &[b"mycmd", b"k"];
+        assert_eq!(
+            step(2, |i| args.get(i).copied().unwrap_or_default(), true),
+            Step::Queue(None)
+        );
     }
 }

@@ -1,0 +1,178 @@
+//! Where a transaction runs. A transaction (`WATCH … MULTI … EXEC`) goes whole to one backend:
+//! every key of its commands and of its `WATCH` must take one route and land on one shard of
+//! that route's cluster (one slot for Redis Cluster, as Redis Cluster itself requires), else
+//! the command is refused at queue time with `-CROSSSLOT` and the transaction is discarded. A
+//! transaction without keys runs where a keyless command runs: shard 0 of the catch-all route.
+//!
+//! Dispatch only decides here; the session queues the forwarded bytes and runs them on a
+//! leased connection of the chosen pool.
+
+use std::borrow::Cow;
+use std::rc::Rc;
+
+use super::{CROSSSLOT, Dispatch, Pool, Slots};
+use crate::command::{self, CommandSpec, Kind, Local, Request};
+use crate::upstream::NO_UPSTREAM_HOST;
+
+/// The backend of a transaction: shard `shard` (a [`crate::cluster::Dest::Key`] value) of
+/// route `route`'s primary pool.
+pub struct TxDest<P> {
+    /// The route the keys took.
+    pub route: usize,
+    /// The route's pool (never the `read_command_policy` one: reads in a transaction go to the
+    /// primary with its writes).
+    pub pool: Rc<P>,
+    /// Where the keys are in `pool`.
+    pub shard: usize,
+}
+
+impl<P> Clone for TxDest<P> {
+    fn clone(&self) -> Self {
+        TxDest {
+            route: self.route,
+            pool: self.pool.clone(),
+            shard: self.shard,
+        }
+    }
+}
+
+impl<P> TxDest<P> {
+    /// True when both name the same backend (routes to one cluster share its pool).
+    pub fn same(&self, other: &TxDest<P>) -> bool {
+        Rc::ptr_eq(&self.pool, &other.pool) && self.shard == other.shard
+    }
+}
+
+/// What a command sent inside `MULTI` (or a `WATCH`) becomes.
+pub enum Queued<P> {
+    /// Queue it: its forwarded bytes were appended; `dest`: where its keys are (`None`: it has
+    /// none).
+    Yes { dest: Option<TxDest<P>> },
+    /// Refuse it with this reply; the transaction is discarded (EXEC answers `-EXECABORT`).
+    No(Cow<'static, [u8]>),
+}
+
+impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
+    /// Appends `req` (a command of row `spec`, or a listener custom command with its key at
+    /// argument 1 when `spec` is `None`) to `out` in its forwarded form (keys rewritten by their
+    /// route) and says where its keys go, for a transaction whose backend so far is `so_far`.
+    ///
+    /// Refused: commands that go to every backend or that Respite answers itself (except PING
+    /// and ECHO, which the backend answers inside the transaction), refused commands, keys of
+    /// one command or of the transaction on different backends (`-CROSSSLOT`), no host.
+    pub fn queue(
+        &mut self,
+        req: &Request<'_>,
+        spec: Option<&'static CommandSpec>,
+        so_far: Option<&TxDest<P>>,
+        out: &mut Vec<u8>,
+    ) -> Queued<P> {
+        self.scratch.key_idx.clear();
+        match spec.map(|s| (s, s.kind)) {
+            None => self.scratch.key_idx.push(1),
+            Some((_, Kind::Keyed | Kind::Split(_)))
+            | Some((_, Kind::Local(Local::Ping | Local::Echo))) => {
+                if let Some(spec) = spec
+                    && let Err(reply) =
+                        command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx)
+                {
+                    return Queued::No(reply.into());
+                }
+            }
+            Some((spec, Kind::Refused(reason))) => {
+                return Queued::No(command::refused_reply(spec, reason).into());
+            }
+            Some((spec, _)) => return Queued::No(not_in_multi(spec.name).into()),
+        }
+        self.append_placed(req, so_far, out)
+    }
+
+    /// [`Dispatch::queue`] for `WATCH key…` outside MULTI (whose table row is not a queueable
+    /// kind): the keys' backend, which must be `so_far`'s when an earlier WATCH holds one.
+    pub fn watch(
+        &mut self,
+        req: &Request<'_>,
+        spec: &'static CommandSpec,
+        so_far: Option<&TxDest<P>>,
+        out: &mut Vec<u8>,
+    ) -> Queued<P> {
+        self.scratch.key_idx.clear();
+        if let Err(reply) = command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx) {
+            return Queued::No(reply.into());
+        }
+        self.append_placed(req, so_far, out)
+    }
+
+    /// Places the keys at `scratch.key_idx` and appends `req` in its forwarded form.
+    fn append_placed(
+        &mut self,
+        req: &Request<'_>,
+        so_far: Option<&TxDest<P>>,
+        out: &mut Vec<u8>,
+    ) -> Queued<P> {
+        let arg = req.argv();
+        let router = self.router;
+        let Some(&first) = self.scratch.key_idx.first() else {
+            out.extend_from_slice(req.forward(&mut self.scratch.encoded));
+            return Queued::Yes { dest: None };
+        };
+        let Some((route_id, route)) = router.route(arg(first)) else {
+            return Queued::No(NO_UPSTREAM_HOST.into());
+        };
+        let pool = &route.pool;
+        let shard = self.place(pool, arg(first));
+        let mut cross = false;
+        for &i in self.scratch.key_idx.iter().skip(1) {
+            if router.route_id(arg(i)) != Some(route_id) || self.place(pool, arg(i)) != shard {
+                cross = true;
+            }
+        }
+        let Some(shard) = shard else {
+            return Queued::No(NO_UPSTREAM_HOST.into());
+        };
+        let dest = TxDest {
+            route: route_id,
+            pool: pool.clone(),
+            shard,
+        };
+        if cross || so_far.is_some_and(|d| !d.same(&dest)) {
+            return Queued::No(CROSSSLOT.into());
+        }
+        if route.rewrites() {
+            let mut forwarded: Vec<Vec<u8>> = Vec::with_capacity(req.argc());
+            for (i, a) in req.args().enumerate() {
+                let mut v = Vec::with_capacity(a.len());
+                if self.scratch.key_idx.contains(&i) {
+                    route.rewrite(a, &mut v);
+                } else {
+                    v.extend_from_slice(a);
+                }
+                forwarded.push(v);
+            }
+            crate::resp::encode::command(out, forwarded.iter().map(Vec::as_slice));
+        } else {
+            out.extend_from_slice(req.forward(&mut self.scratch.encoded));
+        }
+        Queued::Yes { dest: Some(dest) }
+    }
+
+    /// Where a transaction without keys runs: shard 0 of the catch-all route (`None`: the
+    /// listener has none).
+    pub fn keyless_dest(&self) -> Option<TxDest<P>> {
+        let (route, r) = self.router.route(b"")?;
+        Some(TxDest {
+            route,
+            pool: r.pool.clone(),
+            shard: 0,
+        })
+    }
+}
+
+/// The refusal of a command that cannot be part of a transaction through Respite.
+fn not_in_multi(name: &str) -> Vec<u8> {
+    format!(
+        "-ERR '{name}' inside MULTI is not supported by respite: it is answered by the proxy or \
+         goes to every backend, and a transaction runs on one backend\r\n"
+    )
+    .into_bytes()
+}

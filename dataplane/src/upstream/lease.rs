@@ -1,0 +1,331 @@
+//! Leased upstream connections: held by one client session at a time, for what cannot share a
+//! pipelined connection with other clients (a transaction's `WATCH … MULTI … EXEC`: the
+//! watched keys and the open `MULTI` are state of the Redis connection).
+//!
+//! Each worker keeps, per cluster pool, idle leased connections per (host, protocol), up to
+//! `max_leased_connections` per host counting those in use. A lease is returned only clean (its
+//! holder ended every `MULTI` and `WATCH` it opened, and read every reply), else it is closed:
+//! a connection is never handed to the next client with state of the last one.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Instant;
+
+use super::PoolSettings;
+use super::conn::{open, read_replies};
+use crate::net::{self, BufResult, Notify, TcpStream};
+use crate::stats::{Counter, Gauge};
+use std::sync::Arc;
+
+/// Why no lease was given.
+#[derive(Debug)]
+pub enum LeaseError {
+    /// Every one of the host's `max_leased_connections` stayed in use for `op_timeout`.
+    Exhausted,
+    /// Connecting or the handshake (AUTH, HELLO) failed.
+    Connect(std::io::Error),
+}
+
+impl LeaseError {
+    /// The reply the client gets.
+    pub fn reply(&self) -> &'static [u8] {
+        match self {
+            LeaseError::Exhausted => LEASE_EXHAUSTED,
+            LeaseError::Connect(_) => super::NO_UPSTREAM_HOST,
+        }
+    }
+}
+
+impl fmt::Display for LeaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaseError::Exhausted => f.write_str("every leased connection to the host is in use"),
+            LeaseError::Connect(e) => write!(f, "connect: {e}"),
+        }
+    }
+}
+
+/// Reply when a client waited `op_timeout` for a leased connection in vain.
+pub const LEASE_EXHAUSTED: &[u8] = b"-ERR no leased upstream connection became free within \
+op_timeout: every one of the host's max_leased_connections is in use\r\n";
+
+/// A cluster's lease counters and gauges on one worker (`cluster.<name>.` in the stats).
+#[derive(Clone)]
+pub struct LeaseStats {
+    /// Leased connections held by a session now.
+    pub active: Arc<Gauge>,
+    /// Leased connections idle in the pool now.
+    pub idle: Arc<Gauge>,
+    /// Sessions waiting for a lease now.
+    pub waiting: Arc<Gauge>,
+    /// Leases given.
+    pub total: Arc<Counter>,
+    /// New leased connections opened.
+    pub connects: Arc<Counter>,
+    /// Waits that ended at `op_timeout` without a lease.
+    pub exhausted: Arc<Counter>,
+    /// Leases closed instead of returned (an I/O error, a timeout, a holder that went away).
+    pub closed_dirty: Arc<Counter>,
+}
+
+impl LeaseStats {
+    /// Registers the stats of cluster `cluster` for `worker` in `store`.
+    pub fn new(store: &crate::stats::Store, worker: usize, cluster: &str) -> LeaseStats {
+        let c = |n: &str| store.counter(&format!("cluster.{cluster}.leased_cx_{n}"), worker);
+        let g = |n: &str| store.gauge(&format!("cluster.{cluster}.leased_cx_{n}"), worker);
+        LeaseStats {
+            active: g("active"),
+            idle: g("idle"),
+            waiting: g("waiting"),
+            total: c("total"),
+            connects: c("connect"),
+            exhausted: c("pool_exhausted"),
+            closed_dirty: c("closed_dirty"),
+        }
+    }
+}
+
+/// One worker's leased connections to the hosts of one cluster.
+pub struct LeasePool {
+    cluster: String,
+    settings: Rc<PoolSettings>,
+    max_per_host: usize,
+    /// Idle connections per (host, RESP3).
+    idle: RefCell<HashMap<(SocketAddr, bool), Vec<TcpStream>>>,
+    /// Connections per host in use or idle (what the bound counts).
+    open: RefCell<HashMap<SocketAddr, usize>>,
+    /// Sessions waiting for a connection to a host to become free, first come first served.
+    waiters: RefCell<HashMap<SocketAddr, VecDeque<Rc<Notify>>>>,
+    stats: LeaseStats,
+    /// Set by a config change that replaced the pool: returned connections are closed.
+    retired: Cell<bool>,
+}
+
+impl LeasePool {
+    /// A pool for cluster `cluster` whose connections are made with `settings` (their
+    /// `op_timeout` bounds a wait for a lease), at most `max_per_host` per host.
+    pub fn new(
+        cluster: &str,
+        settings: Rc<PoolSettings>,
+        max_per_host: usize,
+        stats: LeaseStats,
+    ) -> Rc<LeasePool> {
+        Rc::new(LeasePool {
+            cluster: cluster.to_owned(),
+            settings,
+            max_per_host: max_per_host.max(1),
+            idle: RefCell::default(),
+            open: RefCell::default(),
+            waiters: RefCell::default(),
+            stats,
+            retired: Cell::new(false),
+        })
+    }
+
+    /// A connection to `addr` speaking RESP3 when `resp3`: an idle one, else a new one while
+    /// the host has fewer than `max_leased_connections`, else the first to be returned within
+    /// `op_timeout`.
+    ///
+    /// Errors: [`LeaseError::Exhausted`] after `op_timeout`; [`LeaseError::Connect`].
+    pub async fn lease(
+        self: &Rc<Self>,
+        addr: SocketAddr,
+        resp3: bool,
+    ) -> Result<Lease, LeaseError> {
+        let deadline = Instant::now() + self.settings.op_timeout;
+        loop {
+            let idle = self
+                .idle
+                .borrow_mut()
+                .get_mut(&(addr, resp3))
+                .and_then(Vec::pop);
+            if let Some(stream) = idle {
+                self.stats.idle.dec();
+                if net::idle_usable(&stream) {
+                    return Ok(self.given(addr, resp3, stream));
+                }
+                // Closed by the host while idle (a restart, its `timeout`): try the next.
+                net::shutdown(&stream);
+                self.forget(addr);
+                continue;
+            }
+            let opened = self.open.borrow().get(&addr).copied().unwrap_or(0);
+            if opened < self.max_per_host {
+                *self.open.borrow_mut().entry(addr).or_insert(0) += 1;
+                let settings = PoolSettings {
+                    resp3,
+                    ..(*self.settings).clone()
+                };
+                return match open(addr, &settings, false, &self.cluster).await {
+                    Ok(stream) => {
+                        self.stats.connects.inc();
+                        Ok(self.given(addr, resp3, stream))
+                    }
+                    Err(e) => {
+                        self.forget(addr);
+                        Err(LeaseError::Connect(e))
+                    }
+                };
+            }
+            // An idle connection of the other protocol takes a place a waiter may need.
+            let other = self
+                .idle
+                .borrow_mut()
+                .get_mut(&(addr, !resp3))
+                .and_then(Vec::pop);
+            if let Some(stream) = other {
+                self.stats.idle.dec();
+                net::shutdown(&stream);
+                self.forget(addr);
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.stats.exhausted.inc();
+                return Err(LeaseError::Exhausted);
+            }
+            let me = Rc::new(Notify::default());
+            self.waiters
+                .borrow_mut()
+                .entry(addr)
+                .or_default()
+                .push_back(me.clone());
+            self.stats.waiting.inc();
+            let woken = net::timeout(left, me.notified()).await.is_some();
+            self.stats.waiting.dec();
+            if !woken && let Some(q) = self.waiters.borrow_mut().get_mut(&addr) {
+                q.retain(|w| !Rc::ptr_eq(w, &me));
+            }
+        }
+    }
+
+    fn given(self: &Rc<Self>, addr: SocketAddr, resp3: bool, stream: TcpStream) -> Lease {
+        self.stats.total.inc();
+        self.stats.active.inc();
+        Lease {
+            pool: self.clone(),
+            addr,
+            resp3,
+            stream: Some(stream),
+        }
+    }
+
+    /// A connection to `addr` is gone: its place is free for the next waiter.
+    fn forget(&self, addr: SocketAddr) {
+        if let Some(n) = self.open.borrow_mut().get_mut(&addr) {
+            *n = n.saturating_sub(1);
+        }
+        self.wake_one(addr);
+    }
+
+    fn wake_one(&self, addr: SocketAddr) {
+        let next = self
+            .waiters
+            .borrow_mut()
+            .get_mut(&addr)
+            .and_then(VecDeque::pop_front);
+        if let Some(w) = next {
+            w.notify();
+        }
+    }
+
+    /// Closes the idle connections and every connection returned from now on (the pool was
+    /// replaced by a config change).
+    pub fn retire(&self) {
+        self.retired.set(true);
+        let idle = std::mem::take(&mut *self.idle.borrow_mut());
+        for ((addr, _), streams) in idle {
+            for s in streams {
+                self.stats.idle.dec();
+                net::shutdown(&s);
+                self.forget(addr);
+            }
+        }
+    }
+}
+
+/// A connection held by one session. Dropped without [`Lease::release`] it is closed.
+pub struct Lease {
+    pool: Rc<LeasePool>,
+    addr: SocketAddr,
+    resp3: bool,
+    stream: Option<TcpStream>,
+}
+
+impl Lease {
+    /// The host the connection goes to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Writes `request` (one or more encoded commands) and reads `replies` replies, the whole
+    /// exchange bounded by the cluster's `op_timeout`.
+    ///
+    /// Errors: a write or read error, a malformed reply, the connection closed or the timeout;
+    /// the lease is then unusable (release closes it).
+    pub async fn exchange(
+        &mut self,
+        request: Vec<u8>,
+        replies: usize,
+    ) -> std::io::Result<Vec<Vec<u8>>> {
+        let Some(stream) = self.stream.as_ref() else {
+            return Err(std::io::ErrorKind::NotConnected.into());
+        };
+        let timeout = self.pool.settings.op_timeout;
+        let result = net::timeout(timeout, async {
+            let BufResult(res, _) = net::write_all(stream, request).await;
+            res?;
+            read_replies(stream, replies).await
+        })
+        .await
+        .unwrap_or_else(|| Err(std::io::ErrorKind::TimedOut.into()));
+        if result.is_err() {
+            self.close();
+        }
+        result
+    }
+
+    /// Gives the connection back for the next session: `clean` says its holder left no
+    /// `MULTI` or `WATCH` open and read every reply. A dirty or broken one is closed.
+    pub fn release(mut self, clean: bool) {
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        let pool = self.pool.clone();
+        if !clean || pool.retired.get() {
+            if !clean {
+                pool.stats.closed_dirty.inc();
+            }
+            pool.stats.active.dec();
+            net::shutdown(&stream);
+            pool.forget(self.addr);
+            return;
+        }
+        pool.stats.active.dec();
+        pool.stats.idle.inc();
+        pool.idle
+            .borrow_mut()
+            .entry((self.addr, self.resp3))
+            .or_default()
+            .push(stream);
+        pool.wake_one(self.addr);
+    }
+
+    fn close(&mut self) {
+        if let Some(stream) = self.stream.take() {
+            self.pool.stats.closed_dirty.inc();
+            self.pool.stats.active.dec();
+            net::shutdown(&stream);
+            self.pool.forget(self.addr);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
