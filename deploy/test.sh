@@ -37,7 +37,8 @@ dataplane/command-table/check.sh
 cargo fmt --all --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo build --release --workspace --bins
-cargo test --release --workspace -- --test-threads "${TEST_THREADS:-2}"
+# Every test binary, two at a time where they share nothing (deploy/run-tests.sh says which).
+deploy/run-tests.sh
 
 # Fuzz targets (fuzz/, not a workspace member): the stable bounded loops always (FUZZ_SECS per
 # target, default 5); libFuzzer for FUZZ_LIBFUZZER_SECS (default 20) per target when cargo-fuzz is

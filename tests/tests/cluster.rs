@@ -541,6 +541,66 @@ fn cluster_commands_local() {
         .query(&mut conn)
         .expect("INCR");
     assert_eq!(n, 1);
+
+    cluster_transactions(&cluster, &respite);
+}
+
+/// Transactions over the Redis Cluster (part of `cluster_commands_local`, sharing its cluster):
+/// keys of one slot run on the slot's primary as one MULTI/EXEC; keys of two slots are refused
+/// with `-CROSSSLOT` and nothing runs; a WATCH broken by another client makes EXEC nil.
+fn cluster_transactions(cluster: &RedisCluster, respite: &Respite) {
+    let mut c = respite.raw();
+    assert_eq!(cmd(&mut c, &["MULTI"]), ok());
+    assert_eq!(
+        cmd(&mut c, &["SET", "{tx}a", "1"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        cmd(&mut c, &["INCRBY", "{tx}a", "4"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        cmd(&mut c, &["GET", "{tx}a"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        cmd(&mut c, &["EXEC"]),
+        Reply::Array(Some(vec![ok(), Reply::Int(5), bulk("5")]))
+    );
+    let owner = cluster.key_owner(b"{tx}a");
+    assert_eq!(query(&owner, &["GET", "{tx}a"]), bulk("5"));
+
+    let ks = keys_in_distinct_slots("txc", 2);
+    assert_eq!(cmd(&mut c, &["MULTI"]), ok());
+    assert_eq!(
+        cmd(&mut c, &["SET", &ks[0], "1"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        cmd(&mut c, &["SET", &ks[1], "1"]),
+        Reply::Error("CROSSSLOT Keys in request don't hash to the same slot".into())
+    );
+    assert_eq!(
+        cmd(&mut c, &["EXEC"]),
+        Reply::Error("EXECABORT Transaction discarded because of previous errors.".into())
+    );
+    for k in &ks {
+        assert_eq!(
+            query(&cluster.key_owner(k.as_bytes()), &["EXISTS", k]),
+            Reply::Int(0)
+        );
+    }
+
+    let mut other = respite.raw();
+    assert_eq!(cmd(&mut c, &["WATCH", "{tx}a"]), ok());
+    assert_eq!(cmd(&mut other, &["SET", "{tx}a", "changed"]), ok());
+    assert_eq!(cmd(&mut c, &["MULTI"]), ok());
+    assert_eq!(
+        cmd(&mut c, &["SET", "{tx}a", "lost"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(cmd(&mut c, &["EXEC"]), Reply::Array(None));
+    assert_eq!(query(&owner, &["GET", "{tx}a"]), bulk("changed"));
 }
 
 // ---- resharding under load ----------------------------------------------------------------

@@ -13,7 +13,7 @@
 //! printed.
 //!
 //! The same exceptions and the same rule apply to both. Units: `unit/type/string incr hash list
-//! set zset`. Time on 2 cores: ≈2 min for the direct run (once) plus the standalone Respite
+//! set zset`, `unit/multi`. Time on 2 cores: ≈2 min for the direct run (once) plus the standalone Respite
 //! run, then the cluster run.
 //! `REDIS_SUITE_UNITS="unit/type/string unit/type/hash"` picks others; `REDIS_SUITE_SKIP=1`
 //! skips both tests (e.g. offline: the first run fetches the source with `apt-get source redis`,
@@ -39,6 +39,7 @@ const UNITS: &[&str] = &[
     "unit/type/list",
     "unit/type/set",
     "unit/type/zset",
+    "unit/multi",
 ];
 
 fn suite_dir() -> PathBuf {

@@ -84,7 +84,7 @@ fn answer(cmd: u16, reply: impl Into<Cow<'static, [u8]>>, discards: bool, ends: 
 
 /// Redis's `execCommandAbort` text for a malformed EXEC: `-EXECABORT Transaction discarded
 /// because of: <the error without its code>`.
-fn execabort_because(error: &[u8]) -> Vec<u8> {
+pub fn execabort_because(error: &[u8]) -> Vec<u8> {
     let text = error.strip_prefix(b"-").unwrap_or(error);
     let text = text.strip_prefix(b"ERR ").unwrap_or(text);
     let text = text.strip_suffix(b"\r\n").unwrap_or(text);

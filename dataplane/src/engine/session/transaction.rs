@@ -2,8 +2,8 @@
 //!
 //! Between MULTI and EXEC the session answers `+QUEUED` itself and keeps the commands, in their
 //! forwarded form, with the backend their keys go to (dispatch decides it: one backend, one
-//! slot). EXEC sends `MULTI`, the commands and `EXEC` in one write on a leased connection to
-//! that backend and gives the client Redis's reply to EXEC. Nothing is sent before EXEC, so a
+//! slot). EXEC sends `MULTI` on a leased connection to that backend, then, once it is
+//! accepted, the commands and `EXEC` in one write, and gives the client Redis's reply to EXEC. Nothing is sent before EXEC, so a
 //! transaction discarded for any reason (a queue-time error, keys on two backends, DISCARD, the
 //! client leaving, a reload) runs nothing.
 //!
@@ -350,11 +350,9 @@ impl Session {
             drop(held);
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
-        let mut request = Vec::with_capacity(MULTI.len() + tx.queued.len() + EXEC.len());
-        request.extend_from_slice(MULTI);
-        request.extend_from_slice(&tx.queued);
+        let mut request = tx.queued;
         request.extend_from_slice(EXEC);
-        let replies = tx.count + 2;
+        let replies = tx.count + 1;
         let seq = self.sink.push(spec.id);
         let barrier = Rc::new(Barrier::default());
         self.barrier = Some(barrier.clone());
@@ -371,6 +369,26 @@ impl Session {
                     }
                 },
             };
+            // MULTI goes alone first: a backend that refuses it (`-BUSY` while a script runs,
+            // `-LOADING`, …) would run the queued commands one by one if they followed in the
+            // same write. Redis answers such an EXEC `-EXECABORT … because of: <error>`.
+            match lease.exchange(MULTI.to_vec(), 1).await {
+                Ok(r) if r.first().is_some_and(|r| r.as_slice() == b"+OK\r\n") => {}
+                Ok(r) => {
+                    let why = r
+                        .first()
+                        .map_or_else(Vec::new, |e| multi::execabort_because(e));
+                    sink.deliver(seq, 0, &why);
+                    // Not in MULTI; a WATCH it held ends as at Redis's EXEC abort.
+                    let ok = lease.exchange(UNWATCH.to_vec(), 1).await.is_ok();
+                    lease.release(ok);
+                    return barrier.open(None);
+                }
+                Err(_) => {
+                    sink.deliver(seq, 0, UPSTREAM_FAILURE);
+                    return barrier.open(None);
+                }
+            }
             deliver_exec(&sink, seq, lease.exchange(request, replies).await);
             // EXEC ends MULTI and every WATCH of the connection: it is clean.
             lease.release(true);
@@ -380,7 +398,7 @@ impl Session {
 }
 
 /// Answers EXEC's slot `seq` with the last of the exchange's replies (Redis's reply to EXEC;
-/// the ones before are `+OK` and `+QUEUED`s or queue-time errors, after which EXEC answers
+/// the ones before are `+QUEUED`s or queue-time errors, after which EXEC answers
 /// `-EXECABORT`), or `-upstream failure` when the exchange failed (whether the transaction ran
 /// is then unknown, as for any write whose reply was lost).
 fn deliver_exec(sink: &Sink, seq: u64, replies: std::io::Result<Vec<Vec<u8>>>) {

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::rc::Rc;
 
 use super::{CROSSSLOT, Dispatch, Pool, Slots};
-use crate::command::{self, CommandSpec, Kind, Local, Request};
+use crate::command::{self, CommandSpec, Kind, Local, Reason, Request};
 use crate::upstream::NO_UPSTREAM_HOST;
 
 /// The backend of a transaction: shard `shard` (a [`crate::cluster::Dest::Key`] value) of
@@ -58,7 +58,8 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// route) and says where its keys go, for a transaction whose backend so far is `so_far`.
     ///
     /// Refused: commands that go to every backend or that Respite answers itself (except PING
-    /// and ECHO, which the backend answers inside the transaction), refused commands, keys of
+    /// and ECHO, which the backend answers inside the transaction), refused commands (except
+    /// blocking ones, which do not block inside MULTI), keys of
     /// one command or of the transaction on different backends (`-CROSSSLOT`), no host.
     pub fn queue(
         &mut self,
@@ -70,11 +71,29 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         self.scratch.key_idx.clear();
         match spec.map(|s| (s, s.kind)) {
             None => self.scratch.key_idx.push(1),
+            // Blocking commands never block inside MULTI (Redis runs them as their non-blocking
+            // form), so they are queued like any keyed command: those whose keys the table
+            // knows (BLMPOP and BZMPOP, keyed by `numkeys`, have no key positions in it and
+            // stay refused rather than go to a keyless backend).
             Some((_, Kind::Keyed | Kind::Split(_)))
             | Some((_, Kind::Local(Local::Ping | Local::Echo))) => {
                 if let Some(spec) = spec
                     && let Err(reply) =
                         command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx)
+                {
+                    return Queued::No(reply.into());
+                }
+            }
+            // Redis's `no-multi` commands (7.0: PSYNC, SAVE, SHUTDOWN, SYNC) get Redis's own
+            // queue-time error; Respite refuses them outside MULTI too.
+            Some((spec, Kind::Refused(_))) if NO_MULTI.contains(&spec.name) => {
+                return Queued::No(
+                    (&b"-ERR Command not allowed inside a transaction\r\n"[..]).into(),
+                );
+            }
+            Some((spec, Kind::Refused(Reason::Blocking))) if spec.first_key > 0 => {
+                if let Err(reply) =
+                    command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx)
                 {
                     return Queued::No(reply.into());
                 }
@@ -167,6 +186,9 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         })
     }
 }
+
+/// Commands Redis 7.0 flags `no-multi` (`COMMAND INFO`), besides MULTI and WATCH.
+const NO_MULTI: [&str; 4] = ["psync", "save", "shutdown", "sync"];
 
 /// The refusal of a command that cannot be part of a transaction through Respite.
 fn not_in_multi(name: &str) -> Vec<u8> {

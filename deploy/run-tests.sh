@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs every test binary of the workspace, built once: most of them two at a time (TEST_JOBS),
+# the ones that touch state of the whole machine (eBPF programs and cgroups, nftables rules) or
+# measure time and allocations one at a time after them. Test ports are claimed across processes
+# (respite_tests::free_port), so binaries running together never share one. Each binary's output
+# is printed when it ends; the first failure fails the run (the others still finish).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+jobs="${TEST_JOBS:-2}"
+threads="${TEST_THREADS:-2}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+cargo test --release --workspace --no-run --message-format=json-render-diagnostics \
+  >"$work/build.json"
+# One line per test binary: <package dir> <executable> <name>.
+python3 - "$work/build.json" >"$work/all" <<'EOF'
+import json, os, sys
+seen = set()
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    if not m.get("profile", {}).get("test"):
+        continue
+    exe = m["executable"]
+    if exe in seen:
+        continue
+    seen.add(exe)
+    pkg = os.path.dirname(m["manifest_path"])
+    name = m["target"]["name"] + ("" if m["target"]["kind"] != ["lib"] else " (unit)")
+    print(pkg, exe, name.replace(" ", "_"), sep="\t")
+EOF
+
+# Alone, after the others: machine-wide state, or timing and allocation figures.
+alone='^(sockmap|sockmap_compare_smoke|kernel|reconnect|latency|alloc|hot_keys_alloc|restart|respite_ebpf.*)$'
+# Longest first, so the two lanes end together.
+first='^(cluster|redis_suite|hostile|chaos|health|migration|mirror|xds_e2e|xds_transport)$'
+awk -F'\t' -v a="$alone" '$3 !~ a' "$work/all" >"$work/rest"
+awk -F'\t' -v f="$first" '$3 ~ f' "$work/rest" >"$work/together"
+awk -F'\t' -v f="$first" '$3 !~ f' "$work/rest" >>"$work/together"
+awk -F'\t' -v a="$alone" '$3 ~ a' "$work/all" >"$work/alone"
+
+run_one() {
+  local pkg="$1" exe="$2" name="$3" log
+  log="$(mktemp)"
+  local start=$SECONDS
+  if (cd "$pkg" && CARGO_MANIFEST_DIR="$pkg" "$exe" --test-threads "$threads") >"$log" 2>&1; then
+    echo "== $name: ok ($((SECONDS - start)) s)"
+    grep -E '^test result' "$log" || true
+    rm -f "$log"
+  else
+    echo "== $name: FAILED ($((SECONDS - start)) s)"
+    cat "$log"
+    rm -f "$log"
+    return 1
+  fi
+}
+export -f run_one
+export threads
+
+status=0
+tr '\t' '\n' <"$work/together" | xargs -d '\n' -n 3 -P "$jobs" bash -c 'run_one "$@"' _ || status=1
+tr '\t' '\n' <"$work/alone" | xargs -d '\n' -n 3 -P 1 bash -c 'run_one "$@"' _ || status=1
+# Doc tests are not in the binaries above.
+cargo test --release --workspace --doc -- --test-threads "$threads" || status=1
+exit $status
