@@ -848,3 +848,123 @@ fn faults_answer_or_hold() {
         ]
     );
 }
+
+// ---- transactions ---------------------------------------------------------------------------
+
+impl Bench {
+    /// Queues `args` as a command inside MULTI behind a transaction bound to `so_far`: what
+    /// dispatch answers and the bytes it appended.
+    fn queue(
+        &mut self,
+        args: &[&str],
+        so_far: Option<&TxDest<FakePool>>,
+    ) -> (Queued<FakePool>, String) {
+        let frame = resp(args);
+        let mut bytes = Vec::new();
+        let mut ranges: Vec<Range<usize>> = Vec::new();
+        for a in args {
+            let at = bytes.len();
+            bytes.extend_from_slice(a.as_bytes());
+            ranges.push(at..bytes.len());
+        }
+        let req = Request::new(&bytes, &ranges, Some(frame.as_bytes()));
+        let spec = crate::command::resolve(req.argc(), req.argv()).expect("a table command");
+        let mut out = Vec::new();
+        let q = if spec.name == "watch" {
+            self.dispatch().watch(&req, spec, so_far, &mut out)
+        } else {
+            self.dispatch().queue(&req, Some(spec), so_far, &mut out)
+        };
+        (q, String::from_utf8_lossy(&out).into_owned())
+    }
+}
+
+/// The shard a queued command was placed on (`None`: keyless), or its refusal.
+fn placed(q: &Queued<FakePool>) -> Result<Option<usize>, String> {
+    match q {
+        Queued::Yes { dest } => Ok(dest.as_ref().map(|d| d.shard)),
+        Queued::No(reply) => Err(String::from_utf8_lossy(reply).into_owned()),
+    }
+}
+
+#[test]
+fn transaction_commands_are_placed_not_sent() {
+    let log = Log::default();
+    let p = pool("main", 4, &log);
+    let mut b = Bench::new(catch_all(&p));
+    let (q, bytes) = b.queue(&["SET", "k3", "v"], None);
+    assert_eq!(placed(&q), Ok(Some(3)));
+    assert_eq!(bytes, resp(&["SET", "k3", "v"]));
+    let Queued::Yes { dest: Some(dest) } = q else {
+        panic!("queued")
+    };
+    // Same shard: queued; another shard, in one command or across commands: CROSSSLOT.
+    assert_eq!(
+        placed(&b.queue(&["MGET", "a3", "b3"], Some(&dest)).0),
+        Ok(Some(3))
+    );
+    let cross = String::from_utf8_lossy(CROSSSLOT).into_owned();
+    assert_eq!(
+        placed(&b.queue(&["GET", "k4"], Some(&dest)).0),
+        Err(cross.clone())
+    );
+    assert_eq!(
+        placed(&b.queue(&["MSET", "a1", "x", "a2", "y"], None).0),
+        Err(cross)
+    );
+    // Keyless commands the backend answers are queued without a backend of their own.
+    assert_eq!(placed(&b.queue(&["PING"], Some(&dest)).0), Ok(None));
+    // A key no host takes.
+    let nohost = String::from_utf8_lossy(NO_UPSTREAM_HOST).into_owned();
+    assert_eq!(placed(&b.queue(&["GET", "k!"], None).0), Err(nohost));
+    // Nothing reached the pool and no reply slot was taken: EXEC sends, later.
+    assert!(log.borrow().is_empty());
+    assert!(b.events().is_empty());
+}
+
+#[test]
+fn transaction_refuses_what_cannot_run_on_one_backend() {
+    let log = Log::default();
+    let p = pool("main", 4, &log);
+    let mut b = Bench::new(catch_all(&p));
+    let refusal = |b: &mut Bench, args: &[&str]| placed(&b.queue(args, None).0).unwrap_err();
+    assert!(refusal(&mut b, &["FLUSHALL"]).starts_with("-ERR 'flushall' inside MULTI is not"));
+    assert!(refusal(&mut b, &["SELECT", "0"]).starts_with("-ERR 'select' inside MULTI is not"));
+    assert!(refusal(&mut b, &["SUBSCRIBE", "ch"]).starts_with("-ERR 'subscribe' is not supported"));
+    assert!(
+        refusal(&mut b, &["BLMPOP", "0", "1", "l", "LEFT"]).starts_with("-ERR 'blmpop' is not")
+    );
+    assert_eq!(
+        refusal(&mut b, &["SAVE"]),
+        "-ERR Command not allowed inside a transaction\r\n"
+    );
+    // Blocking commands whose keys the table knows do not block inside MULTI: queued.
+    assert_eq!(placed(&b.queue(&["BLPOP", "l2", "0"], None).0), Ok(Some(2)));
+    assert!(log.borrow().is_empty());
+}
+
+#[test]
+fn transaction_keys_take_their_route_and_its_rewrite() {
+    let log = Log::default();
+    let main = pool("main", 4, &log);
+    let users = pool("users", 4, &log);
+    let strip = RouteRuntime::new(users.clone(), None, Vec::new(), 5, None);
+    let router = Router::new(vec![(b"user:".to_vec(), strip)], Some(route(&main)), false);
+    let mut b = Bench::new(router);
+    let (q, bytes) = b.queue(&["SET", "user:k1", "v"], None);
+    assert_eq!(bytes, resp(&["SET", "k1", "v"]));
+    let Queued::Yes { dest: Some(dest) } = q else {
+        panic!("queued")
+    };
+    assert!(Rc::ptr_eq(&dest.pool, &users));
+    // The same shard number of another route's pool is another backend.
+    let cross = String::from_utf8_lossy(CROSSSLOT).into_owned();
+    assert_eq!(placed(&b.queue(&["GET", "k1"], Some(&dest)).0), Err(cross));
+    // WATCH binds like a queued command; a keyless transaction runs on the catch-all's shard 0.
+    assert_eq!(
+        placed(&b.queue(&["WATCH", "user:a1", "user:b1"], None).0),
+        Ok(Some(1))
+    );
+    let keyless = b.dispatch().keyless_dest().expect("a catch-all route");
+    assert!(Rc::ptr_eq(&keyless.pool, &main) && keyless.shard == 0);
+}
