@@ -25,7 +25,7 @@ use crate::engine::sink::{NO_CMD, Sink};
 use crate::engine::worker::ListenerRuntime;
 use crate::net::{self, Notify};
 use crate::router::dispatch::{Queued, Slots, TxDest};
-use crate::upstream::{Deliver, Lease, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
+use crate::upstream::{Deliver, Lease, LeaseError, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
 
 /// Where a transaction runs, in the worker's pools.
 type Dest = TxDest<ClusterPool>;
@@ -172,15 +172,12 @@ impl Session {
         let sink = self.sink.clone();
         let resp3 = self.conn.resp3;
         net::spawn(async move {
-            let mut lease = match held {
-                Some(w) => w.lease,
-                None => match dest.pool.leases.lease(addr, resp3).await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        sink.deliver(seq, 0, e.reply());
-                        return barrier.open(None);
-                    }
-                },
+            let mut lease = match lease_for(held, &dest, addr, resp3).await {
+                Ok(l) => l,
+                Err(e) => {
+                    sink.deliver(seq, 0, e.reply());
+                    return barrier.open(None);
+                }
             };
             match lease.exchange(request, 1).await {
                 Ok(mut replies) => {
@@ -359,15 +356,12 @@ impl Session {
         let sink = self.sink.clone();
         let resp3 = self.conn.resp3;
         net::spawn(async move {
-            let mut lease = match held {
-                Some(w) => w.lease,
-                None => match dest.pool.leases.lease(addr, resp3).await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        sink.deliver(seq, 0, e.reply());
-                        return barrier.open(None);
-                    }
-                },
+            let mut lease = match lease_for(held, &dest, addr, resp3).await {
+                Ok(l) => l,
+                Err(e) => {
+                    sink.deliver(seq, 0, e.reply());
+                    return barrier.open(None);
+                }
             };
             // MULTI goes alone first: a backend that refuses it (`-BUSY` while a script runs,
             // `-LOADING`, …) would run the queued commands one by one if they followed in the
@@ -394,6 +388,19 @@ impl Session {
             lease.release(true);
             barrier.open(None);
         });
+    }
+}
+
+/// The connection a WATCH already holds, else a new lease to `addr` from `dest`'s pool.
+async fn lease_for(
+    held: Option<Watch>,
+    dest: &Dest,
+    addr: std::net::SocketAddr,
+    resp3: bool,
+) -> Result<Lease, LeaseError> {
+    match held {
+        Some(w) => Ok(w.lease),
+        None => dest.pool.leases.lease(addr, resp3).await,
     }
 }
 

@@ -152,6 +152,18 @@ fn resp(args: &[&str]) -> String {
     String::from_utf8(out).expect("test value")
 }
 
+/// A RESP request of `args` as the parser leaves it: argument bytes, their ranges, the frame.
+fn parts(args: &[&str]) -> (Vec<u8>, Vec<Range<usize>>, String) {
+    let mut bytes = Vec::new();
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    for a in args {
+        let at = bytes.len();
+        bytes.extend_from_slice(a.as_bytes());
+        ranges.push(at..bytes.len());
+    }
+    (bytes, ranges, resp(args))
+}
+
 /// A test's router, slots and scratch; `run` dispatches one request as the session does.
 struct Bench {
     router: Router<FakePool>,
@@ -186,14 +198,7 @@ impl Bench {
     /// Dispatches `args` as a RESP request of a table command (or of a custom command with
     /// table id `custom`).
     fn run(&mut self, args: &[&str]) {
-        let frame = resp(args);
-        let mut bytes = Vec::new();
-        let mut ranges: Vec<Range<usize>> = Vec::new();
-        for a in args {
-            let at = bytes.len();
-            bytes.extend_from_slice(a.as_bytes());
-            ranges.push(at..bytes.len());
-        }
+        let (bytes, ranges, frame) = parts(args);
         let req = Request::new(&bytes, &ranges, Some(frame.as_bytes()));
         let spec = crate::command::resolve(req.argc(), req.argv()).expect("a table command");
         let how = Upstream::of(spec.kind).expect("an upstream command");
@@ -859,14 +864,7 @@ impl Bench {
         args: &[&str],
         so_far: Option<&TxDest<FakePool>>,
     ) -> (Queued<FakePool>, String) {
-        let frame = resp(args);
-        let mut bytes = Vec::new();
-        let mut ranges: Vec<Range<usize>> = Vec::new();
-        for a in args {
-            let at = bytes.len();
-            bytes.extend_from_slice(a.as_bytes());
-            ranges.push(at..bytes.len());
-        }
+        let (bytes, ranges, frame) = parts(args);
         let req = Request::new(&bytes, &ranges, Some(frame.as_bytes()));
         let spec = crate::command::resolve(req.argc(), req.argv()).expect("a table command");
         let mut out = Vec::new();
