@@ -102,6 +102,10 @@ LOCAL = {
 # SCAN: the cursor names the shard it continues on.
 SCAN = {"scan"}
 
+# Blocking commands: run on a leased upstream connection for their own timeout (`Kind::Blocking`;
+# XREAD/XREADGROUP block only with BLOCK, decided per request).
+BLOCKING = {"blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop"}
+
 # Refused with a reason (`Reason::<value>`, whose sentence is in src/command/refused.rs).
 REFUSED = {}
 for _reason, _names in {
@@ -110,9 +114,6 @@ for _reason, _names in {
         "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
         "pubsub|channels", "pubsub|numpat", "pubsub|numsub", "pubsub|shardchannels",
         "pubsub|shardnumsub",
-    ],
-    "Blocking": [
-        "blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop",
     ],
     "Replication": ["sync", "psync", "replconf", "replicaof", "slaveof", "failover", "role"],
     "Administration": [
@@ -154,6 +155,8 @@ for _n in ["zunionstore", "zinterstore", "zdiffstore"]:
     NUMKEYS[_n] = (2, 1)
 for _n in ["zunion", "zinter", "zdiff", "zintercard", "sintercard", "lmpop", "zmpop"]:
     NUMKEYS[_n] = (1, 0)
+for _n in ["blmpop", "bzmpop"]:
+    NUMKEYS[_n] = (2, 0)
 SORT = {"sort", "sort_ro", "georadius", "georadiusbymember"}
 STREAMS = {"xread", "xreadgroup"}
 
@@ -168,6 +171,8 @@ def kind(name, containers):
         return "Kind::FanOut(Merge::%s)" % FAN_OUT[name]
     if name in LOCAL:
         return "Kind::Local(Local::%s)" % LOCAL[name]
+    if name in BLOCKING:
+        return "Kind::Blocking"
     if name in REFUSED:
         return "Kind::Refused(Reason::%s)" % REFUSED[name]
     container, bar, sub = name.partition("|")

@@ -146,6 +146,27 @@ pub fn idle_usable(stream: &TcpStream) -> bool {
     }
 }
 
+/// Waits until `stream` has bytes to read or its peer has closed it, taking none of them
+/// (`MSG_PEEK`): `true` when bytes wait, `false` at end of stream or on an error. Dropping it
+/// loses nothing, so it can watch a connection whose bytes are read elsewhere later.
+pub async fn readable_or_closed(stream: &TcpStream) -> bool {
+    let BufResult(res, _) = stream.peek(Vec::with_capacity(1)).await;
+    matches!(res, Ok(n) if n > 0)
+}
+
+/// Runs `fut` unless `stop` completes first: `None` then (and `fut` is dropped).
+pub async fn unless<F: Future, S: Future<Output = ()>>(fut: F, stop: S) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut stop = std::pin::pin!(stop);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        stop.as_mut().poll(cx).map(|()| None)
+    })
+    .await
+}
+
 /// Shuts both directions of a stream so a task blocked reading it wakes with end of stream.
 pub fn shutdown(stream: &TcpStream) {
     let _ = SockRef::from(stream).shutdown(std::net::Shutdown::Both);

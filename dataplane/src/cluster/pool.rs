@@ -271,6 +271,25 @@ impl ClusterPool {
         }
     }
 
+    /// True for a Redis Cluster pool (placement by slot, redirects followed).
+    pub fn is_redis_cluster(&self) -> bool {
+        matches!(self.kind, PoolKind::Slots(_))
+    }
+
+    /// Where a request goes again after the redirect `reply` (`MOVED`/`ASK`, Redis Cluster
+    /// spec) that `from` gave on a leased connection: the node, and whether `ASKING` must come
+    /// first. `None` for anything else, and always for a pool that is not a Redis Cluster.
+    pub fn lease_redirect(
+        &self,
+        from: std::net::SocketAddr,
+        reply: &[u8],
+    ) -> Option<(std::net::SocketAddr, bool)> {
+        match &self.kind {
+            PoolKind::Hashed(_) => None,
+            PoolKind::Slots(p) => p.lease_redirect(from, reply),
+        }
+    }
+
     /// Number of nodes a fan-out command goes to: every host, or every Redis Cluster primary.
     pub fn fanout_len(&self) -> usize {
         match &self.kind {

@@ -520,6 +520,29 @@ impl SlotPool {
             .then_some(shard.primary)
     }
 
+    /// The node to send a request again after `reply` came from `from` on a leased
+    /// connection, and whether it needs `ASKING` first. `MOVED` re-points the slot in this
+    /// worker's view (and tells the discovery thread, as a followed redirect does); `ASK`
+    /// leaves the map unchanged. `None`: not `MOVED`/`ASK`, or the node is past the
+    /// unknown-host cap.
+    pub fn lease_redirect(&self, from: SocketAddr, reply: &[u8]) -> Option<(SocketAddr, bool)> {
+        match Redirection::parse(reply, from)? {
+            Redirection::Moved { slot, addr } => {
+                self.cell.note_redirect();
+                let idx = self.shard_of_primary(addr)?;
+                if let Some(s) = self.view.borrow_mut().slots.get_mut(slot as usize) {
+                    *s = idx as u16;
+                }
+                Some((addr, false))
+            }
+            Redirection::Ask { addr, .. } => {
+                self.cell.note_redirect();
+                self.admit_unknown(addr).then_some((addr, true))
+            }
+            Redirection::Retry => None,
+        }
+    }
+
     /// Number of primaries in the current map (fan-out targets).
     pub fn primaries(&self) -> usize {
         self.sync();

@@ -96,6 +96,12 @@ fn numkeys<'a>(
             }
             n
         }
+        // BLMPOP/BZMPOP check their timeout before numkeys: a bad numkeys (no keys found here)
+        // goes to a backend, which answers both errors in Redis's order at once.
+        "blmpop" | "bzmpop" => match parsed {
+            Some(n) if n >= 1 && n < room => n,
+            _ => return Ok(()),
+        },
         // t_list.c lmpopGenericCommand, t_zset.c zmpopGenericCommand: the direction follows.
         "lmpop" | "zmpop" => {
             let n = parsed
@@ -126,15 +132,18 @@ fn numkeys<'a>(
     Ok(())
 }
 
-/// Redis `xreadGetKeys`: (BLOCK seen, Some((first key, number of keys))) — `None` on a syntax
-/// error (no STREAMS, or an odd number of arguments after it).
-fn streams<'a>(argc: usize, arg: &impl Fn(usize) -> &'a [u8]) -> (bool, Option<(usize, usize)>) {
-    let mut block = false;
+/// Redis `xreadGetKeys`: (the argument after the last BLOCK, Some((first key, number of keys)))
+/// — `None` on a syntax error (no STREAMS, or an odd number of arguments after it).
+fn streams<'a>(
+    argc: usize,
+    arg: &impl Fn(usize) -> &'a [u8],
+) -> (Option<usize>, Option<(usize, usize)>) {
+    let mut block = None;
     let mut i = 1;
     while i < argc {
         let a = arg(i);
         if a.eq_ignore_ascii_case(b"block") {
-            block = true;
+            block = Some(i + 1);
             i += 1;
         } else if a.eq_ignore_ascii_case(b"count") {
             i += 1;
@@ -155,10 +164,76 @@ fn streams<'a>(argc: usize, arg: &impl Fn(usize) -> &'a [u8]) -> (bool, Option<(
     (block, None)
 }
 
-/// True for XREAD/XREADGROUP with a BLOCK option (which the engine refuses: a blocked read would
-/// stall the shared upstream connection). Other blocking commands are [`super::Kind::Refused`].
+/// True for a request that may block at the backend: a [`super::Kind::Blocking`] row, or
+/// XREAD/XREADGROUP with a `BLOCK` option. It cannot share a pipelined upstream connection.
+#[inline]
 pub fn is_blocking<'a>(spec: &CommandSpec, argc: usize, arg: impl Fn(usize) -> &'a [u8]) -> bool {
-    spec.keys == KeySpec::Streams && streams(argc, &arg).0
+    spec.kind == super::Kind::Blocking
+        || (spec.keys == KeySpec::Streams && streams(argc, &arg).0.is_some())
+}
+
+/// How long a blocking request may block at the backend (its own timeout argument).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BlockTimeout {
+    /// Timeout 0: until served.
+    Forever,
+    /// This long; `at` is the argument holding it and `millis` says whether it counts
+    /// milliseconds (XREAD … BLOCK) or seconds (the list and sorted-set commands, decimals
+    /// allowed since Redis 6).
+    For {
+        wait: std::time::Duration,
+        at: usize,
+        millis: bool,
+    },
+    /// Not a valid timeout: the backend answers the error at once.
+    Invalid,
+}
+
+/// The timeout argument of blocking request `spec` (Redis 7.0 `blocking.c`
+/// `getTimeoutFromObjectOrReply`: seconds as a double for BLPOP & co., milliseconds as an
+/// integer for XREAD's BLOCK; negative is an error).
+pub fn block_timeout<'a>(
+    spec: &CommandSpec,
+    argc: usize,
+    arg: impl Fn(usize) -> &'a [u8],
+) -> BlockTimeout {
+    let (at, millis) = match spec.name {
+        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => (argc.saturating_sub(1), false),
+        "brpoplpush" => (3, false),
+        "blmove" => (5, false),
+        "blmpop" | "bzmpop" => (1, false),
+        "xread" | "xreadgroup" => match streams(argc, &arg).0 {
+            Some(i) => (i, true),
+            None => return BlockTimeout::Invalid,
+        },
+        _ => return BlockTimeout::Invalid,
+    };
+    if at == 0 || at >= argc {
+        return BlockTimeout::Invalid;
+    }
+    let Some(text) = std::str::from_utf8(arg(at)).ok() else {
+        return BlockTimeout::Invalid;
+    };
+    let seconds = if millis {
+        match text.parse::<i64>() {
+            Ok(ms) if ms >= 0 => ms as f64 / 1000.0,
+            _ => return BlockTimeout::Invalid,
+        }
+    } else {
+        match text.parse::<f64>() {
+            Ok(s) if s.is_finite() && s >= 0.0 => s,
+            _ => return BlockTimeout::Invalid,
+        }
+    };
+    if seconds == 0.0 {
+        return BlockTimeout::Forever;
+    }
+    // Redis keeps milliseconds: a timeout under 1 ms is 0 ms and still blocks (and times out
+    // at once); years-long timeouts stay representable.
+    match std::time::Duration::try_from_secs_f64(seconds) {
+        Ok(wait) => BlockTimeout::For { wait, at, millis },
+        Err(_) => BlockTimeout::Invalid,
+    }
 }
 
 /// Redis `sortGetKeys`: the argument after the last STORE, skipping LIMIT's two and GET's and

@@ -24,7 +24,7 @@ pub mod split;
 mod table;
 mod table_raw;
 
-pub use keys::is_blocking;
+pub use keys::{BlockTimeout, block_timeout, is_blocking};
 pub use refused::{Reason, refused_reply};
 
 /// True if `spec` only reads, so that a Redis Cluster replica may serve it (`read_policy`).
@@ -46,6 +46,10 @@ pub enum Kind {
     Keyed,
     /// Keys are grouped per shard, sent as sub-requests of the same command, and merged.
     Split(Merge),
+    /// Blocks until served or its own timeout (BLPOP, BZPOPMIN, BLMOVE, …): runs alone on a
+    /// leased upstream connection to its keys' backend (one backend or `-CROSSSLOT`). XREAD and
+    /// XREADGROUP are [`Kind::Keyed`] and block only with `BLOCK` (see [`is_blocking`]).
+    Blocking,
     /// Answered by the proxy itself.
     Local(Local),
     /// Sent unchanged to every shard; the replies are merged.

@@ -13,9 +13,6 @@ pub enum Reason {
     Transaction,
     /// SUBSCRIBE and the other pub/sub connection commands, PUBSUB introspection.
     PubSub,
-    /// BLPOP, BZPOPMIN and the other blocking commands (XREAD and friends are keyed: see
-    /// [`super::is_blocking`]).
-    Blocking,
     /// SYNC, PSYNC, REPLICAOF, FAILOVER, ROLE, …
     Replication,
     /// MONITOR, DEBUG, SHUTDOWN, SAVE, CONFIG, ACL, MODULE, LATENCY, SLOWLOG, MEMORY DOCTOR, …
@@ -46,7 +43,6 @@ impl Reason {
                 "transactions need a dedicated upstream connection (not yet implemented)"
             }
             Reason::PubSub => "pub/sub is not supported through a sharding proxy",
-            Reason::Blocking => "blocking commands would stall the shared upstream connection",
             Reason::Replication => "replication is managed on each Redis server directly",
             Reason::Administration => {
                 "server administration must be sent to each Redis server directly"

@@ -487,14 +487,6 @@ fn kinds_are_chosen_for_every_row() {
         "psubscribe",
         "ssubscribe",
         "unsubscribe",
-        "blpop",
-        "brpop",
-        "brpoplpush",
-        "blmove",
-        "blmpop",
-        "bzpopmin",
-        "bzpopmax",
-        "bzmpop",
         "monitor",
         "sync",
         "psync",
@@ -522,6 +514,18 @@ fn kinds_are_chosen_for_every_row() {
         let Kind::Refused(_) = kind(n) else {
             panic!("{n} is not refused");
         };
+    }
+    for n in [
+        "blpop",
+        "brpop",
+        "brpoplpush",
+        "blmove",
+        "blmpop",
+        "bzpopmin",
+        "bzpopmax",
+        "bzmpop",
+    ] {
+        assert_eq!(kind(n), Kind::Blocking, "{n}");
     }
     for n in [
         "script", "client", "object", "memory", "xinfo", "xgroup", "config", "cluster", "function",
@@ -1360,4 +1364,67 @@ fn breaker_name_index_matches_linear_reference() {
         let want_l = if inp.contains(&b'|') { None } else { want };
         assert_eq!(lookup(&inp).map(|s| s.id), want_l, "{inp:?}");
     }
+}
+
+/// The timeout argument of each blocking command, in Redis's units (seconds as a double, XREAD's
+/// BLOCK in integer milliseconds), and BLMPOP/BZMPOP keys by their numkeys.
+#[test]
+fn blocking_timeouts_and_keys() {
+    use std::time::Duration;
+    let t = |v: &[&[u8]]| {
+        let spec = lookup(v[0]).expect("test value");
+        block_timeout(spec, v.len(), argv(v))
+    };
+    let secs = |s: f64, at: usize| BlockTimeout::For {
+        wait: Duration::from_secs_f64(s),
+        at,
+        millis: false,
+    };
+    assert_eq!(t(&[b"BLPOP", b"a", b"b", b"1.5"]), secs(1.5, 3));
+    assert_eq!(t(&[b"BRPOP", b"a", b"0"]), BlockTimeout::Forever);
+    assert_eq!(t(&[b"BRPOPLPUSH", b"a", b"b", b"2"]), secs(2.0, 3));
+    assert_eq!(
+        t(&[b"BLMOVE", b"a", b"b", b"LEFT", b"RIGHT", b"0.25"]),
+        secs(0.25, 5)
+    );
+    assert_eq!(t(&[b"BZMPOP", b"3", b"1", b"z", b"MIN"]), secs(3.0, 1));
+    assert_eq!(
+        t(&[
+            b"XREAD", b"COUNT", b"2", b"BLOCK", b"150", b"STREAMS", b"s", b"$"
+        ]),
+        BlockTimeout::For {
+            wait: Duration::from_millis(150),
+            at: 4,
+            millis: true
+        }
+    );
+    // A group named "block" is not the BLOCK option.
+    assert_eq!(
+        t(&[
+            b"XREADGROUP",
+            b"GROUP",
+            b"block",
+            b"c",
+            b"STREAMS",
+            b"s",
+            b">"
+        ]),
+        BlockTimeout::Invalid
+    );
+    for bad in [&b"-1"[..], b"x", b"nan", b"inf"] {
+        assert_eq!(t(&[b"BLPOP", b"a", bad]), BlockTimeout::Invalid);
+    }
+    assert_eq!(
+        t(&[b"XREAD", b"BLOCK", b"1.5", b"STREAMS", b"s", b"$"]),
+        BlockTimeout::Invalid
+    );
+    assert_eq!(
+        keys_of(&[b"BLMPOP", b"0", b"2", b"a", b"b", b"LEFT"]),
+        Ok(vec![3, 4])
+    );
+    // A bad numkeys finds no key: a backend answers it after checking the timeout, as Redis.
+    assert_eq!(keys_of(&[b"BLMPOP", b"0", b"0", b"a", b"LEFT"]), Ok(vec![]));
+    assert_eq!(keys_of(&[b"BZMPOP", b"0", b"2", b"a", b"MIN"]), Ok(vec![]));
+    let blpop = lookup(b"blpop").expect("test value");
+    assert!(is_blocking(blpop, 3, argv(&[b"BLPOP", b"a", b"0"])));
 }

@@ -44,6 +44,15 @@ pub struct ListenerStats {
     pub rq_active: Arc<Gauge>,
     pub unsupported_command: Arc<Counter>,
     pub invalid_request: Arc<Counter>,
+    /// EXECs that ran their transaction (the backend answered EXEC with an array).
+    pub tx_committed: Arc<Counter>,
+    /// EXECs that ran nothing: `-EXECABORT` (a queue-time error, a reload, a refused MULTI),
+    /// nil (a WATCH conflict), an error fault, no backend or leased connection.
+    pub tx_aborted: Arc<Counter>,
+    /// Commands of a transaction (or WATCH) refused with `-CROSSSLOT`: keys on another backend.
+    pub tx_cross_slot: Arc<Counter>,
+    /// Clients blocked now in a blocking command (Redis's `blocked_clients`).
+    pub blocked_clients: Arc<Gauge>,
     /// `command.custom.*` of the listener's `custom_commands`, registered with the first one.
     custom: RefCell<Option<CommandStats>>,
     /// The listener's `latency_in_micros` (set at every config apply; a change mixes units in
@@ -80,6 +89,10 @@ impl ListenerStats {
             rq_active: g("downstream_rq_active"),
             unsupported_command: c("splitter.unsupported_command"),
             invalid_request: c("splitter.invalid_request"),
+            tx_committed: c("tx_committed"),
+            tx_aborted: c("tx_aborted"),
+            tx_cross_slot: c("tx_cross_slot"),
+            blocked_clients: g("blocked_clients"),
             custom: RefCell::new(None),
             micros: Cell::new(false),
             commands: RefCell::new(Vec::new()),

@@ -17,7 +17,7 @@ use std::time::Instant;
 use super::PoolSettings;
 use super::conn::{open, read_replies};
 use crate::net::{self, BufResult, Notify, TcpStream};
-use crate::stats::{Counter, Gauge};
+use crate::stats::{Counter, Gauge, Histogram};
 use std::sync::Arc;
 
 /// Why no lease was given.
@@ -48,6 +48,15 @@ impl fmt::Display for LeaseError {
     }
 }
 
+/// Why a blocking exchange ([`Lease::exchange_blocking`]) ended without a reply.
+#[derive(Debug)]
+pub enum BlockedError {
+    /// The holder stopped it (its client left, or the worker drains).
+    Stopped,
+    /// The write or read failed, or the bound passed.
+    Io(std::io::Error),
+}
+
 /// Reply when a client waited `op_timeout` for a leased connection in vain.
 pub const LEASE_EXHAUSTED: &[u8] = b"-ERR no leased upstream connection became free within \
 op_timeout: every one of the host's max_leased_connections is in use\r\n";
@@ -69,6 +78,8 @@ pub struct LeaseStats {
     pub exhausted: Arc<Counter>,
     /// Leases closed instead of returned (an I/O error, a timeout, a holder that went away).
     pub closed_dirty: Arc<Counter>,
+    /// How long each lease waited for its connection (connect included), in ms.
+    pub wait_ms: Arc<Histogram>,
 }
 
 impl LeaseStats {
@@ -84,6 +95,7 @@ impl LeaseStats {
             connects: c("connect"),
             exhausted: c("pool_exhausted"),
             closed_dirty: c("closed_dirty"),
+            wait_ms: store.histogram(&format!("cluster.{cluster}.leased_cx_wait_ms"), worker),
         }
     }
 }
@@ -135,7 +147,8 @@ impl LeasePool {
         addr: SocketAddr,
         resp3: bool,
     ) -> Result<Lease, LeaseError> {
-        let deadline = Instant::now() + self.settings.op_timeout;
+        let started = Instant::now();
+        let deadline = started + self.settings.op_timeout;
         loop {
             let idle = self
                 .idle
@@ -145,7 +158,7 @@ impl LeasePool {
             if let Some(stream) = idle {
                 self.stats.idle.dec();
                 if net::idle_usable(&stream) {
-                    return Ok(self.given(addr, resp3, stream));
+                    return Ok(self.given(addr, resp3, stream, started));
                 }
                 // Closed by the host while idle (a restart, its `timeout`): try the next.
                 net::shutdown(&stream);
@@ -162,7 +175,7 @@ impl LeasePool {
                 return match open(addr, &settings, false, &self.cluster).await {
                     Ok(stream) => {
                         self.stats.connects.inc();
-                        Ok(self.given(addr, resp3, stream))
+                        Ok(self.given(addr, resp3, stream, started))
                     }
                     Err(e) => {
                         self.forget(addr);
@@ -202,8 +215,17 @@ impl LeasePool {
         }
     }
 
-    fn given(self: &Rc<Self>, addr: SocketAddr, resp3: bool, stream: TcpStream) -> Lease {
+    fn given(
+        self: &Rc<Self>,
+        addr: SocketAddr,
+        resp3: bool,
+        stream: TcpStream,
+        started: Instant,
+    ) -> Lease {
         self.stats.total.inc();
+        self.stats
+            .wait_ms
+            .record(started.elapsed().as_millis().try_into().unwrap_or(u64::MAX));
         self.stats.active.inc();
         Lease {
             pool: self.clone(),
@@ -282,6 +304,51 @@ impl Lease {
         })
         .await
         .unwrap_or_else(|| Err(std::io::ErrorKind::TimedOut.into()));
+        if result.is_err() {
+            self.close();
+        }
+        result
+    }
+
+    /// Like [`Lease::exchange`] for a request that blocks at the backend (BLPOP & co.) for
+    /// `wait`, its own timeout (`None`: until served): bounded by `wait` plus `op_timeout` (the
+    /// backend answers a timed-out block itself; past that it is hung), and abandoned as soon
+    /// as `stop` completes. Returns the last of the `replies` replies.
+    ///
+    /// Errors: [`BlockedError::Stopped`] when `stop` came first (the connection is closed, so
+    /// Redis frees the blocked client and pops nothing for it); [`BlockedError::Io`] as for
+    /// [`Lease::exchange`], `TimedOut` past the bound. The lease is then unusable.
+    pub async fn exchange_blocking(
+        &mut self,
+        request: Vec<u8>,
+        replies: usize,
+        wait: Option<std::time::Duration>,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Result<Vec<u8>, BlockedError> {
+        let Some(stream) = self.stream.as_ref() else {
+            return Err(BlockedError::Io(std::io::ErrorKind::NotConnected.into()));
+        };
+        let exchange = async {
+            let BufResult(res, _) = net::write_all(stream, request).await;
+            res?;
+            read_replies(stream, replies).await
+        };
+        let op_timeout = self.pool.settings.op_timeout;
+        let bounded = async {
+            match wait {
+                Some(w) => net::timeout(w.saturating_add(op_timeout), exchange)
+                    .await
+                    .unwrap_or_else(|| Err(std::io::ErrorKind::TimedOut.into())),
+                None => exchange.await,
+            }
+        };
+        let result = match net::unless(bounded, stop).await {
+            None => Err(BlockedError::Stopped),
+            Some(Ok(mut r)) => r
+                .pop()
+                .ok_or(BlockedError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            Some(Err(e)) => Err(BlockedError::Io(e)),
+        };
         if result.is_err() {
             self.close();
         }

@@ -23,7 +23,7 @@ pub use check::{CheckReply, CheckSession};
 pub use cluster_slots::{ClusterSlotsClient, FetchError};
 pub use conn::{Conn, SendError};
 pub use host::{HostState, Streak};
-pub use lease::{LEASE_EXHAUSTED, Lease, LeaseError, LeasePool, LeaseStats};
+pub use lease::{BlockedError, LEASE_EXHAUSTED, Lease, LeaseError, LeasePool, LeaseStats};
 pub use limit::ConnectLimiter;
 
 use crate::config::{ClusterConfig, ListenerConfig, ReadPolicy, TcpKeepalive};

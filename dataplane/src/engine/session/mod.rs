@@ -10,12 +10,15 @@ use std::time::Instant;
 
 use tracing::debug;
 
+mod barrier;
+mod blocking;
 mod mode;
 mod multi;
 mod transaction;
 
+use barrier::Barrier;
 use mode::Mode;
-use transaction::{Barrier, TxCommand, Watch};
+use transaction::{TxCommand, Watch};
 
 use super::sink::{NO_CMD, Sink};
 use super::stats::CUSTOM_CMD;
@@ -51,7 +54,7 @@ struct Session {
     /// The connection's WATCH: the leased upstream connection holding it.
     watching: Option<Watch>,
     /// Set by a request whose reply must come before the next request is handled (EXEC,
-    /// WATCH); the read loop waits on it.
+    /// WATCH, a blocking command); the read loop waits on it.
     barrier: Option<Rc<Barrier>>,
 }
 
@@ -216,7 +219,12 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             // Other tasks run while this one waits: the batch's clock and probe scope end here.
             drop(clock);
             drop(request_path);
+            let stay = !barrier.is_blocking()
+                || watch_client(&stream, &barrier, &mut buf, &sink, &worker, &stats).await;
             session.watching = barrier.wait().await;
+            if !stay {
+                break;
+            }
             resume = true;
         }
     }
@@ -225,6 +233,71 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
         stats.cx_drain_close.inc();
     }
     sink.reader_done();
+}
+
+/// While a blocking request of this session waits at the backend: reads what the client sends
+/// meanwhile into `buf` (up to [`READ_KEEP`]; past that the client is no longer watched), and
+/// stops the request when the client closes the connection or the worker drains. False when
+/// the session must end (after the request has answered).
+async fn watch_client(
+    stream: &TcpStream,
+    barrier: &Barrier,
+    buf: &mut Vec<u8>,
+    sink: &Sink,
+    worker: &WorkerShared,
+    stats: &super::stats::ListenerStats,
+) -> bool {
+    enum Event {
+        Answered,
+        Readable(bool),
+        Woken,
+    }
+    while buf.len() < READ_KEEP {
+        let event = {
+            let mut answered = pin!(barrier.opened());
+            let mut readable = pin!(net::readable_or_closed(stream));
+            let mut woken = pin!(sink.reader.notified());
+            std::future::poll_fn(|cx| {
+                if answered.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::Answered);
+                }
+                if let Poll::Ready(r) = readable.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Readable(r));
+                }
+                woken.as_mut().poll(cx).map(|()| Event::Woken)
+            })
+            .await
+        };
+        match event {
+            Event::Answered => return true,
+            Event::Readable(true) => {
+                // Bytes are there: this read completes at once, and they wait in `buf`.
+                if buf.capacity() - buf.len() < READ_INITIAL / 2 {
+                    buf.reserve(READ_CHUNK);
+                }
+                let BufResult(res, b) = net::read_append(stream, std::mem::take(buf)).await;
+                *buf = b;
+                match res {
+                    Ok(n) if n > 0 => stats.rx_bytes.add(n as u64),
+                    _ => {
+                        barrier.stop();
+                        return false;
+                    }
+                }
+            }
+            Event::Readable(false) => {
+                barrier.stop();
+                return false;
+            }
+            Event::Woken if worker.is_draining() || sink.is_closed() => {
+                barrier.stop();
+                return false;
+            }
+            // Back-pressure lifted: nothing to do here.
+            Event::Woken => {}
+        }
+    }
+    true
 }
 
 /// Moves `gauge` from this session's contribution `held` to `now`; returns `now`.
@@ -341,6 +414,9 @@ impl Session {
             return self
                 .sink
                 .push_local(spec.id, b"-NOAUTH Authentication required.\r\n");
+        }
+        if command::is_blocking(spec, req.argc(), req.argv()) {
+            return self.blocking(rt, &req, spec);
         }
         if let Some(how) = Upstream::of(spec.kind) {
             // Faults hit only what goes upstream (docs/faults.md): never AUTH, PING or any

@@ -14,17 +14,17 @@
 //! until they are answered (a barrier), so a pipelined `GET` after `EXEC` sees the transaction's
 //! writes, as it would at Redis.
 
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use super::barrier::Barrier;
 use super::multi::{self, EXECABORT, Step};
 use super::{Mode, Session};
 use crate::cluster::ClusterPool;
 use crate::command::{CommandSpec, Request};
 use crate::engine::sink::{NO_CMD, Sink};
 use crate::engine::worker::ListenerRuntime;
-use crate::net::{self, Notify};
-use crate::router::dispatch::{Queued, Slots, TxDest};
+use crate::net;
+use crate::router::dispatch::{CROSSSLOT, Queued, Slots, TxDest};
 use crate::upstream::{Deliver, Lease, LeaseError, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
 
 /// Where a transaction runs, in the worker's pools.
@@ -33,6 +33,7 @@ type Dest = TxDest<ClusterPool>;
 const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
 const UNWATCH: &[u8] = b"*1\r\n$7\r\nUNWATCH\r\n";
+const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 
 /// EXEC of a transaction whose listener was reloaded while it was queued: its routes may not
 /// exist any more, so nothing of it runs.
@@ -59,31 +60,6 @@ pub(super) struct Tx {
 pub(super) struct Watch {
     lease: Lease,
     dest: Dest,
-}
-
-/// Holds the session's next request until an upstream exchange has answered.
-#[derive(Default)]
-pub(super) struct Barrier {
-    done: Cell<bool>,
-    notify: Notify,
-    /// The WATCH lease coming back from the exchange, to keep.
-    watch: RefCell<Option<Watch>>,
-}
-
-impl Barrier {
-    fn open(&self, watch: Option<Watch>) {
-        *self.watch.borrow_mut() = watch;
-        self.done.set(true);
-        self.notify.notify();
-    }
-
-    /// Waits until the exchange has answered; returns the WATCH to keep.
-    pub(super) async fn wait(&self) -> Option<Watch> {
-        while !self.done.get() {
-            self.notify.notified().await;
-        }
-        self.watch.borrow_mut().take()
-    }
 }
 
 /// The transaction commands, outside MULTI.
@@ -151,9 +127,14 @@ impl Session {
         let so_far = self.watching.as_ref().map(|w| w.dest.clone());
         let dest = match self
             .dispatch(rt)
-            .watch(req, spec, so_far.as_ref(), &mut request)
+            .together(req, spec, so_far.as_ref(), &mut request)
         {
-            Queued::No(reply) => return self.sink.push_local(spec.id, &reply),
+            Queued::No(reply) => {
+                if *reply == *CROSSSLOT {
+                    rt.stats.tx_cross_slot.inc();
+                }
+                return self.sink.push_local(spec.id, &reply);
+            }
             Queued::Yes { dest: Some(dest) } => dest,
             // WATCH has at least one key (its arity says so): unreachable, answered safely.
             Queued::Yes { dest: None } => return self.sink.push_local(spec.id, NO_UPSTREAM_HOST),
@@ -167,7 +148,7 @@ impl Session {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
         let seq = self.sink.push(spec.id);
-        let barrier = Rc::new(Barrier::default());
+        let barrier = Rc::new(Barrier::new());
         self.barrier = Some(barrier.clone());
         let sink = self.sink.clone();
         let resp3 = self.conn.resp3;
@@ -303,6 +284,9 @@ impl Session {
                     b"+QUEUED\r\n"
                 }
                 Queued::No(reply) => {
+                    if *reply == *CROSSSLOT {
+                        rt.stats.tx_cross_slot.inc();
+                    }
                     tx.discarded = true;
                     self.mode = Mode::Multi(tx);
                     return self.sink.push_local(cmd, &reply);
@@ -319,20 +303,24 @@ impl Session {
             return;
         };
         if tx.discarded {
+            rt.stats.tx_aborted.inc();
             self.end_watch();
             return self.sink.push_local(spec.id, EXECABORT);
         }
         if !Rc::ptr_eq(&tx.runtime, rt) {
+            rt.stats.tx_aborted.inc();
             self.end_watch();
             return self.sink.push_local(spec.id, RELOADED);
         }
         // Faults apply to EXEC as to one request: an error fault runs nothing.
         if self.fault(rt, spec.id) {
+            rt.stats.tx_aborted.inc();
             self.end_watch();
             return;
         }
         let held = self.watching.take();
         if tx.count == 0 && held.is_none() {
+            rt.stats.tx_committed.inc();
             return self.sink.push_local(spec.id, b"*0\r\n");
         }
         let dest = tx
@@ -345,49 +333,138 @@ impl Session {
             .or_else(|| dest.as_ref().and_then(|d| d.pool.primary_addr(d.shard)));
         let (Some(dest), Some(addr)) = (dest, addr) else {
             drop(held);
+            rt.stats.tx_aborted.inc();
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
         let mut request = tx.queued;
         request.extend_from_slice(EXEC);
-        let replies = tx.count + 1;
+        let run = Exec {
+            dest,
+            watched: held.is_some(),
+            request,
+            replies: tx.count + 1,
+            resp3: self.conn.resp3,
+        };
         let seq = self.sink.push(spec.id);
-        let barrier = Rc::new(Barrier::default());
+        let barrier = Rc::new(Barrier::new());
         self.barrier = Some(barrier.clone());
         let sink = self.sink.clone();
-        let resp3 = self.conn.resp3;
+        let stats = (rt.stats.tx_committed.clone(), rt.stats.tx_aborted.clone());
         net::spawn(async move {
-            let mut lease = match lease_for(held, &dest, addr, resp3).await {
-                Ok(l) => l,
-                Err(e) => {
-                    sink.deliver(seq, 0, e.reply());
-                    return barrier.open(None);
-                }
-            };
-            // MULTI goes alone first: a backend that refuses it (`-BUSY` while a script runs,
-            // `-LOADING`, …) would run the queued commands one by one if they followed in the
-            // same write. Redis answers such an EXEC `-EXECABORT … because of: <error>`.
-            match lease.exchange(MULTI.to_vec(), 1).await {
-                Ok(r) if r.first().is_some_and(|r| r.as_slice() == b"+OK\r\n") => {}
-                Ok(r) => {
-                    let why = r
-                        .first()
-                        .map_or_else(Vec::new, |e| multi::execabort_because(e));
-                    sink.deliver(seq, 0, &why);
+            let reply = run.run(held, addr).await;
+            if committed(&reply) {
+                stats.0.inc();
+            } else {
+                stats.1.inc();
+            }
+            sink.deliver(seq, 0, &reply);
+            barrier.open(None);
+        });
+    }
+}
+
+/// True for EXEC's reply when the transaction ran: the array of its replies (not the nil of a
+/// WATCH conflict, not an error).
+fn committed(reply: &[u8]) -> bool {
+    reply.first() == Some(&b'*') && reply.get(1) != Some(&b'-')
+}
+
+/// A transaction on its way to its backend.
+struct Exec {
+    dest: Dest,
+    /// A WATCH holds the connection: the transaction runs there or not at all.
+    watched: bool,
+    /// The queued commands and EXEC.
+    request: Vec<u8>,
+    replies: usize,
+    resp3: bool,
+}
+
+impl Exec {
+    /// Runs the transaction at `addr` (on the WATCH's connection when `held`); returns EXEC's
+    /// reply for the client.
+    ///
+    /// Redis Cluster: when a queued command met `MOVED`/`ASK` (so EXEC answered `-EXECABORT`
+    /// and nothing ran), the transaction runs once more at the node named, with `ASKING` before
+    /// its MULTI for `ASK` (the flag lasts the whole transaction). Not with a WATCH: the
+    /// watched keys are on the old node, so the client gets the abort, as a cluster client
+    /// would.
+    async fn run(mut self, held: Option<Watch>, addr: std::net::SocketAddr) -> Vec<u8> {
+        let mut lease = match lease_for(held, &self.dest, addr, self.resp3).await {
+            Ok(l) => l,
+            Err(e) => return e.reply().to_vec(),
+        };
+        let mut asking = false;
+        let mut retried = false;
+        loop {
+            match begin(&mut lease, asking).await {
+                Ok(()) => {}
+                Err(Some(reply)) => {
                     // Not in MULTI; a WATCH it held ends as at Redis's EXEC abort.
                     let ok = lease.exchange(UNWATCH.to_vec(), 1).await.is_ok();
                     lease.release(ok);
-                    return barrier.open(None);
+                    return reply;
                 }
-                Err(_) => {
-                    sink.deliver(seq, 0, UPSTREAM_FAILURE);
-                    return barrier.open(None);
-                }
+                Err(None) => return UPSTREAM_FAILURE.to_vec(),
             }
-            deliver_exec(&sink, seq, lease.exchange(request, replies).await);
+            let again = !self.watched && !retried && self.dest.pool.is_redis_cluster();
+            let request = if again {
+                self.request.clone()
+            } else {
+                std::mem::take(&mut self.request)
+            };
+            let replies = match lease.exchange(request, self.replies).await {
+                Ok(r) => r,
+                // Whether it ran is unknown, as for any write whose reply was lost.
+                Err(_) => return UPSTREAM_FAILURE.to_vec(),
+            };
             // EXEC ends MULTI and every WATCH of the connection: it is clean.
+            let from = lease.addr();
             lease.release(true);
-            barrier.open(None);
-        });
+            let aborted = replies.last().is_some_and(|r| r.starts_with(b"-EXECABORT"));
+            let redirect = (again && aborted)
+                .then(|| {
+                    replies.iter().find_map(|r| {
+                        matches!(r.get(..4), Some(b"-MOV" | b"-ASK"))
+                            .then(|| self.dest.pool.lease_redirect(from, r))
+                            .flatten()
+                    })
+                })
+                .flatten();
+            let Some((to, ask)) = redirect else {
+                return replies
+                    .into_iter()
+                    .last()
+                    .unwrap_or_else(|| UPSTREAM_FAILURE.to_vec());
+            };
+            lease = match self.dest.pool.leases.lease(to, self.resp3).await {
+                Ok(l) => l,
+                Err(e) => return e.reply().to_vec(),
+            };
+            asking = ask;
+            retried = true;
+        }
+    }
+}
+
+/// Opens the transaction on `lease`: `MULTI` alone (after `ASKING` when `asking`), so a
+/// backend that refuses it (`-BUSY` while a script runs, `-LOADING`, …) cannot run the queued
+/// commands one by one, as it would if they followed in the same write. `Err(Some(reply))`:
+/// MULTI was refused, `reply` is Redis's `-EXECABORT … because of: <error>` for EXEC;
+/// `Err(None)`: the exchange failed (the lease is closed).
+async fn begin(lease: &mut Lease, asking: bool) -> Result<(), Option<Vec<u8>>> {
+    let mut out = Vec::with_capacity(MULTI.len() + ASKING.len());
+    if asking {
+        out.extend_from_slice(ASKING);
+    }
+    out.extend_from_slice(MULTI);
+    match lease.exchange(out, 1 + usize::from(asking)).await {
+        Ok(r) if r.last().is_some_and(|r| r.as_slice() == b"+OK\r\n") => Ok(()),
+        Ok(r) => Err(Some(
+            r.last()
+                .map_or_else(Vec::new, |e| multi::execabort_because(e)),
+        )),
+        Err(_) => Err(None),
     }
 }
 
@@ -401,17 +478,6 @@ async fn lease_for(
     match held {
         Some(w) => Ok(w.lease),
         None => dest.pool.leases.lease(addr, resp3).await,
-    }
-}
-
-/// Answers EXEC's slot `seq` with the last of the exchange's replies (Redis's reply to EXEC;
-/// the ones before are `+QUEUED`s or queue-time errors, after which EXEC answers
-/// `-EXECABORT`), or `-upstream failure` when the exchange failed (whether the transaction ran
-/// is then unknown, as for any write whose reply was lost).
-fn deliver_exec(sink: &Sink, seq: u64, replies: std::io::Result<Vec<Vec<u8>>>) {
-    match replies.ok().and_then(|mut r| r.pop()) {
-        Some(reply) => sink.deliver(seq, 0, &reply),
-        None => sink.deliver(seq, 0, UPSTREAM_FAILURE),
     }
 }
 

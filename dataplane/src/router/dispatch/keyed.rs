@@ -4,7 +4,6 @@ use super::{CROSSSLOT, Dispatch, Pool, Slots};
 use crate::cluster::Dest;
 use crate::command::Request;
 use crate::command::{self, CommandSpec};
-use crate::resp::encode;
 use crate::router::RouteRuntime;
 use crate::upstream::{NO_UPSTREAM_HOST, SendError};
 
@@ -19,19 +18,6 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     pub fn keyed(&mut self, req: &Request<'_>, spec: &'static CommandSpec) {
         let arg = req.argv();
         let argc = req.argc();
-        if command::is_blocking(spec, argc, arg) {
-            let mut reply = Vec::new();
-            encode::error(
-                &mut reply,
-                format!(
-                    "ERR '{}' with BLOCK is not supported by respite: blocking commands would \
-                     hold a shared upstream connection",
-                    spec.name
-                )
-                .as_bytes(),
-            );
-            return self.slots.local(spec.id, &reply);
-        }
         self.scratch.key_idx.clear();
         if let Err(reply) = command::keys(spec, argc, arg, &mut self.scratch.key_idx) {
             return self.slots.local(spec.id, &reply);

@@ -107,7 +107,7 @@ impl Upstream {
             Kind::Split(m) => Some(Upstream::Split(m)),
             Kind::FanOut(m) => Some(Upstream::FanOut(m)),
             Kind::Scan => Some(Upstream::Scan),
-            Kind::Local(_) | Kind::Refused(_) | Kind::Container => None,
+            Kind::Local(_) | Kind::Refused(_) | Kind::Container | Kind::Blocking => None,
         }
     }
 }

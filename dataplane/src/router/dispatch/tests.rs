@@ -372,11 +372,10 @@ fn keyed_prefix_routes_rewrite_and_reads_go_to_read_pool() {
 }
 
 #[test]
-fn keyed_blocking_and_bad_numkeys_are_answered_here() {
+fn keyed_bad_numkeys_are_answered_here() {
     let log = Log::default();
     let p = pool("main", 4, &log);
     let mut b = Bench::new(catch_all(&p));
-    b.run(&["XREAD", "BLOCK", "0", "STREAMS", "s1", "0"]);
     b.run(&["EVAL", "return 1", "2", "k1"]);
     b.run(&["EVAL", "return 1", "0"]);
     assert_eq!(
@@ -386,7 +385,7 @@ fn keyed_blocking_and_bad_numkeys_are_answered_here() {
             Dest::Key(0),
             false,
             &["EVAL", "return 1", "0"],
-            2,
+            1,
             0
         )]
     );
@@ -396,19 +395,31 @@ fn keyed_blocking_and_bad_numkeys_are_answered_here() {
         Some(&Ev::Deliver(
             0,
             0,
-            b"-ERR 'xread' with BLOCK is not supported by respite: blocking commands would hold a \
-              shared upstream connection\r\n"
-                .to_vec()
-        ))
-    );
-    assert_eq!(
-        ev.get(3),
-        Some(&Ev::Deliver(
-            1,
-            0,
             b"-ERR Number of keys can't be greater than number of args\r\n".to_vec()
         ))
     );
+}
+
+/// Blocking requests run alone on a leased connection: placed like a WATCH, keys on one backend.
+#[test]
+fn blocking_requests_are_placed_together() {
+    let log = Log::default();
+    let p = pool("main", 4, &log);
+    let mut b = Bench::new(catch_all(&p));
+    let (q, bytes) = b.together(&["BLMPOP", "0", "2", "a1", "b1", "LEFT"]);
+    assert_eq!(placed(&q), Ok(Some(1)));
+    assert_eq!(bytes, resp(&["BLMPOP", "0", "2", "a1", "b1", "LEFT"]));
+    let cross = String::from_utf8_lossy(CROSSSLOT).into_owned();
+    assert_eq!(
+        placed(&b.together(&["BRPOPLPUSH", "a1", "b2", "0"]).0),
+        Err(cross)
+    );
+    // A bad numkeys finds no key: the backend answers it (after its timeout check, as Redis).
+    assert_eq!(
+        placed(&b.together(&["BLMPOP", "0", "0", "a1", "LEFT"]).0),
+        Ok(None)
+    );
+    assert!(log.borrow().is_empty());
 }
 
 #[test]
@@ -869,10 +880,22 @@ impl Bench {
         let spec = crate::command::resolve(req.argc(), req.argv()).expect("a table command");
         let mut out = Vec::new();
         let q = if spec.name == "watch" {
-            self.dispatch().watch(&req, spec, so_far, &mut out)
+            self.dispatch().together(&req, spec, so_far, &mut out)
         } else {
             self.dispatch().queue(&req, Some(spec), so_far, &mut out)
         };
+        (q, String::from_utf8_lossy(&out).into_owned())
+    }
+}
+
+impl Bench {
+    /// Places `args`, a request that runs alone on a leased connection (WATCH, blocking).
+    fn together(&mut self, args: &[&str]) -> (Queued<FakePool>, String) {
+        let (bytes, ranges, frame) = parts(args);
+        let req = Request::new(&bytes, &ranges, Some(frame.as_bytes()));
+        let spec = crate::command::resolve(req.argc(), req.argv()).expect("a table command");
+        let mut out = Vec::new();
+        let q = self.dispatch().together(&req, spec, None, &mut out);
         (q, String::from_utf8_lossy(&out).into_owned())
     }
 }
@@ -929,15 +952,16 @@ fn transaction_refuses_what_cannot_run_on_one_backend() {
     assert!(refusal(&mut b, &["FLUSHALL"]).starts_with("-ERR 'flushall' inside MULTI is not"));
     assert!(refusal(&mut b, &["SELECT", "0"]).starts_with("-ERR 'select' inside MULTI is not"));
     assert!(refusal(&mut b, &["SUBSCRIBE", "ch"]).starts_with("-ERR 'subscribe' is not supported"));
-    assert!(
-        refusal(&mut b, &["BLMPOP", "0", "1", "l", "LEFT"]).starts_with("-ERR 'blmpop' is not")
-    );
     assert_eq!(
         refusal(&mut b, &["SAVE"]),
         "-ERR Command not allowed inside a transaction\r\n"
     );
-    // Blocking commands whose keys the table knows do not block inside MULTI: queued.
+    // Blocking commands do not block inside MULTI: queued.
     assert_eq!(placed(&b.queue(&["BLPOP", "l2", "0"], None).0), Ok(Some(2)));
+    assert_eq!(
+        placed(&b.queue(&["BLMPOP", "0", "1", "l2", "LEFT"], None).0),
+        Ok(Some(2))
+    );
     assert!(log.borrow().is_empty());
 }
 

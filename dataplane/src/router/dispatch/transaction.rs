@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::rc::Rc;
 
 use super::{CROSSSLOT, Dispatch, Pool, Slots};
-use crate::command::{self, CommandSpec, Kind, Local, Reason, Request};
+use crate::command::{self, CommandSpec, Kind, Local, Request};
 use crate::upstream::NO_UPSTREAM_HOST;
 
 /// The backend of a transaction: shard `shard` (a [`crate::cluster::Dest::Key`] value) of
@@ -58,8 +58,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// route) and says where its keys go, for a transaction whose backend so far is `so_far`.
     ///
     /// Refused: commands that go to every backend or that Respite answers itself (except PING
-    /// and ECHO, which the backend answers inside the transaction), refused commands (except
-    /// blocking ones, which do not block inside MULTI), keys of
+    /// and ECHO, which the backend answers inside the transaction), refused commands, keys of
     /// one command or of the transaction on different backends (`-CROSSSLOT`), no host.
     pub fn queue(
         &mut self,
@@ -72,10 +71,8 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         match spec.map(|s| (s, s.kind)) {
             None => self.scratch.key_idx.push(1),
             // Blocking commands never block inside MULTI (Redis runs them as their non-blocking
-            // form), so they are queued like any keyed command: those whose keys the table
-            // knows (BLMPOP and BZMPOP, keyed by `numkeys`, have no key positions in it and
-            // stay refused rather than go to a keyless backend).
-            Some((_, Kind::Keyed | Kind::Split(_)))
+            // form), so they are queued like any keyed command.
+            Some((_, Kind::Keyed | Kind::Split(_) | Kind::Blocking))
             | Some((_, Kind::Local(Local::Ping | Local::Echo))) => {
                 if let Some(spec) = spec
                     && let Err(reply) =
@@ -91,13 +88,6 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
                     (&b"-ERR Command not allowed inside a transaction\r\n"[..]).into(),
                 );
             }
-            Some((spec, Kind::Refused(Reason::Blocking))) if spec.first_key > 0 => {
-                if let Err(reply) =
-                    command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx)
-                {
-                    return Queued::No(reply.into());
-                }
-            }
             Some((spec, Kind::Refused(reason))) => {
                 return Queued::No(command::refused_reply(spec, reason).into());
             }
@@ -106,9 +96,10 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         self.append_placed(req, so_far, out)
     }
 
-    /// [`Dispatch::queue`] for `WATCH key…` outside MULTI (whose table row is not a queueable
-    /// kind): the keys' backend, which must be `so_far`'s when an earlier WATCH holds one.
-    pub fn watch(
+    /// [`Dispatch::queue`] for a request that runs alone on a leased connection: `WATCH key…`
+    /// outside MULTI (whose backend must be `so_far`'s when an earlier WATCH holds one) and the
+    /// blocking commands. Appends its forwarded form to `out`; its keys must be on one backend.
+    pub fn together(
         &mut self,
         req: &Request<'_>,
         spec: &'static CommandSpec,

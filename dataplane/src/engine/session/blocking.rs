@@ -1,0 +1,207 @@
+//! Blocking commands: BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, and
+//! XREAD / XREADGROUP with `BLOCK`.
+//!
+//! Each runs alone on a leased connection to its keys' primary (keys on two backends:
+//! `-CROSSSLOT`, nothing runs), for the command's own timeout: `op_timeout` does not cut it,
+//! it only bounds how long past that timeout a silent backend is waited for. Inside MULTI they
+//! do not block (Redis runs them as their non-blocking form) and are queued like any command.
+//!
+//! - The client's later requests wait behind it (a barrier), so replies stay in order and a
+//!   pipelined `GET` sees what the blocking command did, as at Redis.
+//! - While it blocks, the session watches its client: when the client leaves, the leased
+//!   connection is closed at once, so Redis unblocks it and pops nothing for a client that is
+//!   gone (an element popped while the close is on its way is lost with the connection, as
+//!   with any client that disconnects). A draining worker stops it the same way and answers
+//!   `-UNBLOCKED`, Redis's error for a client unblocked by force.
+//! - Redis Cluster: Redis answers a blocked client `MOVED`/`ASK` when its slot moves away; the
+//!   request is sent again to the named node with the rest of its timeout (at most
+//!   [`MAX_REDIRECTS`] times). A primary that fails over answers its blocked clients
+//!   `-UNBLOCKED …` (it became a replica): that reply is the client's, never re-issued, so an
+//!   element is never served twice. A connection lost while blocked answers
+//!   `-upstream failure`, like any request whose reply was lost.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::Session;
+use super::barrier::Barrier;
+use crate::cluster::ClusterPool;
+use crate::command::{self, BlockTimeout, CommandSpec, Request};
+use crate::engine::sink::Sink;
+use crate::engine::worker::ListenerRuntime;
+use crate::net;
+use crate::resp::{Limits, Parsed, RequestParser, encode};
+use crate::router::dispatch::{Queued, TxDest};
+use crate::upstream::{BlockedError, Deliver, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
+
+/// Redirects one blocking request follows before the client gets `-TRYAGAIN`.
+pub(super) const MAX_REDIRECTS: usize = 3;
+
+const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+
+/// The reply of a blocking request stopped because the worker drains (Redis's error code for
+/// a client unblocked by force).
+const UNBLOCKED: &[u8] =
+    b"-UNBLOCKED client unblocked by the proxy: it is shutting down or restarting\r\n";
+
+const TOO_MANY_REDIRECTS: &[u8] =
+    b"-TRYAGAIN too many cluster redirects for one blocking request\r\n";
+
+impl Session {
+    /// A blocking request outside MULTI (resolved, counted, past the auth gate).
+    pub(super) fn blocking(
+        &mut self,
+        rt: &Rc<ListenerRuntime>,
+        req: &Request<'_>,
+        spec: &'static CommandSpec,
+    ) {
+        let timeout = command::block_timeout(spec, req.argc(), req.argv());
+        let mut request = Vec::new();
+        let dest = match self.dispatch(rt).together(req, spec, None, &mut request) {
+            Queued::No(reply) => return self.sink.push_local(spec.id, &reply),
+            Queued::Yes { dest: Some(dest) } => dest,
+            // No key found (a bad numkeys): the backend answers the error at once.
+            Queued::Yes { dest: None } => match self.dispatch(rt).keyless_dest() {
+                Some(dest) => dest,
+                None => return self.sink.push_local(spec.id, NO_UPSTREAM_HOST),
+            },
+        };
+        let Some(addr) = dest.pool.primary_addr(dest.shard) else {
+            return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
+        };
+        if self.fault(rt, spec.id) {
+            return;
+        }
+        let seq = self.sink.push(spec.id);
+        let barrier = Rc::new(Barrier::blocking());
+        self.barrier = Some(barrier.clone());
+        let sink = self.sink.clone();
+        let resp3 = self.conn.resp3;
+        let blocked = rt.stats.blocked_clients.clone();
+        blocked.inc();
+        net::spawn(async move {
+            let blocked_request = Blocked {
+                dest,
+                resp3,
+                timeout,
+                started: Instant::now(),
+            };
+            let reply = blocked_request.run(addr, request, &barrier).await;
+            deliver(&sink, seq, &reply);
+            blocked.dec();
+            barrier.open(None);
+        });
+    }
+}
+
+fn deliver(sink: &Sink, seq: u64, reply: &[u8]) {
+    sink.deliver(seq, 0, reply);
+}
+
+/// One blocking request on its way.
+struct Blocked {
+    dest: TxDest<ClusterPool>,
+    resp3: bool,
+    timeout: BlockTimeout,
+    started: Instant,
+}
+
+impl Blocked {
+    /// Runs `request` at `addr`, following cluster redirects; returns the client's reply.
+    async fn run(
+        &self,
+        mut addr: std::net::SocketAddr,
+        mut request: Vec<u8>,
+        barrier: &Barrier,
+    ) -> Vec<u8> {
+        let mut asking = false;
+        for _ in 0..=MAX_REDIRECTS {
+            let lease = net::unless(
+                self.dest.pool.leases.lease(addr, self.resp3),
+                barrier.stopped(),
+            );
+            let mut lease = match lease.await {
+                None => return UNBLOCKED.to_vec(),
+                Some(Err(e)) => return e.reply().to_vec(),
+                Some(Ok(l)) => l,
+            };
+            let mut out = Vec::with_capacity(request.len() + ASKING.len());
+            if asking {
+                out.extend_from_slice(ASKING);
+            }
+            out.extend_from_slice(&request);
+            let replies = 1 + usize::from(asking);
+            let reply = match lease
+                .exchange_blocking(out, replies, self.left(), barrier.stopped())
+                .await
+            {
+                Ok(reply) => reply,
+                Err(BlockedError::Stopped) => return UNBLOCKED.to_vec(),
+                Err(BlockedError::Io(_)) => return UPSTREAM_FAILURE.to_vec(),
+            };
+            // The exchange read every reply and nothing else is open on the connection.
+            let from = lease.addr();
+            lease.release(true);
+            let redirect = matches!(reply.get(..4), Some(b"-MOV" | b"-ASK"))
+                .then(|| self.dest.pool.lease_redirect(from, &reply))
+                .flatten();
+            let Some((to, ask)) = redirect else {
+                return reply;
+            };
+            match self.with_time_left(&request) {
+                Some(r) => request = r,
+                None => return reply,
+            }
+            addr = to;
+            asking = ask;
+        }
+        TOO_MANY_REDIRECTS.to_vec()
+    }
+
+    /// The rest of the request's own timeout (`None`: it blocks until served).
+    fn left(&self) -> Option<Duration> {
+        match self.timeout {
+            BlockTimeout::For { wait, .. } => Some(wait.saturating_sub(self.started.elapsed())),
+            BlockTimeout::Forever | BlockTimeout::Invalid => None,
+        }
+    }
+
+    /// `request` with its timeout argument set to the time left (at least 1 ms, so Redis
+    /// itself answers the timeout), for sending it again; unchanged when it has no finite
+    /// timeout. `None` if it cannot be re-encoded (never for bytes dispatch wrote).
+    fn with_time_left(&self, request: &[u8]) -> Option<Vec<u8>> {
+        let BlockTimeout::For { at, millis, .. } = self.timeout else {
+            return Some(request.to_vec());
+        };
+        let left = self
+            .left()
+            .unwrap_or_default()
+            .max(Duration::from_millis(1));
+        let value = if millis {
+            left.as_millis().to_string()
+        } else {
+            format!("{:.3}", left.as_secs_f64())
+        };
+        let mut parser = RequestParser::new(Limits {
+            max_bulk_len: request.len(),
+            ..Limits::default()
+        });
+        let mut args = Vec::new();
+        let mut scratch = Vec::new();
+        let Ok(Parsed::Resp { .. }) = parser.parse(request, &mut args, &mut scratch) else {
+            return None;
+        };
+        let mut out = Vec::with_capacity(request.len() + 8);
+        encode::command(
+            &mut out,
+            args.iter().enumerate().map(|(i, r)| {
+                if i == at {
+                    value.as_bytes()
+                } else {
+                    request.get(r.clone()).unwrap_or_default()
+                }
+            }),
+        );
+        Some(out)
+    }
+}
