@@ -106,6 +106,10 @@ SCAN = {"scan"}
 # XREAD/XREADGROUP block only with BLOCK, decided per request).
 BLOCKING = {"blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop"}
 
+# Stop the script running on a backend: sent to every backend over leased connections, never
+# behind the script on a shared one (`Kind::ScriptKill`).
+SCRIPT_KILL = {"script|kill", "function|kill"}
+
 # Refused with a reason (`Reason::<value>`, whose sentence is in src/command/refused.rs).
 REFUSED = {}
 for _reason, _names in {
@@ -118,8 +122,7 @@ for _reason, _names in {
     "Replication": ["sync", "psync", "replconf", "replicaof", "slaveof", "failover", "role"],
     "Administration": [
         "monitor", "debug", "shutdown", "save", "bgsave", "bgrewriteaof", "memory|doctor",
-        "memory|malloc-stats", "memory|purge", "memory|stats", "script|kill", "function|kill",
-        "function|stats",
+        "memory|malloc-stats", "memory|purge", "memory|stats", "function|stats",
     ],
     "LuaDebugger": ["script|debug"],
     "Migrate": ["migrate"],
@@ -173,6 +176,8 @@ def kind(name, containers):
         return "Kind::Local(Local::%s)" % LOCAL[name]
     if name in BLOCKING:
         return "Kind::Blocking"
+    if name in SCRIPT_KILL:
+        return "Kind::ScriptKill"
     if name in REFUSED:
         return "Kind::Refused(Reason::%s)" % REFUSED[name]
     container, bar, sub = name.partition("|")

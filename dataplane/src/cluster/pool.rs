@@ -271,6 +271,16 @@ impl ClusterPool {
         }
     }
 
+    /// Every host that takes writes, healthy or not: each host of a hashed pool, each primary
+    /// of a Redis Cluster (what SCRIPT KILL goes to: a host busy with a script fails its health
+    /// checks).
+    pub fn primary_addrs(&self) -> Vec<std::net::SocketAddr> {
+        match &self.kind {
+            PoolKind::Hashed(h) => h.shared.iter().map(|s| s.addr).collect(),
+            PoolKind::Slots(p) => p.primary_addrs(),
+        }
+    }
+
     /// True for a Redis Cluster pool (placement by slot, redirects followed).
     pub fn is_redis_cluster(&self) -> bool {
         matches!(self.kind, PoolKind::Slots(_))

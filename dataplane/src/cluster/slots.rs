@@ -543,6 +543,16 @@ impl SlotPool {
         }
     }
 
+    /// The address of every primary in the current map (fan-out order), healthy or not.
+    pub fn primary_addrs(&self) -> Vec<SocketAddr> {
+        self.sync();
+        let view = self.view.borrow();
+        view.fanout
+            .iter()
+            .filter_map(|&i| view.shards.get(i).map(|s| s.primary))
+            .collect()
+    }
+
     /// Number of primaries in the current map (fan-out targets).
     pub fn primaries(&self) -> usize {
         self.sync();
@@ -567,7 +577,7 @@ impl SlotPool {
             return None;
         }
         detours.insert(key, VecDeque::new());
-        let target_cmd = target.cmd;
+        let (target_cmd, script) = (target.cmd, target.script);
         let end = DetourEnd {
             target,
             pool: self.me.clone(),
@@ -576,6 +586,7 @@ impl SlotPool {
         };
         let target = Target {
             cmd: target_cmd,
+            script,
             sink: Rc::new(end),
             seq: 0,
             part: 0,
@@ -623,6 +634,7 @@ impl SlotPool {
             };
             let wrap = |target: Target| Target {
                 cmd: target.cmd,
+                script: target.script,
                 sink: Rc::new(end(target)),
                 seq: 0,
                 part: 0,

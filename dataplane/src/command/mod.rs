@@ -50,6 +50,9 @@ pub enum Kind {
     /// leased upstream connection to its keys' backend (one backend or `-CROSSSLOT`). XREAD and
     /// XREADGROUP are [`Kind::Keyed`] and block only with `BLOCK` (see [`is_blocking`]).
     Blocking,
+    /// SCRIPT KILL, FUNCTION KILL: sent to every backend over leased connections (never queued
+    /// behind the running script on a shared one); the replies merged as one server's.
+    ScriptKill,
     /// Answered by the proxy itself.
     Local(Local),
     /// Sent unchanged to every shard; the replies are merged.
@@ -178,6 +181,16 @@ impl CommandSpec {
 
 /// Every supported command; `COMMANDS[i].id == i`.
 pub static COMMANDS: &[CommandSpec] = &table::TABLE;
+
+/// True when command id `cmd` runs a script (EVAL, EVALSHA, FCALL and their `_RO` forms: the
+/// keyed rows whose keys follow `numkeys` at argument 2), which may keep a backend busy and
+/// silent for long. False for ids out of the table.
+#[inline]
+pub fn runs_script(cmd: u16) -> bool {
+    COMMANDS
+        .get(usize::from(cmd))
+        .is_some_and(|c| c.kind == Kind::Keyed && c.keys == KeySpec::NumKeys { at: 2, fixed: 0 })
+}
 
 /// Size of the lowercase buffer; every command name is shorter, so longer names cannot match.
 const MAX_NAME: usize = 32;

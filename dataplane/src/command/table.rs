@@ -1115,7 +1115,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::Administration),
+        Kind::ScriptKill,
         KeySpec::Range,
     ),
     c(
@@ -1940,7 +1940,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::Administration),
+        Kind::ScriptKill,
         KeySpec::Range,
     ),
     c(

@@ -508,7 +508,6 @@ fn kinds_are_chosen_for_every_row() {
         "slowlog|get",
         "client|list",
         "client|kill",
-        "script|kill",
         "script|debug",
     ] {
         let Kind::Refused(_) = kind(n) else {
@@ -527,6 +526,24 @@ fn kinds_are_chosen_for_every_row() {
     ] {
         assert_eq!(kind(n), Kind::Blocking, "{n}");
     }
+    assert_eq!(kind("script|kill"), Kind::ScriptKill);
+    assert_eq!(kind("function|kill"), Kind::ScriptKill);
+    let scripts: Vec<&str> = COMMANDS
+        .iter()
+        .filter(|c| runs_script(c.id))
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(
+        scripts,
+        [
+            "eval",
+            "eval_ro",
+            "evalsha",
+            "evalsha_ro",
+            "fcall",
+            "fcall_ro"
+        ]
+    );
     for n in [
         "script", "client", "object", "memory", "xinfo", "xgroup", "config", "cluster", "function",
         "acl", "latency", "slowlog", "module", "pubsub",

@@ -84,6 +84,7 @@ impl MirrorStats {
             seq: 0,
             part: 0,
             cmd,
+            script: crate::command::runs_script(cmd),
         };
         match pool.send(dest, client, read, request, target) {
             Ok(()) => {

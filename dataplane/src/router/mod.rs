@@ -186,6 +186,11 @@ impl<P> Router<P> {
         self.catch_all.as_ref()
     }
 
+    /// Every route, the catch-all last.
+    pub fn routes(&self) -> impl Iterator<Item = &RouteRuntime<P>> {
+        self.routes.iter().chain(self.catch_all.iter())
+    }
+
     /// True when keys may take different routes (there are prefix routes).
     #[inline]
     pub fn has_prefixes(&self) -> bool {

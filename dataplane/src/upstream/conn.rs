@@ -825,12 +825,22 @@ async fn expire_timeouts<H: HostState>(conn: Rc<Conn<H>>) {
             let idx = inner.timed_out;
             let now = Instant::now();
             let expired = match inner.pending.get(idx) {
-                Some(p) if idx < inner.written && p.deadline.is_some_and(|d| d <= now) => Some((
-                    p.target.clone(),
-                    p.reads_at_write == conn.reads.get(),
-                    p.sent,
-                    now,
-                )),
+                Some(p) if idx < inner.written && p.deadline.is_some_and(|d| d <= now) => {
+                    // A script still running ahead (EVAL, FCALL) keeps the host silent until it
+                    // ends or passes `busy-reply-threshold`: busy, not hung.
+                    let busy = inner
+                        .pending
+                        .iter()
+                        .take(idx + 1)
+                        .any(|q| q.target.as_ref().is_some_and(|t| t.script));
+                    Some((
+                        p.target.clone(),
+                        !busy && p.reads_at_write == conn.reads.get(),
+                        busy,
+                        p.sent,
+                        now,
+                    ))
+                }
                 _ => None,
             };
             if expired.is_some() {
@@ -838,11 +848,13 @@ async fn expire_timeouts<H: HostState>(conn: Rc<Conn<H>>) {
             }
             expired
         };
-        if let Some((target, hung, sent, now)) = expired {
+        if let Some((target, hung, busy, sent, now)) = expired {
             conn.stats.rq_timeout.inc();
             conn.stats.host_rq_timeout.inc();
-            conn.note_failure();
-            conn.streak.failure(&*conn.host);
+            if !busy {
+                conn.note_failure();
+                conn.streak.failure(&*conn.host);
+            }
             if let Some(target) = target {
                 conn.stats.rq_error.inc();
                 conn.record(target.cmd, false, sent, now);

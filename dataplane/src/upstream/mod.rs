@@ -117,6 +117,9 @@ pub struct Target {
     /// The request's command table id, for `enable_command_stats` (out of the table: not
     /// counted per command).
     pub cmd: u16,
+    /// The request runs a script (EVAL, FCALL, …): a host silent behind it may be busy with
+    /// it rather than hung, so its timeout does not close the connection.
+    pub script: bool,
 }
 
 impl Target {

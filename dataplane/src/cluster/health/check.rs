@@ -5,7 +5,8 @@
 /// How one check attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// `+PONG` to `PING`, or `:0` to `EXISTS key`.
+    /// `+PONG` to `PING`, or `:0` to `EXISTS key`; or `-BUSY` (a script is running: the host
+    /// is busy, not dead, and ejecting it would only move its keys' errors elsewhere).
     Pass,
     /// The host answered, but not with the healthy reply (`:1` to `EXISTS`, an error reply,
     /// a failed `AUTH`): Envoy's active failure.
@@ -15,10 +16,11 @@ pub enum Outcome {
 }
 
 /// Judges one reply: `exists` is true for an `EXISTS key` check (healthy only on `:0`; `:1` or
-/// anything else is unhealthy), false for `PING` (healthy only on `+PONG`).
+/// anything else is unhealthy), false for `PING` (healthy only on `+PONG`); `-BUSY` passes either.
 pub fn judge(reply: &[u8], exists: bool) -> Outcome {
     let healthy: &[u8] = if exists { b":0\r\n" } else { b"+PONG\r\n" };
-    if reply == healthy {
+    // `-BUSY`: a script runs past `busy-reply-threshold`; the host answers, it is not dead.
+    if reply == healthy || reply.starts_with(b"-BUSY ") {
         Outcome::Pass
     } else {
         Outcome::Fail

@@ -15,6 +15,9 @@ fn replies_judged_as_envoy_redis_checker() {
     assert_eq!(judge(b":0\r\n", true), Outcome::Pass);
     assert_eq!(judge(b":1\r\n", true), Outcome::Fail);
     assert_eq!(judge(b"+PONG\r\n", true), Outcome::Fail);
+    let busy = b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+    assert_eq!(judge(busy, false), Outcome::Pass);
+    assert_eq!(judge(busy, true), Outcome::Pass);
 }
 
 #[test]

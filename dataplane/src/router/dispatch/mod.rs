@@ -107,7 +107,11 @@ impl Upstream {
             Kind::Split(m) => Some(Upstream::Split(m)),
             Kind::FanOut(m) => Some(Upstream::FanOut(m)),
             Kind::Scan => Some(Upstream::Scan),
-            Kind::Local(_) | Kind::Refused(_) | Kind::Container | Kind::Blocking => None,
+            Kind::Local(_)
+            | Kind::Refused(_)
+            | Kind::Container
+            | Kind::Blocking
+            | Kind::ScriptKill => None,
         }
     }
 }
@@ -172,6 +176,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             seq,
             part,
             cmd,
+            script: crate::command::runs_script(cmd),
         }
     }
 
