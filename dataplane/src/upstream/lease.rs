@@ -1,9 +1,11 @@
 //! Leased upstream connections: held by one client session at a time, for what cannot share a
-//! pipelined connection with other clients (a transaction's `WATCH … MULTI … EXEC`: the
-//! watched keys and the open `MULTI` are state of the Redis connection).
+//! pipelined connection with other clients: a transaction's `WATCH … MULTI … EXEC` (the
+//! watched keys and the open `MULTI` are state of the Redis connection), a blocking command
+//! (it holds the connection until served), `SCRIPT KILL` (it must not wait behind the script).
 //!
 //! Each worker keeps, per cluster pool, idle leased connections per (host, protocol), up to
-//! `max_leased_connections` per host counting those in use. A lease is returned only clean (its
+//! `max_leased_connections` per host counting those in use, and one idle connection ready once a
+//! host has been leased ([`MIN_IDLE`]). A lease is returned only clean (its
 //! holder ended every `MULTI` and `WATCH` it opened, and read every reply), else it is closed:
 //! a connection is never handed to the next client with state of the last one.
 
@@ -56,6 +58,9 @@ pub enum BlockedError {
     /// The write or read failed, or the bound passed.
     Io(std::io::Error),
 }
+
+/// Idle connections kept ready per (host, protocol) once the host has been leased.
+pub const MIN_IDLE: usize = 1;
 
 /// Reply when a client waited `op_timeout` for a leased connection in vain.
 pub const LEASE_EXHAUSTED: &[u8] = b"-ERR no leased upstream connection became free within \
@@ -226,6 +231,7 @@ impl LeasePool {
         self.stats
             .wait_ms
             .record(started.elapsed().as_millis().try_into().unwrap_or(u64::MAX));
+        self.keep_warm(addr, resp3);
         self.stats.active.inc();
         Lease {
             pool: self.clone(),
@@ -233,6 +239,46 @@ impl LeasePool {
             resp3,
             stream: Some(stream),
         }
+    }
+
+    /// Opens one idle connection to `addr` in the background when the last idle one was just
+    /// handed out and the bound has room, so the host's next lease finds one connected
+    /// ([`MIN_IDLE`]). Hosts never leased get none.
+    fn keep_warm(self: &Rc<Self>, addr: SocketAddr, resp3: bool) {
+        let idle = self
+            .idle
+            .borrow()
+            .get(&(addr, resp3))
+            .map_or(0, Vec::len);
+        let opened = self.open.borrow().get(&addr).copied().unwrap_or(0);
+        if idle >= MIN_IDLE || opened >= self.max_per_host || self.retired.get() {
+            return;
+        }
+        *self.open.borrow_mut().entry(addr).or_insert(0) += 1;
+        let pool = self.clone();
+        net::spawn(async move {
+            let settings = PoolSettings {
+                resp3,
+                ..(*pool.settings).clone()
+            };
+            match open(addr, &settings, false, &pool.cluster).await {
+                Ok(stream) if !pool.retired.get() => {
+                    pool.stats.connects.inc();
+                    pool.stats.idle.inc();
+                    pool.idle
+                        .borrow_mut()
+                        .entry((addr, resp3))
+                        .or_default()
+                        .push(stream);
+                    pool.wake_one(addr);
+                }
+                Ok(stream) => {
+                    net::shutdown(&stream);
+                    pool.forget(addr);
+                }
+                Err(_) => pool.forget(addr),
+            }
+        });
     }
 
     /// A connection to `addr` is gone: its place is free for the next waiter.
