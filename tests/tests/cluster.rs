@@ -1729,3 +1729,89 @@ fn commands_to_a_migrating_slot_keep_their_order() {
         "no TRYAGAIN was retried"
     );
 }
+
+// ---- Blocking commands across a slot migration and a failover ------------------------------
+
+/// `blocked_clients` of `addr`'s `INFO clients`.
+fn blocked_on(addr: &str) -> i64 {
+    let info = query(addr, &["INFO", "clients"]).text();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no blocked_clients in INFO clients of {addr}: {info}"))
+}
+
+/// Waits until `addr` has `n` blocked clients; panics after 10 s.
+fn wait_blocked(addr: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while blocked_on(addr) != n {
+        assert!(
+            Instant::now() < deadline,
+            "{addr} never had {n} blocked clients"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A client blocked in BLPOP through Respite while its slot moves to another primary (Redis
+/// answers the blocked client `MOVED`) is blocked again at the new owner, without seeing the
+/// move, and is served there exactly once. After a failover of that primary Redis unblocks its
+/// blocked clients with `-UNBLOCKED …`: the client gets that error, the command is not issued
+/// again, and an element pushed afterwards is served to nobody (never twice).
+#[test]
+fn blocked_client_across_slot_migration_and_failover() {
+    let cluster = RedisCluster::start();
+    let respite = respite_over(&cluster, "primary", "");
+    // The lowest slot of a primary: what `reshard … 1` moves.
+    let ranges = cluster.slot_ranges();
+    let (&(first, _), (from, _)) = ranges.iter().next().expect("a slot range");
+    let to = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| p != from)
+        .expect("a second primary");
+    let key = (0..)
+        .map(|i| format!("bq:{i}"))
+        .find(|k| key_slot(k.as_bytes()) == first)
+        .expect("a key of the slot");
+
+    let mut blocked = respite.raw();
+    blocked.send(&[b"BLPOP", key.as_bytes(), b"0"]);
+    wait_blocked(from, 1);
+    cluster.reshard(from, &to, 1);
+    assert_eq!(cluster.slot_owner(first), to);
+    // Respite follows the MOVED the old owner gave the blocked client: blocked at `to` now.
+    wait_blocked(&to, 1);
+    assert_eq!(blocked_on(from), 0);
+    let mut other = respite.raw();
+    assert_eq!(cmd(&mut other, &["LPUSH", &key, "v"]), Reply::Int(1));
+    assert_eq!(
+        Reply::parse(&blocked.read_reply()),
+        Reply::Array(Some(vec![bulk(&key), bulk("v")]))
+    );
+    assert_eq!(query(&to, &["LLEN", &key]), Reply::Int(0));
+
+    // A failover of `to`: its blocked clients are unblocked with an error, never re-issued.
+    blocked.send(&[b"BLPOP", key.as_bytes(), b"0"]);
+    wait_blocked(&to, 1);
+    let replica = cluster
+        .replicas_of(&to)
+        .into_iter()
+        .next()
+        .expect("a replica");
+    cluster.failover(&replica);
+    let reply = Reply::parse(&blocked.read_reply());
+    assert!(
+        matches!(&reply, Reply::Error(e) if e.starts_with("UNBLOCKED")),
+        "{reply:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match try_cmd(&mut other, &["LPUSH", &key, "w"]) {
+            Ok(Reply::Int(1)) => break,
+            r => assert!(Instant::now() < deadline, "LPUSH after the failover: {r:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(query(&replica, &["LLEN", &key]), Reply::Int(1));
+}
