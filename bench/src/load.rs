@@ -261,6 +261,12 @@ impl<S: tokio::io::AsyncRead + Unpin> Conn<S> {
         }
     }
 
+    /// The bytes of the reply [`Conn::next_reply`] just returned at `at` (valid until the next
+    /// call).
+    pub(crate) fn reply_bytes(&self, at: usize) -> &[u8] {
+        &self.buf[at..self.start]
+    }
+
     pub(crate) fn error_text(&self, at: usize, kind: ReplyKind) -> Option<String> {
         match kind {
             ReplyKind::Error { start, end } => {
@@ -608,7 +614,8 @@ fn thread_main(
         .into_inner()
 }
 
-fn cpu_snapshot(cfg: &LoadConfig) -> Vec<Option<Duration>> {
+/// CPU time of this process and of every `cfg.pids` process (`None`: unreadable), in that order.
+pub(crate) fn cpu_snapshot(cfg: &LoadConfig) -> Vec<Option<Duration>> {
     let mut v = vec![procstat::cpu_time("self").ok()];
     for p in &cfg.pids {
         v.push(procstat::cpu_time(&p.pid.to_string()).ok());
@@ -742,12 +749,34 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
             Err(_) => return Err(io::Error::other("a bench thread panicked")),
         }
     }
+    let mut report = finish_report(&cfg, threads, results, start, cpu_before, machine_before);
+    if cfg.cluster {
+        report.target = format!(
+            "{} (Redis Cluster seed; {} primaries)",
+            cfg.target,
+            nodes.len()
+        );
+    }
+    Ok(report)
+}
+
+/// The report of a run whose threads returned `results`, measured from `start` (when the
+/// measured phase began) with CPU snapshots `cpu_before` ([`cpu_snapshot`]) and
+/// `machine_before` taken then; CPU and machine counters are read again now.
+pub(crate) fn finish_report(
+    cfg: &LoadConfig,
+    threads: usize,
+    results: Vec<ThreadStats>,
+    start: Instant,
+    cpu_before: Vec<Option<Duration>>,
+    machine_before: Option<Duration>,
+) -> Report {
     let end = results
         .iter()
         .filter_map(|r| r.finished)
         .max()
         .unwrap_or_else(Instant::now);
-    let cpu_after = cpu_snapshot(&cfg);
+    let cpu_after = cpu_snapshot(cfg);
     let machine_after = procstat::machine_busy().ok();
     let elapsed = end.saturating_duration_since(start);
 
@@ -757,14 +786,7 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
     let mut lag =
         Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 2).expect("valid histogram bounds");
     lag.auto(true);
-    let mut report = Report::new(&cfg, threads);
-    if cfg.cluster {
-        report.target = format!(
-            "{} (Redis Cluster seed; {} primaries)",
-            cfg.target,
-            nodes.len()
-        );
-    }
+    let mut report = Report::new(cfg, threads);
     for r in results {
         hist.add(&r.hist).expect("histogram merge");
         lag.add(&r.send_lag).expect("histogram merge");
@@ -803,7 +825,7 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
             .cpu
             .push(CpuUsage::new(label, pid, cpu, report.requests, elapsed));
     }
-    Ok(report)
+    report
 }
 
 #[cfg(test)]

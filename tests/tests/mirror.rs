@@ -630,3 +630,56 @@ fn runtime_fraction_mirrors_the_same_keys_every_run() {
         "a second run mirrored different keys, e.g. {diff:?}"
     );
 }
+
+/// A committed transaction is copied to the mirror whole, as one MULTI … EXEC on the mirror (it
+/// runs there as a transaction: one `exec` call, the values equal), one copy in the counters; a
+/// discarded transaction (DISCARD, a queue-time error) and a read-only one (reads excluded) are
+/// not copied at all.
+#[test]
+fn committed_transactions_are_mirrored_whole() {
+    let (primary, mirror) = (RedisServer::start(), RedisServer::start());
+    let r = start(Ports::new(), &primary, &mirror, &MirrorSpec::default());
+    let mut c = r.raw();
+    let before = MirrorStats::read(&r);
+    let committed = [
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", b"{tx}a", b"1"]),
+        cmd(&[b"INCRBY", b"{tx}a", b"41"]),
+        cmd(&[b"LPUSH", b"{tx}l", b"x", b"y"]),
+        cmd(&[b"EXEC"]),
+    ];
+    let replies = pipelined(&mut c, &committed, 5);
+    assert_eq!(
+        replies.last().map(|r| show(r)),
+        Some(show(b"*3\r\n+OK\r\n:42\r\n:2\r\n"))
+    );
+    let discarded = [
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", b"{tx}gone", b"1"]),
+        cmd(&[b"DISCARD"]),
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", b"{tx}gone", b"1"]),
+        cmd(&[b"NOSUCHCOMMAND"]),
+        cmd(&[b"EXEC"]),
+        cmd(&[b"MULTI"]),
+        cmd(&[b"GET", b"{tx}a"]),
+        cmd(&[b"EXEC"]),
+    ];
+    let replies = pipelined(&mut c, &discarded, 10);
+    assert_eq!(
+        replies.last().map(|r| show(r)),
+        Some(show(b"*1\r\n$2\r\n42\r\n"))
+    );
+    let after = drained(&r).minus(before);
+    assert_eq!(
+        (after.total, after.success, after.error),
+        (1, 1, 0),
+        "{after:?}"
+    );
+    let mut m = mirror.raw();
+    assert_eq!(m.cmd(&[b"GET", b"{tx}a"]), bulk(b"42"));
+    assert_eq!(m.cmd(&[b"LLEN", b"{tx}l"]), int(2));
+    assert!(!exists_on(&mut m, b"{tx}gone"));
+    assert_eq!(calls(&mirror, "exec"), 1);
+    assert_eq!(calls(&mirror, "multi"), 1);
+}

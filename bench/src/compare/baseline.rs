@@ -224,6 +224,7 @@ mod tests {
             report: crate::report::Report::new(&cfg, 1),
             stats_fetches_per_s: None,
             threads: None,
+            leased: None,
         }
     }
 

@@ -1,4 +1,5 @@
-//! The case list of a comparison: main cases, open-loop, and the scaling sweeps.
+//! The case list of a comparison: main cases, open-loop, the scaling sweeps, and the stateful
+//! cases (transactions, blocking commands) that run only when `--cases` names them.
 
 /// Which table a case belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -12,6 +13,24 @@ pub enum Group {
     Connections,
     /// GET at 50 connections with different pipeline depths.
     Pipeline,
+    /// Transactions and blocking commands (closed loop, one unit = one transaction or one
+    /// BLPOP); run only when `--cases` names them (or is `all`).
+    Stateful,
+}
+
+/// What one unit of load is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// Requests of the case's `mix`, `pipeline` in flight per connection; a unit is a request.
+    Mix,
+    /// Each connection loops `MULTI`, `SET {cN}k v`, `INCR {cN}n`, `EXEC` (written at once, the
+    /// four replies read); a unit is a transaction.
+    Tx,
+    /// Pairs of connections (`connections` counts both): one sends `BLPOP {pN}l 0`, the other
+    /// `LPUSH {pN}l x`, and the next round starts when both replied (one element in flight per
+    /// pair); a unit is a completed BLPOP.
+    PingPong,
 }
 
 /// One load shape, run against every target.
@@ -22,7 +41,7 @@ pub struct Case {
     /// Label in tables, e.g. `GET P16`.
     pub label: &'static str,
     pub group: Group,
-    /// `--mix` expression.
+    /// `--mix` expression; for a stateful workload, the commands of one unit (not parsed).
     pub mix: &'static str,
     pub connections: usize,
     pub pipeline: usize,
@@ -32,6 +51,11 @@ pub struct Case {
     pub key_offset: u64,
     /// Load generator threads.
     pub threads: usize,
+    /// What a unit of load is.
+    pub workload: Workload,
+    /// Targets that cannot run the case (twemproxy refuses MULTI and blocking commands and
+    /// closes the connection): not run, shown as `n/a`.
+    pub not_on: &'static [&'static str],
 }
 
 /// Keys per keyspace.
@@ -57,6 +81,8 @@ const fn case(
         value_size: 3,
         key_offset: 0,
         threads: 1,
+        workload: Workload::Mix,
+        not_on: &[],
     }
 }
 
@@ -102,6 +128,30 @@ pub fn all_cases() -> Vec<Case> {
         },
         case("pipe-4", "GET P4", Pipeline, "get", 50, 4),
         case("pipe-64", "GET P64", Pipeline, "get", 50, 64),
+        Case {
+            workload: Workload::Tx,
+            not_on: &["twemproxy"],
+            ..case(
+                "tx-c50",
+                "MULTI+SET+INCR+EXEC c=50",
+                Stateful,
+                "MULTI; SET {cN}k v; INCR {cN}n; EXEC",
+                50,
+                1,
+            )
+        },
+        Case {
+            workload: Workload::PingPong,
+            not_on: &["twemproxy"],
+            ..case(
+                "blpop-pingpong",
+                "BLPOP/LPUSH ping-pong, 25 pairs",
+                Stateful,
+                "BLPOP {pN}l 0 | LPUSH {pN}l x",
+                50,
+                1,
+            )
+        },
     ]
 }
 
@@ -117,8 +167,9 @@ pub const QUICK: &[&str] = &[
     "conns-1000",
 ];
 
-/// Selects cases: `main` is `all` or a comma list of main/open-loop ids, `scaling` is `all`,
-/// `none` or a comma list of scaling ids. `quick` starts from [`QUICK`] instead of everything.
+/// Selects cases: `main` is `all` or a comma list of main/open-loop/stateful ids, `scaling` is
+/// `all`, `none` or a comma list of scaling ids. Without `main` the stateful cases are left out
+/// and `quick` starts from [`QUICK`] instead of everything else.
 pub fn select(quick: bool, main: Option<&str>, scaling: Option<&str>) -> Result<Vec<Case>, String> {
     let all = all_cases();
     for list in [main, scaling].into_iter().flatten() {
@@ -130,12 +181,12 @@ pub fn select(quick: bool, main: Option<&str>, scaling: Option<&str>) -> Result<
         }
     }
     let wanted = |c: &Case| {
-        let is_main = matches!(c.group, Group::Main | Group::OpenLoop);
+        let is_main = matches!(c.group, Group::Main | Group::OpenLoop | Group::Stateful);
         let list = if is_main { main } else { scaling };
         match list {
             Some("all") => true,
             Some(l) => l.split(',').any(|id| id.trim() == c.id),
-            None => !quick || QUICK.contains(&c.id),
+            None => c.group != Group::Stateful && (!quick || QUICK.contains(&c.id)),
         }
     };
     Ok(all.into_iter().filter(|c| wanted(c)).collect())
@@ -147,7 +198,24 @@ mod tests {
 
     #[test]
     fn selection() {
-        assert_eq!(select(false, None, None).unwrap().len(), all_cases().len());
+        let stateful = all_cases()
+            .iter()
+            .filter(|c| c.group == Group::Stateful)
+            .count();
+        assert_eq!(stateful, 2);
+        assert_eq!(
+            select(false, None, None).unwrap().len(),
+            all_cases().len() - stateful
+        );
+        assert_eq!(
+            select(false, Some("all"), Some("all")).unwrap().len(),
+            all_cases().len()
+        );
+        let s = select(false, Some("tx-c50,blpop-pingpong"), Some("none")).unwrap();
+        assert!(
+            s.iter()
+                .all(|c| c.group == Group::Stateful && c.not_on == ["twemproxy"])
+        );
         let q = select(true, None, None).unwrap();
         assert_eq!(q.len(), QUICK.len());
         let s = select(true, Some("get-p1,open-loop"), Some("none")).unwrap();

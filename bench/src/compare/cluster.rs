@@ -181,6 +181,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
         proxy_pid: None,
         cluster: true,
         stats_reader: None,
+        admin: None,
     }];
     let mut failures = Vec::new();
     for (name, r) in &procs.respites {
@@ -191,6 +192,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
                 proxy_pid: Some(s.pid),
                 cluster: false,
                 stats_reader: None,
+                admin: s.admin_port,
             }),
             Err(e) => {
                 eprintln!("{name} did not start: {e}");
@@ -223,6 +225,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
         runs,
         medians,
         memory: Vec::new(),
+        blocked_memory: Vec::new(),
         baseline: Vec::new(),
         failures,
     };

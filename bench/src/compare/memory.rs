@@ -24,6 +24,22 @@ pub struct MemoryResult {
 /// Opens `n` connections to `port`, has each answer one PING, waits 1 s idle, measures `pid`.
 pub fn probe(target: &str, port: u16, pid: u32, n: usize) -> Result<MemoryResult, String> {
     let before = rss_kib(pid)?;
+    let conns = open_idle(target, port, n)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let after = rss_kib(pid)?;
+    drop(conns);
+    Ok(MemoryResult {
+        target: target.to_string(),
+        connections: n,
+        rss_before_kib: before,
+        rss_after_kib: after,
+        kib_per_connection: after.saturating_sub(before) as f64 / n.max(1) as f64,
+    })
+}
+
+/// Opens `n` connections to `port` (`target` names it in errors), each answering one PING
+/// before the next is opened; they have a 5 s read timeout.
+pub fn open_idle(target: &str, port: u16, n: usize) -> Result<Vec<TcpStream>, String> {
     let mut conns = Vec::with_capacity(n);
     for i in 0..n {
         let mut s = TcpStream::connect(("127.0.0.1", port))
@@ -42,14 +58,5 @@ pub fn probe(target: &str, port: u16, pid: u32, n: usize) -> Result<MemoryResult
         }
         conns.push(s);
     }
-    std::thread::sleep(Duration::from_secs(1));
-    let after = rss_kib(pid)?;
-    drop(conns);
-    Ok(MemoryResult {
-        target: target.to_string(),
-        connections: n,
-        rss_before_kib: before,
-        rss_after_kib: after,
-        kib_per_connection: after.saturating_sub(before) as f64 / n.max(1) as f64,
-    })
+    Ok(conns)
 }

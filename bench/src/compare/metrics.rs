@@ -113,6 +113,9 @@ pub struct RunRecord {
     /// `--stats-reader` comparison runs: respite's worker and admin thread CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<super::stats_reader::ThreadCpuResult>,
+    /// Stateful runs against Respite: leased upstream connections opened and open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leased: Option<super::stateful::LeasedConnects>,
 }
 
 /// Medians over the repetitions of one case × target.

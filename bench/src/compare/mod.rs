@@ -3,6 +3,7 @@
 //! hits every target alike; medians over repetitions; JSON, Markdown and an SVG plot as output.
 //! `--cluster`: a cluster-aware client vs Respite over a Redis Cluster (see `cluster.rs`);
 //! `--baseline-bin`: also a baseline Respite build, compared with the current one (`baseline.rs`).
+//! `--cases tx-c50,blpop-pingpong`: transactions and blocking commands (`stateful.rs`).
 
 mod baseline;
 mod cases;
@@ -13,6 +14,7 @@ mod plot;
 mod procs;
 mod sockmap;
 mod sockmap_ctl;
+mod stateful;
 mod stats_reader;
 mod sysstat;
 mod table;
@@ -28,7 +30,7 @@ use crate::load::{self, LoadConfig, Stop};
 use crate::mix::parse_mix;
 use crate::procstat::PidSpec;
 use crate::report::Report;
-use cases::{Case, Group, KEY_OFFSET_1K, KEYSPACE};
+use cases::{Case, Group, KEY_OFFSET_1K, KEYSPACE, Workload};
 use memory::MemoryResult;
 use metrics::{Metrics, RunRecord, Summary};
 use procs::Procs;
@@ -57,8 +59,10 @@ pub struct CompareArgs {
     #[arg(long, conflicts_with_all = ["scaling", "memory_conns", "redis_servers"])]
     cluster: bool,
     /// Main cases: `all` or a comma list of ids (get-p1, set-p1, get-p16, set-p16, mget10-p1,
-    /// mset10-p1, mget10-p16, mset10-p16, mix1k-p1, open-loop) [default: all, or --quick's;
-    /// with --cluster: get-p1, set-p1, get-p16, set-p16].
+    /// mset10-p1, mget10-p16, mset10-p16, mix1k-p1, open-loop; and the stateful tx-c50:
+    /// MULTI+SET+INCR+EXEC at 50 clients, blpop-pingpong: BLPOP/LPUSH ping-pong over 25 pairs,
+    /// which twemproxy cannot run) [default: all but the stateful ones, or --quick's; with
+    /// --cluster: get-p1, set-p1, get-p16, set-p16].
     #[arg(long, value_name = "IDS")]
     cases: Option<String>,
     /// Scaling cases: `all`, `none` or a comma list (conns-10, conns-100, conns-1000,
@@ -68,6 +72,10 @@ pub struct CompareArgs {
     /// Idle client connections for the memory probe; 0 skips it [default: 10000; --quick: 1000].
     #[arg(long, value_name = "N")]
     memory_conns: Option<usize>,
+    /// With blpop-pingpong: clients blocked in BLPOP for the memory-per-blocked-client probe
+    /// (Respite 1 worker and Redis direct); 0 skips it [default: 1000; --quick: 100].
+    #[arg(long, value_name = "K")]
+    blocked_clients: Option<usize>,
     /// Number of redis-servers behind the proxies (the first one is also "direct").
     #[arg(long, default_value_t = 2, value_name = "N")]
     redis_servers: usize,
@@ -122,6 +130,8 @@ struct Settings {
     quick: bool,
     redis_servers: usize,
     memory_connections: usize,
+    /// Clients of the memory-per-blocked-client probe (0: not run).
+    blocked_clients: usize,
     keyspace: u64,
     /// Load generator threads: 1, except 2 for the 10 000-connection case.
     client_threads: &'static str,
@@ -144,6 +154,8 @@ struct Target {
     cluster: bool,
     /// Admin port whose stats a reader thread fetches in a tight loop during each run.
     stats_reader: Option<u16>,
+    /// Respite's admin port, read around stateful runs (leased connections).
+    admin: Option<u16>,
 }
 
 /// Everything written to `<timestamp>.json`.
@@ -158,6 +170,9 @@ pub struct Output {
     runs: Vec<RunRecord>,
     medians: Vec<Summary>,
     memory: Vec<MemoryResult>,
+    /// Memory per client blocked in BLPOP (with blpop-pingpong).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    blocked_memory: Vec<stateful::BlockedMemory>,
     /// `--baseline-bin`: current vs baseline per case.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     baseline: Vec<baseline::Pair>,
@@ -232,6 +247,7 @@ fn setup(
         quick,
         redis_servers,
         memory_connections,
+        blocked_clients: 0,
         keyspace: KEYSPACE,
         client_threads: if args.cluster {
             "1"
@@ -293,7 +309,7 @@ fn run(args: &CompareArgs) -> Result<(), String> {
     let quick = args.quick;
     let cases = cases::select(quick, args.cases.as_deref(), args.scaling.as_deref())?;
     let Setup {
-        settings,
+        mut settings,
         out_dir,
         respite_bin,
         timestamp,
@@ -304,11 +320,24 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         args.memory_conns
             .unwrap_or(if quick { 1000 } else { 10_000 }),
     )?;
+    if cases.iter().any(|c| c.workload == Workload::PingPong) {
+        settings.blocked_clients = args
+            .blocked_clients
+            .unwrap_or(if quick { 100 } else { 1000 });
+    }
+    // Stateful cases hold a leased upstream connection per client (a transaction while it
+    // executes, BLPOP while it blocks): the per-worker, per-host bound must not make them wait.
+    let max_leased = cases
+        .iter()
+        .filter(|c| c.group == Group::Stateful)
+        .map(|c| c.connections)
+        .max()
+        .map(|n| n.max(settings.blocked_clients));
     let nofile = procs::raise_nofile()?;
     let most_conns = cases
         .iter()
         .map(|c| c.connections)
-        .chain([settings.memory_connections])
+        .chain([settings.memory_connections, settings.blocked_clients])
         .max()
         .unwrap_or(0);
     if (most_conns as u64) + 200 > nofile {
@@ -330,13 +359,16 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         settings.redis_servers,
         &respite_bin,
         settings.baseline_bin.as_deref(),
+        max_leased,
     )?;
     eprintln!(
         "configs and logs in {} (removed at exit)",
         procs.dir().display()
     );
     let with_1k = cases.iter().any(|c| c.key_offset == KEY_OFFSET_1K);
-    for r in &procs.redis {
+    // The stateful cases make their own keys.
+    let with_keyspace = cases.iter().any(|c| c.workload == Workload::Mix);
+    for r in procs.redis.iter().filter(|_| with_keyspace) {
         prefill(&r.name, r.port, false, 3, 0)?;
         if with_1k {
             prefill(&r.name, r.port, false, 1024, KEY_OFFSET_1K)?;
@@ -349,6 +381,7 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         proxy_pid: Some(s.pid),
         cluster: false,
         stats_reader: None,
+        admin: s.admin_port,
     };
     let mut targets = vec![
         Target {
@@ -398,13 +431,53 @@ fn run(args: &CompareArgs) -> Result<(), String> {
             }
         }
     }
-    let total = settings.reps * cases.len() * targets.len();
+    let mut blocked_memory = Vec::new();
+    if settings.blocked_clients > 0 {
+        let backends: Vec<u16> = procs.redis.iter().map(|r| r.port).collect();
+        let probes = [
+            (&procs.redis[0], "direct", None),
+            (&procs.respite_1w, "respite-1w", procs.respite_1w.admin_port),
+        ];
+        for (server, name, admin) in probes {
+            eprintln!(
+                "memory: {name} with {} clients blocked in BLPOP...",
+                settings.blocked_clients
+            );
+            let admin = admin.map(|p| ([127, 0, 0, 1], p).into());
+            match stateful::blocked_probe(
+                name,
+                server.port,
+                server.pid,
+                settings.blocked_clients,
+                &backends,
+                admin,
+            ) {
+                Ok(m) => blocked_memory.push(m),
+                Err(e) => {
+                    eprintln!("  failed: {e}");
+                    memory_failures.push(format!("blocked-client memory {e}"));
+                }
+            }
+        }
+    }
+    let total = settings.reps
+        * cases
+            .iter()
+            .map(|c| {
+                targets
+                    .iter()
+                    .filter(|t| !c.not_on.contains(&t.name))
+                    .count()
+            })
+            .sum::<usize>();
     let mut runner = Runner::new(&settings, &procs.redis, total, memory_failures);
-    // Closed-loop main cases, then the open-loop case (its rate needs GET P1), then scaling.
-    let phases: [&[Group]; 3] = [
+    // Closed-loop main cases, then the open-loop case (its rate needs GET P1), then scaling,
+    // then transactions and blocking commands.
+    let phases: [&[Group]; 4] = [
         &[Group::Main],
         &[Group::OpenLoop],
         &[Group::Connections, Group::Pipeline],
+        &[Group::Stateful],
     ];
     let mut open_loop_rate = None;
     for groups in phases {
@@ -437,6 +510,7 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         runs,
         medians,
         memory,
+        blocked_memory,
         baseline,
         failures,
     };
@@ -567,11 +641,12 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Every case against every target, `settings.reps` times: rep → case → target.
+    /// Every case against every target that can run it (not in its `not_on`),
+    /// `settings.reps` times: rep → case → target.
     fn run_interleaved(&mut self, cases: &[&Case], targets: &[Target], rate: Option<f64>) {
         for rep in 1..=self.settings.reps {
             for case in cases {
-                for t in targets {
+                for t in targets.iter().filter(|t| !case.not_on.contains(&t.name)) {
                     self.run_case(rep, case, t, rate);
                 }
             }
@@ -593,7 +668,13 @@ impl<'a> Runner<'a> {
             connections: case.connections,
             pipeline: case.pipeline,
             threads: case.threads,
-            mix: parse_mix(case.mix)?,
+            mix: match case.workload {
+                Workload::Mix => parse_mix(case.mix)?,
+                // Stateful workloads make their own commands.
+                _ => crate::mix::Mix {
+                    entries: Vec::new(),
+                },
+            },
             keyspace: KEYSPACE,
             value_size: case.value_size,
             stop: Stop::Duration(Duration::from_secs_f64(self.settings.duration_s)),
@@ -625,9 +706,22 @@ impl<'a> Runner<'a> {
         let reader = t
             .stats_reader
             .map(|p| stats_reader::StatsReader::start(([127, 0, 0, 1], p).into()));
-        let report = self
-            .config(case, t, rate)
-            .and_then(|cfg| load::run(cfg).map_err(|e| e.to_string()));
+        let mut leased = None;
+        let report = self.config(case, t, rate).and_then(|cfg| {
+            if case.workload == Workload::Mix {
+                return load::run(cfg).map_err(|e| e.to_string());
+            }
+            let admin = t.admin.map(|p| ([127, 0, 0, 1], p).into());
+            let (report, l) = stateful::run(cfg, case, admin).map_err(|e| e.to_string())?;
+            if let Some(l) = l {
+                eprint!(
+                    "[leased connects: {} in warm-up, {} measured; pool {}] ",
+                    l.warmup, l.measured, l.pool_after
+                );
+            }
+            leased = l;
+            Ok(report)
+        });
         let reader = reader.map(stats_reader::StatsReader::finish);
         if let Some(r) = reader {
             eprint!(
@@ -680,6 +774,7 @@ impl<'a> Runner<'a> {
                     report,
                     stats_fetches_per_s: reader.map(|r| r.fetches_per_s),
                     threads,
+                    leased,
                 });
             }
             Err(e) => {

@@ -264,11 +264,14 @@ pub(super) fn spawn(cmd: &mut Command, name: &str, log: &Path) -> Result<Child, 
 
 impl Procs {
     /// Starts `redis_servers` redis-servers, nutcracker, two Respites and the `baseline_bin`
-    /// Respite if given, waiting until all answer.
+    /// Respite if given, waiting until all answer. `max_leased`: the Respites'
+    /// `max_leased_connections` (leased upstream connections per host and worker), else their
+    /// default (the key is then left out, so a baseline that predates it still starts).
     pub fn start(
         redis_servers: usize,
         respite_bin: &Path,
         baseline_bin: Option<&Path>,
+        max_leased: Option<usize>,
     ) -> Result<Procs, String> {
         let mut fleet = Fleet::new("respite-compare")?;
         let mut redis = Vec::new();
@@ -307,10 +310,13 @@ impl Procs {
         fleet.children.push(child);
         ready?;
 
-        let backends = format!(
+        let mut backends = format!(
             "type = \"static\"\nhosts = {}\n",
             hosts_toml(redis.iter().map(|r| r.port))
         );
+        if let Some(n) = max_leased {
+            backends.push_str(&format!("max_leased_connections = {n}\n"));
+        }
         let respite_1w = fleet.respite("respite-1w", respite_bin, 1, "5s", &backends)?;
         let respite_2w = fleet.respite("respite-2w", respite_bin, 2, "5s", &backends)?;
         let respite_1w_baseline = baseline_bin

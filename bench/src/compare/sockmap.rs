@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::cases::{Case, Group, KEYSPACE};
+use super::cases::{Case, Group, KEYSPACE, Workload};
 use super::metrics::{self, RunRecord, Summary};
 use super::procs::{Fleet, free_port, hosts_toml, spawn, wait_ready};
 use super::sockmap_ctl::{Counters, EnvOptions, SockmapEnv};
@@ -51,6 +51,8 @@ pub fn all_cases() -> Vec<Case> {
         value_size: 3,
         key_offset: 0,
         threads: 1,
+        workload: Workload::Mix,
+        not_on: &[],
     };
     vec![
         case("p1-c1", "GET P1 c=1", 1, 1),
@@ -353,6 +355,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
             runs,
             medians,
             memory: Vec::new(),
+            blocked_memory: Vec::new(),
             baseline: Vec::new(),
             failures,
         },
@@ -428,6 +431,7 @@ fn measure(
                     proxy_pid: respite.as_ref().map(|r| r.pid),
                     cluster: false,
                     stats_reader: None,
+                    admin: None,
                 };
                 let before = checked.then(|| env.status().map(|s| s.counters));
                 let n_runs = runner.runs.len();
@@ -682,6 +686,7 @@ mod tests {
             quick: false,
             redis_servers: 1,
             memory_connections: 0,
+            blocked_clients: 0,
             keyspace: KEYSPACE,
             client_threads: "1",
             noisy_threshold_cores: 0.1,

@@ -12,6 +12,8 @@ use crate::config::MirrorPolicy;
 use crate::stats::{Counter, Gauge, Store};
 use crate::upstream::{Deliver, Target};
 
+const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+
 /// `runtime_fraction` is applied as `hash(key) % FRACTION_SCALE < fraction × 100`, i.e. with a
 /// resolution of 0.01%.
 const FRACTION_SCALE: u64 = 10_000;
@@ -97,6 +99,60 @@ impl MirrorStats {
 }
 
 impl MirrorStats {
+    /// Copies a committed transaction whole to shard `shard` of `pool`: `MULTI` alone, then
+    /// `request` (its `count` commands as forwarded, then `EXEC`) on a leased connection of its
+    /// own, since a transaction cannot share a pipelined one. One copy in the counters and the
+    /// in-flight bound; it succeeds when the mirror's EXEC answers the array of results. Never
+    /// waits and never reports to the caller.
+    pub fn send_transaction(
+        self: &Rc<Self>,
+        pool: &Rc<ClusterPool>,
+        shard: usize,
+        request: Vec<u8>,
+        count: usize,
+    ) {
+        let n = self.in_flight.get();
+        if n >= self.limit.get() {
+            self.overflow.inc();
+            return;
+        }
+        self.total.inc();
+        let Some(addr) = pool.primary_addr(shard) else {
+            self.error.inc();
+            return;
+        };
+        self.in_flight.set(n + 1);
+        self.active.inc();
+        let (me, pool) = (self.clone(), pool.clone());
+        crate::net::spawn(async move {
+            let ok = match pool.leases.lease(addr, false).await {
+                Ok(mut lease) => {
+                    let multi = lease.exchange(MULTI.to_vec(), 1).await;
+                    let committed = match multi {
+                        Ok(r) if r.first().is_some_and(|r| r.as_slice() == b"+OK\r\n") => lease
+                            .exchange(request, count + 1)
+                            .await
+                            .ok()
+                            .and_then(|r| r.into_iter().last())
+                            .is_some_and(|r| r.first() == Some(&b'*') && r.get(1) != Some(&b'-')),
+                        _ => false,
+                    };
+                    // EXEC (or a refused MULTI) left nothing open on the connection.
+                    lease.release(true);
+                    committed
+                }
+                Err(_) => false,
+            };
+            me.in_flight.set(me.in_flight.get().saturating_sub(1));
+            me.active.dec();
+            if ok {
+                me.success.inc();
+            } else {
+                me.error.inc();
+            }
+        });
+    }
+
     /// A copy that could not be made (its keys span shards of the mirror but not of the
     /// primary): counted as handed over and failed.
     pub fn unsendable(&self) {

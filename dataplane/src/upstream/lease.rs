@@ -10,7 +10,7 @@
 //! a connection is never handed to the next client with state of the last one.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -119,6 +119,10 @@ pub struct LeasePool {
     stats: LeaseStats,
     /// Set by a config change that replaced the pool: returned connections are closed.
     retired: Cell<bool>,
+    /// (host, protocol) with a connection being opened by [`LeasePool::keep_warm`].
+    warming: RefCell<HashSet<(SocketAddr, bool)>>,
+    /// Hosts that have accepted `MULTI` on a leased connection (see [`LeasePool::accepts_multi`]).
+    multi_ok: RefCell<HashSet<SocketAddr>>,
 }
 
 impl LeasePool {
@@ -139,6 +143,8 @@ impl LeasePool {
             waiters: RefCell::default(),
             stats,
             retired: Cell::new(false),
+            warming: RefCell::default(),
+            multi_ok: RefCell::default(),
         })
     }
 
@@ -245,40 +251,64 @@ impl LeasePool {
     /// handed out and the bound has room, so the host's next lease finds one connected
     /// ([`MIN_IDLE`]). Hosts never leased get none.
     fn keep_warm(self: &Rc<Self>, addr: SocketAddr, resp3: bool) {
-        let idle = self
-            .idle
-            .borrow()
-            .get(&(addr, resp3))
-            .map_or(0, Vec::len);
+        let idle = self.idle.borrow().get(&(addr, resp3)).map_or(0, Vec::len);
         let opened = self.open.borrow().get(&addr).copied().unwrap_or(0);
-        if idle >= MIN_IDLE || opened >= self.max_per_host || self.retired.get() {
+        if idle >= MIN_IDLE
+            || opened >= self.max_per_host
+            || self.retired.get()
+            || !self.warming.borrow_mut().insert((addr, resp3))
+        {
             return;
         }
         *self.open.borrow_mut().entry(addr).or_insert(0) += 1;
         let pool = self.clone();
         net::spawn(async move {
-            let settings = PoolSettings {
-                resp3,
-                ..(*pool.settings).clone()
-            };
-            match open(addr, &settings, false, &pool.cluster).await {
-                Ok(stream) if !pool.retired.get() => {
-                    pool.stats.connects.inc();
-                    pool.stats.idle.inc();
-                    pool.idle
-                        .borrow_mut()
-                        .entry((addr, resp3))
-                        .or_default()
-                        .push(stream);
-                    pool.wake_one(addr);
-                }
-                Ok(stream) => {
-                    net::shutdown(&stream);
-                    pool.forget(addr);
-                }
-                Err(_) => pool.forget(addr),
-            }
+            pool.open_warm(addr, resp3).await;
+            pool.warming.borrow_mut().remove(&(addr, resp3));
         });
+    }
+
+    /// True once `addr` has accepted `MULTI` on a leased connection of this pool: a later
+    /// transaction may send `MULTI`, its commands and `EXEC` in one write. Redis refuses
+    /// `MULTI` only for the connection's user (ACL `-NOPERM`; it is allowed while loading or
+    /// busy with a script), so the first transaction to each host sends `MULTI` alone and
+    /// waits for `+OK`: a refused one must not let the queued commands run one by one.
+    pub fn accepts_multi(&self, addr: SocketAddr) -> bool {
+        self.multi_ok.borrow().contains(&addr)
+    }
+
+    /// Records whether `addr` accepted `MULTI` (see [`LeasePool::accepts_multi`]).
+    pub fn note_multi(&self, addr: SocketAddr, accepted: bool) {
+        if accepted {
+            self.multi_ok.borrow_mut().insert(addr);
+        } else {
+            self.multi_ok.borrow_mut().remove(&addr);
+        }
+    }
+
+    /// The background connect of [`LeasePool::keep_warm`] (its place in the bound is taken).
+    async fn open_warm(self: &Rc<Self>, addr: SocketAddr, resp3: bool) {
+        let settings = PoolSettings {
+            resp3,
+            ..(*self.settings).clone()
+        };
+        match open(addr, &settings, false, &self.cluster).await {
+            Ok(stream) if !self.retired.get() => {
+                self.stats.connects.inc();
+                self.stats.idle.inc();
+                self.idle
+                    .borrow_mut()
+                    .entry((addr, resp3))
+                    .or_default()
+                    .push(stream);
+                self.wake_one(addr);
+            }
+            Ok(stream) => {
+                net::shutdown(&stream);
+                self.forget(addr);
+            }
+            Err(_) => self.forget(addr),
+        }
     }
 
     /// A connection to `addr` is gone: its place is free for the next waiter.

@@ -24,7 +24,8 @@ use crate::command::{CommandSpec, Request};
 use crate::engine::sink::{NO_CMD, Sink};
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
-use crate::router::dispatch::{CROSSSLOT, Queued, Slots, TxDest};
+use crate::router::MirrorStats;
+use crate::router::dispatch::{CROSSSLOT, MirrorPlace, Queued, Slots, TxDest, TxMirrors};
 use crate::upstream::{Deliver, Lease, LeaseError, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
 
 /// Where a transaction runs, in the worker's pools.
@@ -34,6 +35,11 @@ const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
 const UNWATCH: &[u8] = b"*1\r\n$7\r\nUNWATCH\r\n";
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+
+/// EXEC's reply when a host that accepted MULTI before refused it in the same write as the
+/// commands: they ran, one by one, outside a transaction.
+const MULTI_LOST: &[u8] = b"-ERR the backend refused MULTI (its user may no longer run it): the \
+transaction's commands ran one by one, outside a transaction\r\n";
 
 /// EXEC of a transaction whose listener was reloaded while it was queued: its routes may not
 /// exist any more, so nothing of it runs.
@@ -54,6 +60,8 @@ pub(super) struct Tx {
     discarded: bool,
     /// The listener's runtime at MULTI: EXEC under another one (a reload) runs nothing.
     runtime: Rc<ListenerRuntime>,
+    /// Where a committed copy goes in the mirrors of the transaction's route.
+    mirrors: TxMirrors,
 }
 
 /// The WATCH of a connection: the leased connection holding it and its keys' backend.
@@ -103,6 +111,7 @@ impl Session {
                     dest: None,
                     discarded: false,
                     runtime: rt.clone(),
+                    mirrors: TxMirrors::default(),
                 }));
                 self.sink.push_local(spec.id, b"+OK\r\n");
             }
@@ -272,10 +281,13 @@ impl Session {
             tx.count += 1;
             b"+QUEUED\r\n"
         } else {
-            match self
-                .dispatch(rt)
-                .queue(req, spec, so_far.as_ref(), &mut tx.queued)
-            {
+            match self.dispatch(rt).queue(
+                req,
+                spec,
+                so_far.as_ref(),
+                &mut tx.queued,
+                &mut tx.mirrors,
+            ) {
                 Queued::Yes { dest } => {
                     if tx.dest.is_none() {
                         tx.dest = dest;
@@ -336,8 +348,10 @@ impl Session {
             rt.stats.tx_aborted.inc();
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
+        let copies = mirror_copies(rt, &dest, &tx.mirrors, &tx.queued);
         let mut request = tx.queued;
         request.extend_from_slice(EXEC);
+        let count = tx.count;
         let run = Exec {
             dest,
             watched: held.is_some(),
@@ -354,6 +368,9 @@ impl Session {
             let reply = run.run(held, addr).await;
             if committed(&reply) {
                 stats.0.inc();
+                for copy in copies {
+                    copy.send(count);
+                }
             } else {
                 stats.1.inc();
             }
@@ -361,6 +378,66 @@ impl Session {
             barrier.open(None);
         });
     }
+}
+
+/// The copy of a committed transaction for one mirror of its route.
+enum TxCopy {
+    /// To this shard of the mirror's pool, these bytes (the queued commands, then EXEC).
+    Whole {
+        stats: Rc<MirrorStats>,
+        pool: Rc<ClusterPool>,
+        shard: usize,
+        request: Vec<u8>,
+    },
+    /// Its keys go to several shards of the mirror, or to none: not copied, counted.
+    Unsendable(Rc<MirrorStats>),
+}
+
+impl TxCopy {
+    fn send(self, count: usize) {
+        match self {
+            TxCopy::Whole {
+                stats,
+                pool,
+                shard,
+                request,
+            } => stats.send_transaction(&pool, shard, request, count),
+            TxCopy::Unsendable(stats) => stats.unsendable(),
+        }
+    }
+}
+
+/// The copies of transaction `queued` (placed in its route's mirrors as `mirrors` says) that
+/// go out if it commits: one per mirror that admits it.
+fn mirror_copies(
+    rt: &ListenerRuntime,
+    dest: &Dest,
+    mirrors: &TxMirrors,
+    queued: &[u8],
+) -> Vec<TxCopy> {
+    let Some(route) = rt.router.by_id(dest.route) else {
+        return Vec::new();
+    };
+    route
+        .mirrors
+        .iter()
+        .zip(&mirrors.places)
+        .filter(|(m, _)| m.admits(!mirrors.writes, mirrors.first_key.as_deref()))
+        .filter_map(|(m, place)| match *place {
+            MirrorPlace::Open => None,
+            MirrorPlace::Shard(shard) => {
+                let mut request = queued.to_vec();
+                request.extend_from_slice(EXEC);
+                Some(TxCopy::Whole {
+                    stats: m.stats.clone(),
+                    pool: m.pool.clone(),
+                    shard,
+                    request,
+                })
+            }
+            MirrorPlace::Unsendable => Some(TxCopy::Unsendable(m.stats.clone())),
+        })
+        .collect()
 }
 
 /// True for EXEC's reply when the transaction ran: the array of its replies (not the nil of a
@@ -397,27 +474,61 @@ impl Exec {
         let mut asking = false;
         let mut retried = false;
         loop {
-            match begin(&mut lease, asking).await {
-                Ok(()) => {}
-                Err(Some(reply)) => {
-                    // Not in MULTI; a WATCH it held ends as at Redis's EXEC abort.
-                    let ok = lease.exchange(UNWATCH.to_vec(), 1).await.is_ok();
-                    lease.release(ok);
-                    return reply;
+            let leases = &self.dest.pool.leases;
+            // A host that accepted MULTI before takes it in the same write as the commands
+            // (one round trip); the first transaction to a host waits for MULTI's `+OK`.
+            let one_write = !asking && leases.accepts_multi(lease.addr());
+            if !one_write {
+                let accepted = begin(&mut lease, asking).await;
+                match &accepted {
+                    Ok(()) => leases.note_multi(lease.addr(), true),
+                    Err(Some(_)) => leases.note_multi(lease.addr(), false),
+                    Err(None) => {}
                 }
-                Err(None) => return UPSTREAM_FAILURE.to_vec(),
+                match accepted {
+                    Ok(()) => {}
+                    Err(Some(reply)) => {
+                        // Not in MULTI; a WATCH it held ends as at Redis's EXEC abort.
+                        let ok = lease.exchange(UNWATCH.to_vec(), 1).await.is_ok();
+                        lease.release(ok);
+                        return reply;
+                    }
+                    Err(None) => return UPSTREAM_FAILURE.to_vec(),
+                }
             }
             let again = !self.watched && !retried && self.dest.pool.is_redis_cluster();
-            let request = if again {
+            let body = if again {
                 self.request.clone()
             } else {
                 std::mem::take(&mut self.request)
             };
-            let replies = match lease.exchange(request, self.replies).await {
+            let request = if one_write {
+                let mut r = Vec::with_capacity(MULTI.len() + body.len());
+                r.extend_from_slice(MULTI);
+                r.extend_from_slice(&body);
+                r
+            } else {
+                body
+            };
+            let expected = self.replies + usize::from(one_write);
+            let mut replies = match lease.exchange(request, expected).await {
                 Ok(r) => r,
                 // Whether it ran is unknown, as for any write whose reply was lost.
                 Err(_) => return UPSTREAM_FAILURE.to_vec(),
             };
+            if one_write {
+                let multi = if replies.is_empty() {
+                    Vec::new()
+                } else {
+                    replies.remove(0)
+                };
+                if multi.as_slice() != b"+OK\r\n" {
+                    // The host's user lost MULTI since (an ACL change): its commands ran alone.
+                    leases.note_multi(lease.addr(), false);
+                    lease.release(false);
+                    return MULTI_LOST.to_vec();
+                }
+            }
             // EXEC ends MULTI and every WATCH of the connection: it is clean.
             let from = lease.addr();
             lease.release(true);

@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 pub use fault::apply as apply_fault;
-pub use transaction::{Queued, TxDest};
+pub use transaction::{MirrorPlace, Queued, TxDest, TxMirrors};
 
 use super::Router;
 use crate::cluster::{ClusterPool, Dest};

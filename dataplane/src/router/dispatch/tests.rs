@@ -882,7 +882,13 @@ impl Bench {
         let q = if spec.name == "watch" {
             self.dispatch().together(&req, spec, so_far, &mut out)
         } else {
-            self.dispatch().queue(&req, Some(spec), so_far, &mut out)
+            self.dispatch().queue(
+                &req,
+                Some(spec),
+                so_far,
+                &mut out,
+                &mut TxMirrors::default(),
+            )
         };
         (q, String::from_utf8_lossy(&out).into_owned())
     }

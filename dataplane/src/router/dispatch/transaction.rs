@@ -66,6 +66,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         spec: Option<&'static CommandSpec>,
         so_far: Option<&TxDest<P>>,
         out: &mut Vec<u8>,
+        mirrors: &mut TxMirrors,
     ) -> Queued<P> {
         self.scratch.key_idx.clear();
         match spec.map(|s| (s, s.kind)) {
@@ -93,7 +94,46 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             }
             Some((spec, _)) => return Queued::No(not_in_multi(spec.name).into()),
         }
-        self.append_placed(req, so_far, out)
+        let queued = self.append_placed(req, so_far, out);
+        if let Queued::Yes { dest: Some(dest) } = &queued {
+            self.place_in_mirrors(req, spec, dest, mirrors);
+        }
+        queued
+    }
+
+    /// Records where the keys of `req` (at `scratch.key_idx`), queued at `dest`, go in each
+    /// mirror of `dest`'s route.
+    fn place_in_mirrors(
+        &self,
+        req: &Request<'_>,
+        spec: Option<&'static CommandSpec>,
+        dest: &TxDest<P>,
+        mirrors: &mut TxMirrors,
+    ) {
+        let Some(route) = self.router.by_id(dest.route) else {
+            return;
+        };
+        if route.mirrors.is_empty() {
+            return;
+        }
+        mirrors.writes |= spec.is_none_or(|s| !command::is_read(s));
+        if mirrors.first_key.is_none() {
+            mirrors.first_key = self
+                .scratch
+                .key_idx
+                .first()
+                .map(|&i| req.argv()(i).to_vec());
+        }
+        mirrors
+            .places
+            .resize(route.mirrors.len(), MirrorPlace::Open);
+        for (m, place) in route.mirrors.iter().zip(mirrors.places.iter_mut()) {
+            *place = match (self.shard_of_keys(&m.pool, req), *place) {
+                (Ok(Some(s)), MirrorPlace::Open) => MirrorPlace::Shard(s),
+                (Ok(Some(s)), MirrorPlace::Shard(t)) if s == t => MirrorPlace::Shard(s),
+                _ => MirrorPlace::Unsendable,
+            };
+        }
     }
 
     /// [`Dispatch::queue`] for a request that runs alone on a leased connection: `WATCH key…`
@@ -176,6 +216,31 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             shard: 0,
         })
     }
+}
+
+/// Where a transaction's copy goes in each mirror of its route (Envoy `request_mirror_policy`):
+/// a committed transaction is copied whole, `MULTI` … `EXEC`, to the one shard of the mirror
+/// cluster that all its keys go to, or not at all (counted as a failed copy).
+#[derive(Debug, Default, Clone)]
+pub struct TxMirrors {
+    /// Per mirror of the route, in its order.
+    pub places: Vec<MirrorPlace>,
+    /// Some queued command writes (a read-only transaction skips `exclude_read_commands`
+    /// mirrors).
+    pub writes: bool,
+    /// The first key of the transaction as the client sent it (for `runtime_fraction`).
+    pub first_key: Option<Vec<u8>>,
+}
+
+/// Where a transaction's keys go in one mirror cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MirrorPlace {
+    /// No keyed command yet.
+    Open,
+    /// Every key so far goes to this shard.
+    Shard(usize),
+    /// Keys go to different shards, or to none: the transaction cannot be copied whole.
+    Unsendable,
 }
 
 /// Commands Redis 7.0 flags `no-multi` (`COMMAND INFO`), besides MULTI and WATCH.
