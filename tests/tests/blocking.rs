@@ -983,3 +983,34 @@ fn transaction_stats_count_commits_aborts_and_cross_slot() {
         "deltas of {names:?} (committed, aborted, cross_slot)"
     );
 }
+
+/// Timeouts past what Redis accepts, or over a century, are answered as Redis does (an error, or
+/// a block until served), never a hung session.
+#[test]
+fn huge_timeouts_answer_as_redis_does() {
+    let reference = RedisServer::start();
+    let backends = servers(1);
+    let respite = Respite::over(&addrs(&backends), 1);
+    for t in [
+        &b"1e19"[..],
+        b"9223372036854775807",
+        b"18000000000000000000",
+        b"1e16",
+    ] {
+        for args in [
+            vec![&b"BLPOP"[..], b"hl", t],
+            vec![b"BZPOPMIN", b"hz", t],
+            vec![b"BLMOVE", b"hl", b"hm", b"LEFT", b"LEFT", t],
+        ] {
+            let want = reference.raw().cmd(&args);
+            assert_eq!(show(&respite.raw().cmd(&args)), show(&want), "{args:?}");
+        }
+    }
+    // Over a century but within Redis's range: blocks until served.
+    let mut waiter = respite.raw();
+    waiter.send(&[b"BLPOP", b"hl", b"1e12"]);
+    let mut pusher = respite.raw();
+    assert!(wait_until(Duration::from_secs(5), || blocked(&backends[0]) == 1));
+    assert_eq!(pusher.cmd(&[b"RPUSH", b"hl", b"x"]), int(1));
+    assert_eq!(waiter.read_reply(), b"*2\r\n$2\r\nhl\r\n$1\r\nx\r\n");
+}

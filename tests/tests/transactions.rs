@@ -381,3 +381,125 @@ fn redis_crate_transactions_work() {
     .unwrap();
     assert_eq!(n, 60);
 }
+
+/// Routes that rewrite keys (`remove_prefix`, `key_formatter`): a transaction, a WATCH and a
+/// blocking command go to the backend of the rewritten key, as the same single command does —
+/// one copy of each key, WATCH conflicts seen, BLPOP served by what RPUSH pushed.
+#[test]
+fn rewritten_keys_place_transactions_and_blocking_as_single_commands() {
+    let backends = servers(3);
+    let routes = r#"[[listeners.prefix_routes.routes]]
+prefix = "u:"
+cluster = "cache"
+remove_prefix = true
+[[listeners.prefix_routes.routes]]
+prefix = "f:"
+cluster = "cache"
+key_formatter = "{%KEY%}"
+"#;
+    let respite = Respite::over_with(&addrs(&backends), 1, routes);
+    let mut c = respite.raw();
+    let mut other = respite.raw();
+    let copies = |key: &[u8]| {
+        backends
+            .iter()
+            .filter(|b| exists_on(&mut b.raw(), key))
+            .count()
+    };
+    for i in 0..12 {
+        for (client, stored) in [
+            (format!("u:k{i}"), format!("k{i}")),
+            (format!("f:k{i}"), format!("{{f:k{i}}}")),
+        ] {
+            let k = client.as_bytes();
+            assert_eq!(other.cmd(&[b"SET", k, b"other"]), OK);
+            assert_eq!(c.cmd(&[b"MULTI"]), OK);
+            assert_eq!(c.cmd(&[b"SET", k, b"mine"]), b"+QUEUED\r\n");
+            assert_eq!(c.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");
+            assert_eq!(other.cmd(&[b"GET", k]), bulk(b"mine"), "{client}");
+            assert_eq!(copies(stored.as_bytes()), 1, "{client} stored as {stored}");
+
+            assert_eq!(c.cmd(&[b"WATCH", k]), OK);
+            assert_eq!(other.cmd(&[b"SET", k, b"changed"]), OK);
+            assert_eq!(c.cmd(&[b"MULTI"]), OK);
+            assert_eq!(c.cmd(&[b"SET", k, b"lost"]), b"+QUEUED\r\n");
+            assert_eq!(
+                c.cmd(&[b"EXEC"]),
+                b"*-1\r\n",
+                "{client}: WATCH missed a write"
+            );
+            assert_eq!(other.cmd(&[b"GET", k]), bulk(b"changed"));
+
+            let list = format!("{client}:l");
+            let l = list.as_bytes();
+            assert_eq!(other.cmd(&[b"RPUSH", l, b"e"]), int(1));
+            let popped = c.cmd(&[b"BLPOP", l, b"1"]);
+            assert!(popped.starts_with(b"*2\r\n"), "{client}: {}", show(&popped));
+            assert_eq!(other.cmd(&[b"LLEN", l]), int(0));
+        }
+    }
+}
+
+/// A WATCH then a blocking command and SCRIPT KILL on the same connection, with one leased
+/// connection per host: the blocking command runs on the WATCH's connection (as at Redis,
+/// where they are one) and SCRIPT KILL never waits for a free one.
+#[test]
+fn watch_lends_its_connection_and_script_kill_never_waits() {
+    let backends = servers(1);
+    let port = free_port();
+    let admin = free_port();
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "").replace(
+        "type = \"static\"",
+        "type = \"static\"\nmax_leased_connections = 1",
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"WATCH", b"w"]), OK);
+    assert_eq!(c.cmd(&[b"BLPOP", b"w:l", b"0.1"]), b"*-1\r\n");
+    assert_eq!(
+        c.cmd(&[b"SCRIPT", b"KILL"]),
+        b"-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    // The WATCH still holds: another client's write makes EXEC nil.
+    let mut other = respite.raw();
+    assert_eq!(other.cmd(&[b"SET", b"w", b"x"]), OK);
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"w", b"y"]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&[b"EXEC"]), b"*-1\r\n");
+    assert_eq!(respite.stat("cluster.cache.leased_cx_pool_exhausted"), 0);
+}
+
+/// A reload between MULTI (or WATCH) and EXEC: the commands queued after it answer `+QUEUED`
+/// (not a misleading `-CROSSSLOT`), EXEC answers the reload's `-EXECABORT`, and nothing runs.
+#[test]
+fn reload_during_a_transaction_runs_nothing_and_says_why() {
+    let backends = servers(3);
+    let port = free_port();
+    let admin = free_port();
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "");
+    let respite = Respite::start(&cfg, port, admin);
+    let mut c = respite.raw();
+    let mut w = respite.raw();
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"{r}a", b"1"]), b"+QUEUED\r\n");
+    assert_eq!(w.cmd(&[b"WATCH", b"{r}w"]), OK);
+    respite.reload(&cfg.replace("op_timeout = \"1s\"", "op_timeout = \"2s\""));
+    assert!(
+        wait_until(Duration::from_secs(10), || respite
+            .log()
+            .contains("reloaded")),
+        "no reload: {}",
+        respite.log()
+    );
+    assert_eq!(c.cmd(&[b"SET", b"{r}b", b"1"]), b"+QUEUED\r\n");
+    let exec = c.cmd(&[b"EXEC"]);
+    assert!(exec.starts_with(b"-EXECABORT"), "{}", show(&exec));
+    assert!(show(&exec).contains("reloaded"), "{}", show(&exec));
+    assert_eq!(w.cmd(&[b"MULTI"]), OK);
+    assert_eq!(w.cmd(&[b"SET", b"{r}w", b"1"]), b"+QUEUED\r\n");
+    let exec = w.cmd(&[b"EXEC"]);
+    assert!(show(&exec).contains("reloaded"), "{}", show(&exec));
+    for k in [&b"{r}a"[..], b"{r}b", b"{r}w"] {
+        assert!(!exists_anywhere(&backends, k));
+    }
+}

@@ -172,6 +172,10 @@ pub fn is_blocking<'a>(spec: &CommandSpec, argc: usize, arg: impl Fn(usize) -> &
         || (spec.keys == KeySpec::Streams && streams(argc, &arg).0.is_some())
 }
 
+/// A century in seconds: blocking timeouts longer than this count as "until served" (an
+/// `Instant` that far away may not exist).
+const CENTURY_SECS: f64 = 100.0 * 365.25 * 86_400.0;
+
 /// How long a blocking request may block at the backend (its own timeout argument).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BlockTimeout {
@@ -225,7 +229,12 @@ pub fn block_timeout<'a>(
             _ => return BlockTimeout::Invalid,
         }
     };
-    if seconds == 0.0 {
+    // Redis refuses what passes LLONG_MAX milliseconds from now ("timeout is out of range").
+    if seconds > 9.0e15 {
+        return BlockTimeout::Invalid;
+    }
+    // 0 blocks until served; so, for every timer here, does anything over a century.
+    if seconds == 0.0 || seconds > CENTURY_SECS {
         return BlockTimeout::Forever;
     }
     // Redis keeps milliseconds: a timeout under 1 ms is 0 ms and still blocks (and times out

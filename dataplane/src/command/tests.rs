@@ -1428,6 +1428,9 @@ fn blocking_timeouts_and_keys() {
         ]),
         BlockTimeout::Invalid
     );
+    // Past Redis's range: the backend answers the error; over a century: until served.
+    assert_eq!(t(&[b"BLPOP", b"a", b"1e19"]), BlockTimeout::Invalid);
+    assert_eq!(t(&[b"BLPOP", b"a", b"1e12"]), BlockTimeout::Forever);
     for bad in [&b"-1"[..], b"x", b"nan", b"inf"] {
         assert_eq!(t(&[b"BLPOP", b"a", bad]), BlockTimeout::Invalid);
     }

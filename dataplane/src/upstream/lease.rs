@@ -5,7 +5,7 @@
 //!
 //! Each worker keeps, per cluster pool, idle leased connections per (host, protocol), up to
 //! `max_leased_connections` per host counting those in use, and one idle connection ready once a
-//! host has been leased ([`MIN_IDLE`]). A lease is returned only clean (its
+//! host has been leased ([`MIN_IDLE`]); idle ones past that close after [`IDLE_TIMEOUT`]. A lease is returned only clean (its
 //! holder ended every `MULTI` and `WATCH` it opened, and read every reply), else it is closed:
 //! a connection is never handed to the next client with state of the last one.
 
@@ -62,6 +62,25 @@ pub enum BlockedError {
 /// Idle connections kept ready per (host, protocol) once the host has been leased.
 pub const MIN_IDLE: usize = 1;
 
+/// Idle connections past [`MIN_IDLE`] are closed after this long unused, so a burst (many
+/// blocked clients at once) does not keep its connections for ever.
+pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// An idle connection and when it became idle.
+struct Idle {
+    stream: TcpStream,
+    since: Instant,
+}
+
+impl Idle {
+    fn new(stream: TcpStream) -> Idle {
+        Idle {
+            stream,
+            since: Instant::now(),
+        }
+    }
+}
+
 /// Reply when a client waited `op_timeout` for a leased connection in vain.
 pub const LEASE_EXHAUSTED: &[u8] = b"-ERR no leased upstream connection became free within \
 op_timeout: every one of the host's max_leased_connections is in use\r\n";
@@ -111,7 +130,7 @@ pub struct LeasePool {
     settings: Rc<PoolSettings>,
     max_per_host: usize,
     /// Idle connections per (host, RESP3).
-    idle: RefCell<HashMap<(SocketAddr, bool), Vec<TcpStream>>>,
+    idle: RefCell<HashMap<(SocketAddr, bool), Vec<Idle>>>,
     /// Connections per host in use or idle (what the bound counts).
     open: RefCell<HashMap<SocketAddr, usize>>,
     /// Sessions waiting for a connection to a host to become free, first come first served.
@@ -134,7 +153,7 @@ impl LeasePool {
         max_per_host: usize,
         stats: LeaseStats,
     ) -> Rc<LeasePool> {
-        Rc::new(LeasePool {
+        let pool = Rc::new(LeasePool {
             cluster: cluster.to_owned(),
             settings,
             max_per_host: max_per_host.max(1),
@@ -145,7 +164,39 @@ impl LeasePool {
             retired: Cell::new(false),
             warming: RefCell::default(),
             multi_ok: RefCell::default(),
-        })
+        });
+        let weak = Rc::downgrade(&pool);
+        net::spawn(async move {
+            loop {
+                net::sleep(IDLE_TIMEOUT / 2).await;
+                match weak.upgrade() {
+                    Some(pool) if !pool.retired.get() => pool.reap_idle(),
+                    _ => return,
+                }
+            }
+        });
+        pool
+    }
+
+    /// Closes the idle connections past [`MIN_IDLE`] per (host, protocol) that have been
+    /// unused for [`IDLE_TIMEOUT`] (the oldest are first in each list).
+    fn reap_idle(&self) {
+        let mut closed = Vec::new();
+        for ((addr, _), list) in self.idle.borrow_mut().iter_mut() {
+            while list.len() > MIN_IDLE
+                && list
+                    .first()
+                    .is_some_and(|i| i.since.elapsed() >= IDLE_TIMEOUT)
+            {
+                let old = list.remove(0);
+                net::shutdown(&old.stream);
+                closed.push(*addr);
+            }
+        }
+        for addr in closed {
+            self.stats.idle.dec();
+            self.forget(addr);
+        }
     }
 
     /// A connection to `addr` speaking RESP3 when `resp3`: an idle one, else a new one while
@@ -165,7 +216,8 @@ impl LeasePool {
                 .idle
                 .borrow_mut()
                 .get_mut(&(addr, resp3))
-                .and_then(Vec::pop);
+                .and_then(Vec::pop)
+                .map(|i| i.stream);
             if let Some(stream) = idle {
                 self.stats.idle.dec();
                 if net::idle_usable(&stream) {
@@ -199,7 +251,8 @@ impl LeasePool {
                 .idle
                 .borrow_mut()
                 .get_mut(&(addr, !resp3))
-                .and_then(Vec::pop);
+                .and_then(Vec::pop)
+                .map(|i| i.stream);
             if let Some(stream) = other {
                 self.stats.idle.dec();
                 net::shutdown(&stream);
@@ -222,6 +275,48 @@ impl LeasePool {
             self.stats.waiting.dec();
             if !woken && let Some(q) = self.waiters.borrow_mut().get_mut(&addr) {
                 q.retain(|w| !Rc::ptr_eq(w, &me));
+            }
+        }
+    }
+
+    /// A connection to `addr` for a request that must not wait for a free one (SCRIPT KILL,
+    /// which stops what may be holding them): an idle one, else a new one even past
+    /// `max_leased_connections` (closed, not kept, when it comes back over the bound).
+    ///
+    /// Errors: [`LeaseError::Connect`].
+    pub async fn lease_now(
+        self: &Rc<Self>,
+        addr: SocketAddr,
+        resp3: bool,
+    ) -> Result<Lease, LeaseError> {
+        let started = Instant::now();
+        while let Some(stream) = self
+            .idle
+            .borrow_mut()
+            .get_mut(&(addr, resp3))
+            .and_then(Vec::pop)
+            .map(|i| i.stream)
+        {
+            self.stats.idle.dec();
+            if net::idle_usable(&stream) {
+                return Ok(self.given(addr, resp3, stream, started));
+            }
+            net::shutdown(&stream);
+            self.forget(addr);
+        }
+        *self.open.borrow_mut().entry(addr).or_insert(0) += 1;
+        let settings = PoolSettings {
+            resp3,
+            ..(*self.settings).clone()
+        };
+        match open(addr, &settings, false, &self.cluster).await {
+            Ok(stream) => {
+                self.stats.connects.inc();
+                Ok(self.given(addr, resp3, stream, started))
+            }
+            Err(e) => {
+                self.forget(addr);
+                Err(LeaseError::Connect(e))
             }
         }
     }
@@ -300,7 +395,7 @@ impl LeasePool {
                     .borrow_mut()
                     .entry((addr, resp3))
                     .or_default()
-                    .push(stream);
+                    .push(Idle::new(stream));
                 self.wake_one(addr);
             }
             Ok(stream) => {
@@ -336,7 +431,7 @@ impl LeasePool {
         self.retired.set(true);
         let idle = std::mem::take(&mut *self.idle.borrow_mut());
         for ((addr, _), streams) in idle {
-            for s in streams {
+            for Idle { stream: s, .. } in streams {
                 self.stats.idle.dec();
                 net::shutdown(&s);
                 self.forget(addr);
@@ -411,8 +506,11 @@ impl Lease {
         };
         let op_timeout = self.pool.settings.op_timeout;
         let bounded = async {
-            match wait {
-                Some(w) => net::timeout(w.saturating_add(op_timeout), exchange)
+            match wait
+                .and_then(|w| w.checked_add(op_timeout))
+                .filter(|b| Instant::now().checked_add(*b).is_some())
+            {
+                Some(w) => net::timeout(w, exchange)
                     .await
                     .unwrap_or_else(|| Err(std::io::ErrorKind::TimedOut.into())),
                 None => exchange.await,
@@ -438,7 +536,8 @@ impl Lease {
             return;
         };
         let pool = self.pool.clone();
-        if !clean || pool.retired.get() {
+        let over = pool.open.borrow().get(&self.addr).copied().unwrap_or(0) > pool.max_per_host;
+        if !clean || pool.retired.get() || over {
             if !clean {
                 pool.stats.closed_dirty.inc();
             }
@@ -453,7 +552,7 @@ impl Lease {
             .borrow_mut()
             .entry((self.addr, self.resp3))
             .or_default()
-            .push(stream);
+            .push(Idle::new(stream));
         pool.wake_one(self.addr);
     }
 

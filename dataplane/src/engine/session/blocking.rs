@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::Session;
 use super::barrier::Barrier;
+use super::transaction::Watch;
 use crate::cluster::ClusterPool;
 use crate::command::{self, BlockTimeout, CommandSpec, Request};
 use crate::engine::sink::Sink;
@@ -66,12 +67,21 @@ impl Session {
                 None => return self.sink.push_local(spec.id, NO_UPSTREAM_HOST),
             },
         };
-        let Some(addr) = dest.pool.primary_addr(dest.shard) else {
+        // A WATCH on the same backend lends its connection, as at Redis, where both are one.
+        let on_watch = self.watching.as_ref().is_some_and(|w| w.dest.same(&dest));
+        let Some(addr) = self
+            .watching
+            .as_ref()
+            .filter(|_| on_watch)
+            .map(|w| w.lease.addr())
+            .or_else(|| dest.pool.primary_addr(dest.shard))
+        else {
             return self.sink.push_local(spec.id, NO_UPSTREAM_HOST);
         };
         if self.fault(rt, spec.id) {
             return;
         }
+        let held = if on_watch { self.watching.take() } else { None };
         let seq = self.sink.push(spec.id);
         let barrier = Rc::new(Barrier::blocking());
         self.barrier = Some(barrier.clone());
@@ -86,10 +96,13 @@ impl Session {
                 timeout,
                 started: Instant::now(),
             };
-            let reply = blocked_request.run(addr, request, &barrier).await;
+            let (reply, watch) = match held {
+                Some(watch) => blocked_request.run_on_watch(watch, request, &barrier).await,
+                None => (blocked_request.run(addr, request, &barrier).await, None),
+            };
             deliver(&sink, seq, &reply);
             blocked.dec();
-            barrier.open(None);
+            barrier.open(watch);
         });
     }
 }
@@ -156,6 +169,25 @@ impl Blocked {
             asking = ask;
         }
         TOO_MANY_REDIRECTS.to_vec()
+    }
+
+    /// Runs `request` on the connection `watch` holds (no redirects followed: the watched keys
+    /// are there); gives the WATCH back unless the connection was lost.
+    async fn run_on_watch(
+        &self,
+        mut watch: Watch,
+        request: Vec<u8>,
+        barrier: &Barrier,
+    ) -> (Vec<u8>, Option<Watch>) {
+        match watch
+            .lease
+            .exchange_blocking(request, 1, self.left(), barrier.stopped())
+            .await
+        {
+            Ok(reply) => (reply, Some(watch)),
+            Err(BlockedError::Stopped) => (UNBLOCKED.to_vec(), None),
+            Err(BlockedError::Io(_)) => (UPSTREAM_FAILURE.to_vec(), None),
+        }
     }
 
     /// The rest of the request's own timeout (`None`: it blocks until served).

@@ -3,7 +3,8 @@
 //! A backend running a long script answers nothing on the shared connections until the script
 //! passed its `busy-reply-threshold` (5 s by default), and then `-BUSY` to everything but these
 //! two commands. So they go to every primary of every cluster the listener routes to, each over
-//! a leased connection of its own (never queued behind the script on a shared one), at once, and
+//! a leased connection of its own (never queued behind the script on a shared one, and never
+//! waiting for a free one: past `max_leased_connections` one is opened for it), at once, and
 //! the replies merge as one server's: `+OK` if some backend killed its script, else the first
 //! other error (`-UNKILLABLE` for a script that already wrote), else Redis's `-NOTBUSY`.
 
@@ -56,7 +57,7 @@ impl Session {
         for (pool, addr) in targets {
             let (request, replies, done) = (request.clone(), replies.clone(), done.clone());
             net::spawn(async move {
-                let reply = match pool.leases.lease(addr, resp3).await {
+                let reply = match pool.leases.lease_now(addr, resp3).await {
                     Err(e) => e.reply().to_vec(),
                     Ok(mut lease) => match lease
                         .exchange_blocking(

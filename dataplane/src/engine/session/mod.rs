@@ -129,7 +129,7 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             sink.pause_reader();
             sink.reader.notified().await;
         }
-        if sink.is_closed() || worker.is_draining() {
+        if sink.is_closed() || (worker.is_draining() && !resume) {
             break;
         }
         if start == buf.len() {
@@ -220,12 +220,17 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             // Other tasks run while this one waits: the batch's clock and probe scope end here.
             drop(clock);
             drop(request_path);
-            let stay = !barrier.is_blocking()
-                || watch_client(&stream, &barrier, &mut buf, &sink, &worker, &stats).await;
-            session.watching = barrier.wait().await;
-            if !stay {
+            let gone = barrier.is_blocking()
+                && !watch_client(&stream, &barrier, &mut buf, &sink, &worker, &stats).await;
+            // An exchange that took the WATCH's connection gives it back here; one that did not
+            // (SCRIPT KILL, a blocking command elsewhere) leaves the WATCH as it is.
+            if let Some(watch) = barrier.wait().await {
+                session.watching = Some(watch);
+            }
+            if gone {
                 break;
             }
+            // Draining too: what was read behind the request is still answered.
             resume = true;
         }
     }
@@ -238,8 +243,9 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
 
 /// While a blocking request of this session waits at the backend: reads what the client sends
 /// meanwhile into `buf` (up to [`READ_KEEP`]; past that the client is no longer watched), and
-/// stops the request when the client closes the connection or the worker drains. False when
-/// the session must end (after the request has answered).
+/// stops the request when the client closes the connection (false: the session ends, its
+/// output dropped, as Redis drops a client that closed) or the worker drains (its reply is
+/// then `-UNBLOCKED`, and what was read behind it is still answered).
 async fn watch_client(
     stream: &TcpStream,
     barrier: &Barrier,
@@ -252,6 +258,10 @@ async fn watch_client(
         Answered,
         Readable(bool),
         Woken,
+    }
+    if worker.is_draining() {
+        barrier.stop();
+        return true;
     }
     while buf.len() < READ_KEEP {
         let event = {
@@ -281,24 +291,34 @@ async fn watch_client(
                 match res {
                     Ok(n) if n > 0 => stats.rx_bytes.add(n as u64),
                     _ => {
-                        barrier.stop();
+                        client_gone(barrier, sink);
                         return false;
                     }
                 }
             }
             Event::Readable(false) => {
-                barrier.stop();
+                client_gone(barrier, sink);
                 return false;
             }
-            Event::Woken if worker.is_draining() || sink.is_closed() => {
-                barrier.stop();
+            Event::Woken if sink.is_closed() => {
+                client_gone(barrier, sink);
                 return false;
+            }
+            Event::Woken if worker.is_draining() => {
+                barrier.stop();
+                return true;
             }
             // Back-pressure lifted: nothing to do here.
             Event::Woken => {}
         }
     }
     true
+}
+
+/// The client of a blocked session left: stop its request, and write nothing more to it.
+fn client_gone(barrier: &Barrier, sink: &Sink) {
+    barrier.stop();
+    sink.close();
 }
 
 /// Moves `gauge` from this session's contribution `held` to `now`; returns `now`.

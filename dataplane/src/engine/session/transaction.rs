@@ -62,12 +62,17 @@ pub(super) struct Tx {
     runtime: Rc<ListenerRuntime>,
     /// Where a committed copy goes in the mirrors of the transaction's route.
     mirrors: TxMirrors,
+    /// The listener was reloaded after MULTI or WATCH: EXEC answers [`RELOADED`].
+    stale: bool,
 }
 
 /// The WATCH of a connection: the leased connection holding it and its keys' backend.
 pub(super) struct Watch {
-    lease: Lease,
-    dest: Dest,
+    pub(super) lease: Lease,
+    pub(super) dest: Dest,
+    /// The listener's runtime at WATCH: a transaction under another one (a reload) runs
+    /// nothing.
+    runtime: Rc<ListenerRuntime>,
 }
 
 /// The transaction commands, outside MULTI.
@@ -112,6 +117,7 @@ impl Session {
                     discarded: false,
                     runtime: rt.clone(),
                     mirrors: TxMirrors::default(),
+                    stale: false,
                 }));
                 self.sink.push_local(spec.id, b"+OK\r\n");
             }
@@ -132,6 +138,14 @@ impl Session {
     /// WATCH: leases a connection to the keys' backend (or uses the one a WATCH already holds)
     /// and sends the WATCH there.
     fn watch(&mut self, rt: &Rc<ListenerRuntime>, req: &Request<'_>, spec: &'static CommandSpec) {
+        if self
+            .watching
+            .as_ref()
+            .is_some_and(|w| !Rc::ptr_eq(&w.runtime, rt))
+        {
+            // A WATCH from before a reload holds; the transaction it guards will not run.
+            return self.sink.push_local(spec.id, b"+OK\r\n");
+        }
         let mut request = Vec::new();
         let so_far = self.watching.as_ref().map(|w| w.dest.clone());
         let dest = match self
@@ -161,6 +175,7 @@ impl Session {
         self.barrier = Some(barrier.clone());
         let sink = self.sink.clone();
         let resp3 = self.conn.resp3;
+        let runtime = rt.clone();
         net::spawn(async move {
             let mut lease = match lease_for(held, &dest, addr, resp3).await {
                 Ok(l) => l,
@@ -174,7 +189,11 @@ impl Session {
                     let reply = replies.pop().unwrap_or_default();
                     sink.deliver(seq, 0, &reply);
                     // A refused WATCH watches nothing new; what an earlier one watched stays.
-                    barrier.open(Some(Watch { lease, dest }));
+                    barrier.open(Some(Watch {
+                        lease,
+                        dest,
+                        runtime,
+                    }));
                 }
                 Err(_) => {
                     // The connection, and every key it watched, is gone: the client cannot
@@ -272,6 +291,17 @@ impl Session {
         let watch_dest = self.watching.as_ref().map(|w| w.dest.clone());
         let so_far = tx.dest.clone().or(watch_dest);
         let limit = rt.config.max_request_bytes;
+        let reloaded = !Rc::ptr_eq(&tx.runtime, rt)
+            || self
+                .watching
+                .as_ref()
+                .is_some_and(|w| !Rc::ptr_eq(&w.runtime, rt));
+        if reloaded {
+            // The routes it was placed by may be gone: queued as nothing, EXEC says why.
+            tx.stale = true;
+            self.mode = Mode::Multi(tx);
+            return self.sink.push_local(cmd, b"+QUEUED\r\n");
+        }
         let answer: &[u8] = if tx.count >= MAX_QUEUED || tx.queued.len() >= limit {
             tx.discarded = true;
             b"-ERR transaction too large: too many commands or bytes queued since MULTI\r\n"
@@ -319,7 +349,11 @@ impl Session {
             self.end_watch();
             return self.sink.push_local(spec.id, EXECABORT);
         }
-        if !Rc::ptr_eq(&tx.runtime, rt) {
+        let watch_reloaded = self
+            .watching
+            .as_ref()
+            .is_some_and(|w| !Rc::ptr_eq(&w.runtime, rt));
+        if tx.stale || watch_reloaded || !Rc::ptr_eq(&tx.runtime, rt) {
             rt.stats.tx_aborted.inc();
             self.end_watch();
             return self.sink.push_local(spec.id, RELOADED);
@@ -464,8 +498,7 @@ impl Exec {
     /// Redis Cluster: when a queued command met `MOVED`/`ASK` (so EXEC answered `-EXECABORT`
     /// and nothing ran), the transaction runs once more at the node named, with `ASKING` before
     /// its MULTI for `ASK` (the flag lasts the whole transaction). Not with a WATCH: the
-    /// watched keys are on the old node, so the client gets the abort, as a cluster client
-    /// would.
+    /// watched keys are on the old node, so EXEC answers nil, as for a WATCH conflict.
     async fn run(mut self, held: Option<Watch>, addr: std::net::SocketAddr) -> Vec<u8> {
         let mut lease = match lease_for(held, &self.dest, addr, self.resp3).await {
             Ok(l) => l,
@@ -533,6 +566,20 @@ impl Exec {
             let from = lease.addr();
             lease.release(true);
             let aborted = replies.last().is_some_and(|r| r.starts_with(b"-EXECABORT"));
+            let moved = |r: &Vec<u8>| matches!(r.get(..4), Some(b"-MOV" | b"-ASK"));
+            if aborted && self.watched && replies.iter().any(moved) {
+                // The watched keys' slot moved: they may have changed at the new owner unseen,
+                // so the transaction is aborted as a WATCH conflict is (nil), and the map is
+                // refreshed for the client's retry.
+                if let Some(r) = replies.iter().find(|r| moved(r)) {
+                    let _ = self.dest.pool.lease_redirect(from, r);
+                }
+                return if self.resp3 {
+                    b"_\r\n".to_vec()
+                } else {
+                    b"*-1\r\n".to_vec()
+                };
+            }
             let redirect = (again && aborted)
                 .then(|| {
                     replies.iter().find_map(|r| {

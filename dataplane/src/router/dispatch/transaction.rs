@@ -94,46 +94,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             }
             Some((spec, _)) => return Queued::No(not_in_multi(spec.name).into()),
         }
-        let queued = self.append_placed(req, so_far, out);
-        if let Queued::Yes { dest: Some(dest) } = &queued {
-            self.place_in_mirrors(req, spec, dest, mirrors);
-        }
-        queued
-    }
-
-    /// Records where the keys of `req` (at `scratch.key_idx`), queued at `dest`, go in each
-    /// mirror of `dest`'s route.
-    fn place_in_mirrors(
-        &self,
-        req: &Request<'_>,
-        spec: Option<&'static CommandSpec>,
-        dest: &TxDest<P>,
-        mirrors: &mut TxMirrors,
-    ) {
-        let Some(route) = self.router.by_id(dest.route) else {
-            return;
-        };
-        if route.mirrors.is_empty() {
-            return;
-        }
-        mirrors.writes |= spec.is_none_or(|s| !command::is_read(s));
-        if mirrors.first_key.is_none() {
-            mirrors.first_key = self
-                .scratch
-                .key_idx
-                .first()
-                .map(|&i| req.argv()(i).to_vec());
-        }
-        mirrors
-            .places
-            .resize(route.mirrors.len(), MirrorPlace::Open);
-        for (m, place) in route.mirrors.iter().zip(mirrors.places.iter_mut()) {
-            *place = match (self.shard_of_keys(&m.pool, req), *place) {
-                (Ok(Some(s)), MirrorPlace::Open) => MirrorPlace::Shard(s),
-                (Ok(Some(s)), MirrorPlace::Shard(t)) if s == t => MirrorPlace::Shard(s),
-                _ => MirrorPlace::Unsendable,
-            };
-        }
+        self.append_placed(req, spec, so_far, out, Some(mirrors))
     }
 
     /// [`Dispatch::queue`] for a request that runs alone on a leased connection: `WATCH key…`
@@ -150,15 +111,19 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         if let Err(reply) = command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx) {
             return Queued::No(reply.into());
         }
-        self.append_placed(req, so_far, out)
+        self.append_placed(req, Some(spec), so_far, out, None)
     }
 
-    /// Places the keys at `scratch.key_idx` and appends `req` in its forwarded form.
+    /// Places the keys at `scratch.key_idx` and appends `req` in its forwarded form (keys
+    /// rewritten by their route, and placed as rewritten, as a single command's are); with
+    /// `mirrors`, records where they go in the route's mirrors too.
     fn append_placed(
         &mut self,
         req: &Request<'_>,
+        spec: Option<&'static CommandSpec>,
         so_far: Option<&TxDest<P>>,
         out: &mut Vec<u8>,
+        mirrors: Option<&mut TxMirrors>,
     ) -> Queued<P> {
         let arg = req.argv();
         let router = self.router;
@@ -169,40 +134,88 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         let Some((route_id, route)) = router.route(arg(first)) else {
             return Queued::No(NO_UPSTREAM_HOST.into());
         };
-        let pool = &route.pool;
-        let shard = self.place(pool, arg(first));
-        let mut cross = false;
-        for &i in self.scratch.key_idx.iter().skip(1) {
-            if router.route_id(arg(i)) != Some(route_id) || self.place(pool, arg(i)) != shard {
-                cross = true;
-            }
+        let one_route = self
+            .scratch
+            .key_idx
+            .iter()
+            .skip(1)
+            .all(|&i| router.route_id(arg(i)) == Some(route_id));
+        if !one_route {
+            return Queued::No(CROSSSLOT.into());
         }
-        let Some(shard) = shard else {
-            return Queued::No(NO_UPSTREAM_HOST.into());
+        if !route.rewrites() {
+            return self.append_to(route_id, route, req, req, so_far, out, spec, mirrors);
+        }
+        let mut buf = std::mem::take(&mut self.scratch.rw_buf);
+        let mut ranges = std::mem::take(&mut self.scratch.rw_args);
+        buf.clear();
+        ranges.clear();
+        for (i, a) in req.args().enumerate() {
+            let at = buf.len();
+            if self.scratch.key_idx.contains(&i) {
+                route.rewrite(a, &mut buf);
+            } else {
+                buf.extend_from_slice(a);
+            }
+            ranges.push(at..buf.len());
+        }
+        let rewritten = Request::new(&buf, &ranges, None);
+        let queued = self.append_to(route_id, route, req, &rewritten, so_far, out, spec, mirrors);
+        self.scratch.rw_buf = buf;
+        self.scratch.rw_args = ranges;
+        queued
+    }
+
+    /// [`Dispatch::append_placed`] once the route is known: `fwd` is `client` as forwarded.
+    #[allow(clippy::too_many_arguments)]
+    fn append_to(
+        &mut self,
+        route_id: usize,
+        route: &crate::router::RouteRuntime<P>,
+        client: &Request<'_>,
+        fwd: &Request<'_>,
+        so_far: Option<&TxDest<P>>,
+        out: &mut Vec<u8>,
+        spec: Option<&'static CommandSpec>,
+        mirrors: Option<&mut TxMirrors>,
+    ) -> Queued<P> {
+        let pool = &route.pool;
+        let shard = match self.shard_of_keys(pool, fwd) {
+            Ok(Some(shard)) => shard,
+            Ok(None) => return Queued::No(NO_UPSTREAM_HOST.into()),
+            Err(_) => return Queued::No(CROSSSLOT.into()),
         };
         let dest = TxDest {
             route: route_id,
             pool: pool.clone(),
             shard,
         };
-        if cross || so_far.is_some_and(|d| !d.same(&dest)) {
+        if so_far.is_some_and(|d| !d.same(&dest)) {
             return Queued::No(CROSSSLOT.into());
         }
-        if route.rewrites() {
-            let mut forwarded: Vec<Vec<u8>> = Vec::with_capacity(req.argc());
-            for (i, a) in req.args().enumerate() {
-                let mut v = Vec::with_capacity(a.len());
-                if self.scratch.key_idx.contains(&i) {
-                    route.rewrite(a, &mut v);
-                } else {
-                    v.extend_from_slice(a);
-                }
-                forwarded.push(v);
+        if let Some(mirrors) = mirrors
+            && !route.mirrors.is_empty()
+        {
+            mirrors.writes |= spec.is_none_or(|s| !command::is_read(s));
+            if mirrors.first_key.is_none() {
+                mirrors.first_key = self
+                    .scratch
+                    .key_idx
+                    .first()
+                    .map(|&i| client.argv()(i).to_vec());
             }
-            crate::resp::encode::command(out, forwarded.iter().map(Vec::as_slice));
-        } else {
-            out.extend_from_slice(req.forward(&mut self.scratch.encoded));
+            mirrors
+                .places
+                .resize(route.mirrors.len(), MirrorPlace::Open);
+            for (m, place) in route.mirrors.iter().zip(mirrors.places.iter_mut()) {
+                *place = match (self.shard_of_keys(&m.pool, fwd), *place) {
+                    (Ok(Some(s)), MirrorPlace::Open) => MirrorPlace::Shard(s),
+                    (Ok(Some(s)), MirrorPlace::Shard(t)) if s == t => MirrorPlace::Shard(s),
+                    _ => MirrorPlace::Unsendable,
+                };
+            }
         }
+        out.extend_from_slice(fwd.forward(&mut self.scratch.encoded));
         Queued::Yes { dest: Some(dest) }
     }
 
