@@ -290,13 +290,16 @@ impl LeasePool {
         resp3: bool,
     ) -> Result<Lease, LeaseError> {
         let started = Instant::now();
-        while let Some(stream) = self
-            .idle
-            .borrow_mut()
-            .get_mut(&(addr, resp3))
-            .and_then(Vec::pop)
-            .map(|i| i.stream)
-        {
+        loop {
+            // Popped before the body: the borrow must end before `given` looks at the list.
+            let popped = self
+                .idle
+                .borrow_mut()
+                .get_mut(&(addr, resp3))
+                .and_then(Vec::pop);
+            let Some(Idle { stream, .. }) = popped else {
+                break;
+            };
             self.stats.idle.dec();
             if net::idle_usable(&stream) {
                 return Ok(self.given(addr, resp3, stream, started));
