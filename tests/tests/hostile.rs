@@ -1311,8 +1311,6 @@ fn refused_and_unknown_commands_keep_the_connection_and_reach_no_backend() {
     let refused: Vec<(Vec<Vec<u8>>, &str)> = vec![
         (cmd(&[b"SUBSCRIBE", b"ch"]), "subscribe"),
         (cmd(&[b"PSUBSCRIBE", b"c*"]), "psubscribe"),
-        (cmd(&[b"BLPOP", b"l", b"0"]), "blpop"),
-        (cmd(&[b"BRPOPLPUSH", b"a", b"b", b"0"]), "brpoplpush"),
         (cmd(&[b"MONITOR"]), "monitor"),
         (cmd(&[b"CONFIG", b"GET", b"*"]), "config|get"),
         (cmd(&[b"DEBUG", b"SLEEP", b"10"]), "debug"),

@@ -20,8 +20,8 @@
 //! cached in `target/redis-src`); `REDIS_SUITE_KEEP=1` keeps the runtest logs.
 //!
 //! On failure the test prints, for each test missing through Respite, its error text and a
-//! candidate `exceptions.txt` line with a category (blocking command refused, MULTI/WATCH
-//! refused, RESP3, ...) to paste once the reason is judged legitimate.
+//! candidate `exceptions.txt` line with a category (sharding, a refused command, a blocked
+//! client that never blocked, ...) to paste once the reason is judged legitimate.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -100,13 +100,11 @@ fn category(text: &str) -> String {
         format!("`{cmd}` refused by respite: {what}")
     };
     if text.contains("no blocked clients") || text.contains("waiting for blocked clients") {
-        "waits for a client blocked in a B* command, which respite refuses".to_string()
-    } else if text.contains("blocking commands would stall") {
-        refused("blocking commands are not proxied (would stall the shared upstream connection)")
-    } else if text.contains("transactions need a dedicated") {
-        refused("MULTI/EXEC/WATCH not implemented (need a dedicated upstream connection)")
-    } else if text.contains("NOPROTO") || text.contains("supported protocol version") {
-        "RESP3: HELLO 3 answered NOPROTO (respite speaks RESP2 to clients)".to_string()
+        "waits for a blocked client that never blocked at the backend".to_string()
+    } else if text.contains("CROSSSLOT") {
+        "sharding: the command's keys are on different backends (CROSSSLOT)".to_string()
+    } else if text.contains("is not supported by respite") {
+        refused("see the reason in the error")
     } else if text.is_empty() {
         "did not run or no error text (unit aborted earlier?)".to_string()
     } else {
