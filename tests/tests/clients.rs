@@ -20,35 +20,10 @@ fn setup() -> (Vec<RedisServer>, Respite) {
 
 // ---- redis-py ------------------------------------------------------------------------------
 
-/// Makes sure `import redis` works in `python3`, installing redis-py from PyPI if needed;
-/// returns its version. Panics with a clear message if python3 or pip cannot provide it.
+/// redis-py's version (installed from PyPI if missing).
 fn redis_py() -> &'static str {
     static VERSION: OnceLock<String> = OnceLock::new();
-    VERSION.get_or_init(|| {
-        let version = || {
-            Command::new("python3")
-                .args(["-c", "import redis; print(redis.__version__)"])
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        };
-        if let Some(v) = version() {
-            return v;
-        }
-        let pip = Command::new("timeout")
-            .args(["120", "python3", "-m", "pip", "install", "--quiet", "redis"])
-            .output()
-            .expect("run python3 -m pip (is python3 installed?)");
-        version().unwrap_or_else(|| {
-            panic!(
-                "redis-py is not installed and `python3 -m pip install redis` failed (is PyPI \
-                 reachable?): {}{}",
-                String::from_utf8_lossy(&pip.stdout),
-                String::from_utf8_lossy(&pip.stderr)
-            )
-        })
-    })
+    VERSION.get_or_init(|| python_module("redis", "redis"))
 }
 
 /// The redis-py script: every call asserts its result. `argv`: port, protocol ("default", "2"
@@ -87,24 +62,6 @@ assert r.get("py:p:49") is None and r.get("py:p:50") == b"50"
 print("ok", redis.__version__, r.connection_pool.get_connection().protocol)
 "#;
 
-fn run_python(script: &str, args: &[String]) -> Output {
-    let mut child = Command::new("timeout")
-        .args(["30", "python3", "-"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn python3");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    child.wait_with_output().expect("python3 output")
-}
-
 fn assert_script_ok(what: &str, out: &Output, log: &str) {
     assert!(
         out.status.success(),
@@ -134,6 +91,7 @@ fn redis_py_default_client() {
     let direct = run_python(
         REDIS_PY_SCRIPT,
         &[reference.port.to_string(), "default".into()],
+        30,
     );
     assert_script_ok("redis-py default against redis-server", &direct, "");
     eprintln!(
@@ -143,6 +101,7 @@ fn redis_py_default_client() {
     let out = run_python(
         REDIS_PY_SCRIPT,
         &[respite.port.to_string(), "default".into()],
+        30,
     );
     eprintln!(
         "redis-py {version} default: {}{}",
@@ -165,7 +124,7 @@ fn redis_py_default_client() {
 fn redis_py_resp2_client() {
     let version = redis_py();
     let (_b, respite) = setup();
-    let out = run_python(REDIS_PY_SCRIPT, &[respite.port.to_string(), "2".into()]);
+    let out = run_python(REDIS_PY_SCRIPT, &[respite.port.to_string(), "2".into()], 30);
     assert_script_ok(
         &format!("redis-py {version}, protocol=2"),
         &out,

@@ -8,7 +8,6 @@
 mod common;
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -20,37 +19,6 @@ use respite_tests::{RawClient, RedisServer};
 
 // ---- python, redis-py and rq ---------------------------------------------------------------
 
-/// Makes sure `import <module>` works in `python3`, installing `package` from PyPI if it does
-/// not; returns the module's `__version__`. Panics with a clear message if it cannot.
-fn python_module(module: &str, package: &str) -> String {
-    let version = || {
-        Command::new("python3")
-            .args([
-                "-c",
-                &format!("import {module}; print({module}.__version__)"),
-            ])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    if let Some(v) = version() {
-        return v;
-    }
-    let pip = Command::new("timeout")
-        .args(["180", "python3", "-m", "pip", "install", "--quiet", package])
-        .output()
-        .expect("run python3 -m pip (is python3 installed?)");
-    version().unwrap_or_else(|| {
-        panic!(
-            "{module} is not installed and `python3 -m pip install {package}` failed (is PyPI \
-             reachable?): {}{}",
-            String::from_utf8_lossy(&pip.stdout),
-            String::from_utf8_lossy(&pip.stderr)
-        )
-    })
-}
-
 /// redis-py's version (installed if missing).
 fn redis_py() -> &'static str {
     static VERSION: OnceLock<String> = OnceLock::new();
@@ -61,26 +29,6 @@ fn redis_py() -> &'static str {
 fn rq() -> &'static str {
     static VERSION: OnceLock<String> = OnceLock::new();
     VERSION.get_or_init(|| python_module("rq", "rq"))
-}
-
-/// Runs `script` with `python3 -` and `args`, killed after `seconds`.
-fn run_python(script: &str, args: &[String], seconds: u32) -> Output {
-    let mut child = Command::new("timeout")
-        .arg(seconds.to_string())
-        .args(["python3", "-"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn python3");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    child.wait_with_output().expect("python3 output")
 }
 
 /// Panics unless the script exited 0 and printed a line starting `ok`.

@@ -2,8 +2,9 @@
 
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::net::TcpStream;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use respite::cluster::{LoadBalancer, hashtag};
@@ -325,4 +326,57 @@ pub struct LatencySummary {
     pub p50: Duration,
     pub p99: Duration,
     pub max: Duration,
+}
+
+// ---- python ------------------------------------------------------------------------------
+
+/// Makes sure `import <module>` works in `python3`, installing `package` from PyPI if it does
+/// not; returns the module's `__version__`. Panics with a clear message if it cannot.
+pub fn python_module(module: &str, package: &str) -> String {
+    let version = || {
+        Command::new("python3")
+            .args([
+                "-c",
+                &format!("import {module}; print({module}.__version__)"),
+            ])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    if let Some(v) = version() {
+        return v;
+    }
+    let pip = Command::new("timeout")
+        .args(["180", "python3", "-m", "pip", "install", "--quiet", package])
+        .output()
+        .expect("run python3 -m pip (is python3 installed?)");
+    version().unwrap_or_else(|| {
+        panic!(
+            "{module} is not installed and `python3 -m pip install {package}` failed (is PyPI \
+             reachable?): {}{}",
+            String::from_utf8_lossy(&pip.stdout),
+            String::from_utf8_lossy(&pip.stderr)
+        )
+    })
+}
+
+/// Runs `script` with `python3 -` and `args`, killed after `seconds`.
+pub fn run_python(script: &str, args: &[String], seconds: u32) -> Output {
+    let mut child = Command::new("timeout")
+        .arg(seconds.to_string())
+        .args(["python3", "-"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn python3");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    child.wait_with_output().expect("python3 output")
 }

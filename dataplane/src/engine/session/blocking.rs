@@ -28,7 +28,6 @@ use super::barrier::Barrier;
 use super::transaction::Watch;
 use crate::cluster::ClusterPool;
 use crate::command::{self, BlockTimeout, CommandSpec, Request};
-use crate::engine::sink::Sink;
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
 use crate::resp::{Limits, Parsed, RequestParser, encode};
@@ -100,15 +99,11 @@ impl Session {
                 Some(watch) => blocked_request.run_on_watch(watch, request, &barrier).await,
                 None => (blocked_request.run(addr, request, &barrier).await, None),
             };
-            deliver(&sink, seq, &reply);
+            sink.deliver(seq, 0, &reply);
             blocked.dec();
             barrier.open(watch);
         });
     }
-}
-
-fn deliver(sink: &Sink, seq: u64, reply: &[u8]) {
-    sink.deliver(seq, 0, reply);
 }
 
 /// One blocking request on its way.

@@ -60,7 +60,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     }
 
     /// [`Dispatch::keyed_to`] of `req` with its keys (at `scratch.key_idx`) rewritten by
-    /// `route` (`remove_prefix`, `key_formatter`), built in the scratch buffers.
+    /// `route` (`remove_prefix`, `key_formatter`).
     fn rewrite_and_send(
         &mut self,
         cmd: u16,
@@ -69,6 +69,19 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         req: &Request<'_>,
         client_key: Option<&[u8]>,
     ) {
+        self.with_rewritten(route, req, |d, fwd| {
+            d.keyed_to(cmd, read, route, fwd, client_key)
+        });
+    }
+
+    /// Calls `f` with `req` whose keys (at `scratch.key_idx`) `route` rewrites, built in the
+    /// scratch buffers (no allocation once they have grown).
+    pub(super) fn with_rewritten<R>(
+        &mut self,
+        route: &RouteRuntime<P>,
+        req: &Request<'_>,
+        f: impl FnOnce(&mut Self, &Request<'_>) -> R,
+    ) -> R {
         let mut buf = std::mem::take(&mut self.scratch.rw_buf);
         let mut ranges = std::mem::take(&mut self.scratch.rw_args);
         buf.clear();
@@ -82,15 +95,10 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             }
             ranges.push(at..buf.len());
         }
-        self.keyed_to(
-            cmd,
-            read,
-            route,
-            &Request::new(&buf, &ranges, None),
-            client_key,
-        );
+        let out = f(self, &Request::new(&buf, &ranges, None));
         self.scratch.rw_buf = buf;
         self.scratch.rw_args = ranges;
+        out
     }
 
     /// Sends a keyed command (keys at `scratch.key_idx`, already in their forwarded form) to its

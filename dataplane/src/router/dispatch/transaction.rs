@@ -146,24 +146,9 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         if !route.rewrites() {
             return self.append_to(route_id, route, req, req, so_far, out, spec, mirrors);
         }
-        let mut buf = std::mem::take(&mut self.scratch.rw_buf);
-        let mut ranges = std::mem::take(&mut self.scratch.rw_args);
-        buf.clear();
-        ranges.clear();
-        for (i, a) in req.args().enumerate() {
-            let at = buf.len();
-            if self.scratch.key_idx.contains(&i) {
-                route.rewrite(a, &mut buf);
-            } else {
-                buf.extend_from_slice(a);
-            }
-            ranges.push(at..buf.len());
-        }
-        let rewritten = Request::new(&buf, &ranges, None);
-        let queued = self.append_to(route_id, route, req, &rewritten, so_far, out, spec, mirrors);
-        self.scratch.rw_buf = buf;
-        self.scratch.rw_args = ranges;
-        queued
+        self.with_rewritten(route, req, |d, fwd| {
+            d.append_to(route_id, route, req, fwd, so_far, out, spec, mirrors)
+        })
     }
 
     /// [`Dispatch::append_placed`] once the route is known: `fwd` is `client` as forwarded.
