@@ -106,6 +106,11 @@ SCAN = {"scan"}
 # XREAD/XREADGROUP block only with BLOCK, decided per request).
 BLOCKING = {"blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop"}
 
+# MULTI, EXEC, DISCARD, WATCH, UNWATCH: the session's transaction modes, on leased upstream
+# connections (`Kind::Transaction(Transaction::<value>)`).
+TRANSACTION = {"multi": "Multi", "exec": "Exec", "discard": "Discard", "watch": "Watch",
+               "unwatch": "Unwatch"}
+
 # Stop the script running on a backend: sent to every backend over leased connections, never
 # behind the script on a shared one (`Kind::ScriptKill`).
 SCRIPT_KILL = {"script|kill", "function|kill"}
@@ -113,7 +118,6 @@ SCRIPT_KILL = {"script|kill", "function|kill"}
 # Refused with a reason (`Reason::<value>`, whose sentence is in src/command/refused.rs).
 REFUSED = {}
 for _reason, _names in {
-    "Transaction": ["multi", "exec", "discard", "watch", "unwatch"],
     "PubSub": [
         "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
         "pubsub|channels", "pubsub|numpat", "pubsub|numsub", "pubsub|shardchannels",
@@ -174,6 +178,8 @@ def kind(name, containers):
         return "Kind::FanOut(Merge::%s)" % FAN_OUT[name]
     if name in LOCAL:
         return "Kind::Local(Local::%s)" % LOCAL[name]
+    if name in TRANSACTION:
+        return "Kind::Transaction(Transaction::%s)" % TRANSACTION[name]
     if name in BLOCKING:
         return "Kind::Blocking"
     if name in SCRIPT_KILL:
@@ -329,10 +335,10 @@ TABLE_HEAD = """\
 //!
 //! Arity, first/last key, step and the `write` flag are Redis 7.0.15's `COMMAND INFO` values,
 //! except PUBLISH, which is routed by its channel (argv[1]) as Envoy does; [`INFO`] keeps what
-//! Redis reports. The kind of each row (keyed, split, fan-out, local, scan, refused, container)
-//! is Respite's choice, made in the generator.
+//! Redis reports. The kind of each row (keyed, split, fan-out, local, scan, transaction, blocking,
+//! refused, container, …) is Respite's choice, made in the generator.
 
-use super::{CommandSpec, KeySpec, Kind, Local, Merge, Reason};
+use super::{CommandSpec, KeySpec, Kind, Local, Merge, Reason, Transaction};
 
 /// What `COMMAND INFO` / `COMMAND DOCS` report for a row, beyond [`CommandSpec`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

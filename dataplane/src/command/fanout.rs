@@ -256,6 +256,9 @@ const STATS_KEEP: &[&[u8]] = &[b"latest_fork_usec"];
 /// - `# Stats`: every integer field summed across shards (except `latest_fork_usec`);
 /// - `# Clients`: `connected_clients`, `blocked_clients`, `tracking_clients`,
 ///   `clients_in_timeout_table` summed;
+/// - `# Errorstats`, `# Commandstats`: one line per error code or command any shard has,
+///   counts summed (see [`counted`]): an error a keyless script met on one shard shows, as it
+///   would on one server;
 /// - every other field from the first shard;
 ///
 /// then `# Proxy` (`proxy:respite`, `proxy_version`, `shards`). One bulk string. An error from
@@ -311,6 +314,14 @@ pub fn merge_info(replies: &[&[u8]], out: &mut Vec<u8>) {
             keyspace(&parsed, &mut text);
             continue;
         }
+        if s.name.eq_ignore_ascii_case(b"errorstats") {
+            counted(&parsed, s.name, true, &mut text);
+            continue;
+        }
+        if s.name.eq_ignore_ascii_case(b"commandstats") {
+            counted(&parsed, s.name, false, &mut text);
+            continue;
+        }
         for line in &s.lines {
             let (k, v) = split_field(line);
             let summed = if s.name.eq_ignore_ascii_case(b"stats") {
@@ -342,6 +353,76 @@ pub fn merge_info(replies: &[&[u8]], out: &mut Vec<u8>) {
 }
 
 /// The merged `dbN:` lines of every shard's `# Keyspace`, by database number.
+/// One `name:field=value,…` line per name that any shard's `section` lists, each integer field
+/// summed across shards and `usec_per_call` recomputed from the summed `usec` and `calls`
+/// (Redis `INFO commandstats` prints it with `%.2f`); other fields from the first shard that
+/// has the name. `sorted`: names in byte order, as Redis lists error codes (`INFO errorstats`
+/// walks a radix tree); else in the order first seen (commandstats follow Redis's command
+/// table order).
+fn counted(parsed: &[Vec<Section<'_>>], section: &[u8], sorted: bool, text: &mut Vec<u8>) {
+    /// A field: its name, the first shard's raw value, the sum while every value is an integer.
+    type Field<'a> = (&'a [u8], &'a [u8], Option<i64>);
+    let mut rows: Vec<(&[u8], Vec<Field<'_>>)> = Vec::new();
+    for shard in parsed {
+        let Some(s) = shard.iter().find(|s| s.name.eq_ignore_ascii_case(section)) else {
+            continue;
+        };
+        for line in &s.lines {
+            let (name, values) = split_field(line);
+            let row = match rows.iter().position(|r| r.0 == name) {
+                Some(i) => rows.get_mut(i),
+                None => {
+                    rows.push((name, Vec::new()));
+                    rows.last_mut()
+                }
+            };
+            let Some((_, fields)) = row else { continue };
+            for kv in values.split(|&b| b == b',') {
+                let Some(p) = kv.iter().position(|&b| b == b'=') else {
+                    continue;
+                };
+                let (f, raw) = (
+                    kv.get(..p).unwrap_or_default(),
+                    kv.get(p + 1..).unwrap_or_default(),
+                );
+                match fields.iter_mut().find(|x| x.0 == f) {
+                    Some(x) => x.2 = x.2.zip(int(raw)).map(|(a, b)| a.saturating_add(b)),
+                    None => fields.push((f, raw, int(raw))),
+                }
+            }
+        }
+    }
+    if sorted {
+        rows.sort_by(|a, b| a.0.cmp(b.0));
+    }
+    for (name, fields) in rows {
+        let sum = |f: &[u8]| fields.iter().find(|x| x.0 == f).and_then(|x| x.2);
+        text.extend_from_slice(name);
+        text.push(b':');
+        for (i, (f, raw, total)) in fields.iter().enumerate() {
+            if i > 0 {
+                text.push(b',');
+            }
+            text.extend_from_slice(f);
+            text.push(b'=');
+            match (*f, total) {
+                (b"usec_per_call", _) => {
+                    let (usec, calls) = (sum(b"usec").unwrap_or(0), sum(b"calls").unwrap_or(0));
+                    let per = if calls > 0 {
+                        usec as f64 / calls as f64
+                    } else {
+                        0.0
+                    };
+                    text.extend_from_slice(format!("{per:.2}").as_bytes());
+                }
+                (_, Some(t)) => encode::decimal(text, *t),
+                (_, None) => text.extend_from_slice(raw),
+            }
+        }
+        text.extend_from_slice(b"\r\n");
+    }
+}
+
 fn keyspace(parsed: &[Vec<Section<'_>>], text: &mut Vec<u8>) {
     // db → (keys, expires, sum of avg_ttl * expires)
     let mut dbs: Vec<(u64, i64, i64, i128)> = Vec::new();

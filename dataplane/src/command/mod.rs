@@ -46,6 +46,9 @@ pub enum Kind {
     Keyed,
     /// Keys are grouped per shard, sent as sub-requests of the same command, and merged.
     Split(Merge),
+    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: the session's transaction mode, on a leased upstream
+    /// connection from WATCH or EXEC on.
+    Transaction(Transaction),
     /// Blocks until served or its own timeout (BLPOP, BZPOPMIN, BLMOVE, …): runs alone on a
     /// leased upstream connection to its keys' backend (one backend or `-CROSSSLOT`). XREAD and
     /// XREADGROUP are [`Kind::Keyed`] and block only with `BLOCK` (see [`is_blocking`]).
@@ -59,8 +62,8 @@ pub enum Kind {
     FanOut(Merge),
     /// SCAN: the cursor names the shard it continues on (see [`scan`]).
     Scan,
-    /// Refused for the given reason: reply [`refused_reply`] (`-ERR 'multi' is not supported by
-    /// respite: <reason>\r\n`, naming the command). The connection stays open.
+    /// Refused for the given reason: reply [`refused_reply`] (`-ERR 'monitor' is not supported
+    /// by respite: <reason>\r\n`, naming the command). The connection stays open.
     Refused(Reason),
     /// A container (`SCRIPT`, `CLIENT`, `OBJECT`, …) resolved by [`resolve`] into the row of its
     /// subcommand (`script|load`). `COMMAND` is a container too but is `Local(Command)`, since
@@ -98,6 +101,16 @@ pub enum Merge {
     Same,
     /// SCAN's single part: rewrite the cursor of shard `shard` of `shards` (see [`scan`]).
     ScanCursor { shard: u32, shards: u32 },
+}
+
+/// The transaction commands (Redis `multi.c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transaction {
+    Multi,
+    Exec,
+    Discard,
+    Watch,
+    Unwatch,
 }
 
 /// Commands answered locally.

@@ -9,8 +9,6 @@ use super::CommandSpec;
 /// colon of the reply ([`refused_reply`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
-    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH.
-    Transaction,
     /// SUBSCRIBE and the other pub/sub connection commands, PUBSUB introspection.
     PubSub,
     /// SYNC, PSYNC, REPLICAOF, FAILOVER, ROLE, …
@@ -39,9 +37,6 @@ impl Reason {
     /// The sentence saying why: lowercase, no final period, no CR or LF.
     pub const fn text(self) -> &'static str {
         match self {
-            Reason::Transaction => {
-                "transactions need a dedicated upstream connection (not yet implemented)"
-            }
             Reason::PubSub => "pub/sub is not supported through a sharding proxy",
             Reason::Replication => "replication is managed on each Redis server directly",
             Reason::Administration => {

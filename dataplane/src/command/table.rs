@@ -5,10 +5,10 @@
 //!
 //! Arity, first/last key, step and the `write` flag are Redis 7.0.15's `COMMAND INFO` values,
 //! except PUBLISH, which is routed by its channel (argv[1]) as Envoy does; [`INFO`] keeps what
-//! Redis reports. The kind of each row (keyed, split, fan-out, local, scan, refused, container)
-//! is Respite's choice, made in the generator.
+//! Redis reports. The kind of each row (keyed, split, fan-out, local, scan, transaction, blocking,
+//! refused, container, …) is Respite's choice, made in the generator.
 
-use super::{CommandSpec, KeySpec, Kind, Local, Merge, Reason};
+use super::{CommandSpec, KeySpec, Kind, Local, Merge, Reason, Transaction};
 
 /// What `COMMAND INFO` / `COMMAND DOCS` report for a row, beyond [`CommandSpec`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -931,7 +931,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::Transaction),
+        Kind::Transaction(Transaction::Discard),
         KeySpec::Range,
     ),
     c("dump", 2, 1, 1, 1, false, Kind::Keyed, KeySpec::Range),
@@ -992,7 +992,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::Transaction),
+        Kind::Transaction(Transaction::Exec),
         KeySpec::Range,
     ),
     c(
@@ -1579,7 +1579,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::Transaction),
+        Kind::Transaction(Transaction::Multi),
         KeySpec::Range,
     ),
     c(
@@ -2211,7 +2211,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::Transaction),
+        Kind::Transaction(Transaction::Unwatch),
         KeySpec::Range,
     ),
     c(
@@ -2231,7 +2231,7 @@ const RAW: &[CommandSpec] = &[
         -1,
         1,
         false,
-        Kind::Refused(Reason::Transaction),
+        Kind::Transaction(Transaction::Watch),
         KeySpec::Range,
     ),
     c("xack", -4, 1, 1, 1, true, Kind::Keyed, KeySpec::Range),

@@ -479,10 +479,16 @@ fn kinds_are_chosen_for_every_row() {
     ] {
         assert_eq!(kind(n), Kind::Local(l), "{n}");
     }
+    for (n, t) in [
+        ("multi", Transaction::Multi),
+        ("exec", Transaction::Exec),
+        ("discard", Transaction::Discard),
+        ("watch", Transaction::Watch),
+        ("unwatch", Transaction::Unwatch),
+    ] {
+        assert_eq!(kind(n), Kind::Transaction(t), "{n}");
+    }
     for n in [
-        "multi",
-        "exec",
-        "watch",
         "subscribe",
         "psubscribe",
         "ssubscribe",
@@ -572,9 +578,9 @@ fn refused_replies_name_the_command_and_the_shared_reason() {
         String::from_utf8(refused_reply(spec, reason)).expect("test value")
     };
     assert_eq!(
-        reply("multi"),
-        "-ERR 'multi' is not supported by respite: transactions need a dedicated upstream \
-         connection (not yet implemented)\r\n"
+        reply("subscribe"),
+        "-ERR 'subscribe' is not supported by respite: pub/sub is not supported through a \
+         sharding proxy\r\n"
     );
     assert_eq!(
         reply("client|kill"),
@@ -1049,6 +1055,23 @@ fn info_merge_sums_keyspace_stats_and_clients() {
     let text = String::from_utf8(out).expect("test value");
     assert!(
         text.contains("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n\r\n# Proxy\r\n"),
+        "{text}"
+    );
+    // Error codes and command counts of every shard, summed: an error met on the second shard
+    // only still shows; usec_per_call from the sums.
+    let (ra, rb) = (
+        bulk(
+            "# Commandstats\r\ncmdstat_get:calls=3,usec=30,usec_per_call=10.00,rejected_calls=0,failed_calls=1\r\n\r\n# Errorstats\r\nerrorstat_WRONGTYPE:count=1\r\n",
+        ),
+        bulk(
+            "# Commandstats\r\ncmdstat_eval:calls=1,usec=7,usec_per_call=7.00,rejected_calls=0,failed_calls=1\r\ncmdstat_get:calls=1,usec=5,usec_per_call=5.00,rejected_calls=2,failed_calls=0\r\n\r\n# Errorstats\r\nerrorstat_MY_ERR:count=1\r\nerrorstat_WRONGTYPE:count=2\r\n",
+        ),
+    );
+    let mut out = Vec::new();
+    fanout::merge(Merge::Info, &[&ra, &rb], &mut out);
+    let text = String::from_utf8(out).expect("test value");
+    assert!(
+        text.contains("# Commandstats\r\ncmdstat_get:calls=4,usec=35,usec_per_call=8.75,rejected_calls=2,failed_calls=1\r\ncmdstat_eval:calls=1,usec=7,usec_per_call=7.00,rejected_calls=0,failed_calls=1\r\n\r\n# Errorstats\r\nerrorstat_MY_ERR:count=1\r\nerrorstat_WRONGTYPE:count=3\r\n\r\n# Proxy\r\n"),
         "{text}"
     );
     // Errors pass through.

@@ -356,17 +356,25 @@ pub(super) fn faults(
                 ));
             };
             // Faults act on requests sent upstream; one listed only for a command respite
-            // answers itself (or refuses) would silently never fire.
-            if matches!(
-                spec.kind,
-                crate::command::Kind::Local(_) | crate::command::Kind::Refused(_)
-            ) {
+            // answers itself (or refuses) would silently never fire, and so would one on a
+            // transaction command other than EXEC (the transaction draws as one request).
+            use crate::command::{Kind, Transaction};
+            let never = match spec.kind {
+                Kind::Local(_) | Kind::Refused(_) => {
+                    Some("is answered by respite itself, never sent upstream")
+                }
+                Kind::Transaction(Transaction::Exec) => None,
+                Kind::Transaction(_) => {
+                    Some("is part of a transaction, which draws its faults at EXEC")
+                }
+                _ => None,
+            };
+            if let Some(why) = never {
                 return Err(src.error(
                     Some(c.span()),
                     &cpath,
                     &format!(
-                        "{} is answered by respite itself, never sent upstream: a fault on it \
-                         would never fire",
+                        "{} {why}: a fault on it would never fire",
                         name.to_uppercase()
                     ),
                 ));

@@ -221,6 +221,28 @@ fn fault_errors() {
         "listeners[0].faults[0].commands[1]",
         "SELECT is answered by respite itself, never sent upstream",
     );
+    // Of the transaction commands, EXEC draws a fault (the transaction as one request); the
+    // others never would.
+    let exec = parse(
+        &edit("commands = [\"GET\", \"set\"]", "commands = [\"exec\"]"),
+        "t.toml",
+    )
+    .expect("a fault on EXEC parses");
+    assert_eq!(
+        exec.listeners[0].faults[0].commands,
+        vec!["exec".to_string()]
+    );
+    for name in ["MULTI", "DISCARD", "WATCH", "UNWATCH"] {
+        assert_err(
+            &edit(
+                "commands = [\"GET\", \"set\"]",
+                &format!("commands = [\"exec\", \"{name}\"]"),
+            ),
+            23,
+            "listeners[0].faults[0].commands[1]",
+            &format!("{name} is part of a transaction, which draws its faults at EXEC"),
+        );
+    }
     assert_err(
         &edit("fault_enabled = 10.0", "fault_enabled = -1.0"),
         22,

@@ -19,7 +19,7 @@ mod transaction;
 
 use barrier::Barrier;
 use mode::Mode;
-use transaction::{TxCommand, Watch};
+use transaction::Watch;
 
 use super::sink::{NO_CMD, Sink};
 use super::stats::CUSTOM_CMD;
@@ -468,12 +468,10 @@ impl Session {
                 );
                 self.sink.push_local(spec.id, &reply);
             }
-            Kind::Refused(reason) => match TxCommand::of(spec.name) {
-                Some(which) => self.tx_command(rt, &req, spec, which),
-                None => self
-                    .sink
-                    .push_local(spec.id, &command::refused_reply(spec, reason)),
-            },
+            Kind::Transaction(which) => self.tx_command(rt, &req, spec, which),
+            Kind::Refused(reason) => self
+                .sink
+                .push_local(spec.id, &command::refused_reply(spec, reason)),
             // `resolve` never returns a container row; the upstream kinds were dispatched.
             _ => self.sink.push_local(spec.id, &command::arity_error(spec)),
         }

@@ -20,7 +20,7 @@ use super::barrier::Barrier;
 use super::multi::{self, EXECABORT, Step};
 use super::{Mode, Session};
 use crate::cluster::ClusterPool;
-use crate::command::{CommandSpec, Request};
+use crate::command::{CommandSpec, Kind, Request, Transaction};
 use crate::engine::sink::{NO_CMD, Sink};
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
@@ -75,30 +75,6 @@ pub(super) struct Watch {
     runtime: Rc<ListenerRuntime>,
 }
 
-/// The transaction commands, outside MULTI.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TxCommand {
-    Multi,
-    Exec,
-    Discard,
-    Watch,
-    Unwatch,
-}
-
-impl TxCommand {
-    /// The transaction command named `name` (a table row's name).
-    pub(super) fn of(name: &str) -> Option<TxCommand> {
-        Some(match name {
-            "multi" => TxCommand::Multi,
-            "exec" => TxCommand::Exec,
-            "discard" => TxCommand::Discard,
-            "watch" => TxCommand::Watch,
-            "unwatch" => TxCommand::Unwatch,
-            _ => return None,
-        })
-    }
-}
-
 impl Session {
     /// A transaction command outside MULTI (already resolved, counted and past the auth gate).
     pub(super) fn tx_command(
@@ -106,10 +82,10 @@ impl Session {
         rt: &Rc<ListenerRuntime>,
         req: &Request<'_>,
         spec: &'static CommandSpec,
-        which: TxCommand,
+        which: Transaction,
     ) {
         match which {
-            TxCommand::Multi => {
+            Transaction::Multi => {
                 self.mode = Mode::Multi(Box::new(Tx {
                     queued: Vec::new(),
                     count: 0,
@@ -121,17 +97,17 @@ impl Session {
                 }));
                 self.sink.push_local(spec.id, b"+OK\r\n");
             }
-            TxCommand::Exec => self
+            Transaction::Exec => self
                 .sink
                 .push_local(spec.id, b"-ERR EXEC without MULTI\r\n"),
-            TxCommand::Discard => self
+            Transaction::Discard => self
                 .sink
                 .push_local(spec.id, b"-ERR DISCARD without MULTI\r\n"),
-            TxCommand::Unwatch => {
+            Transaction::Unwatch => {
                 self.end_watch();
                 self.sink.push_local(spec.id, b"+OK\r\n");
             }
-            TxCommand::Watch => self.watch(rt, req, spec),
+            Transaction::Watch => self.watch(rt, req, spec),
         }
     }
 
@@ -305,7 +281,7 @@ impl Session {
         let answer: &[u8] = if tx.count >= MAX_QUEUED || tx.queued.len() >= limit {
             tx.discarded = true;
             b"-ERR transaction too large: too many commands or bytes queued since MULTI\r\n"
-        } else if spec.is_some_and(|s| s.name == "unwatch") {
+        } else if spec.is_some_and(|s| s.kind == Kind::Transaction(Transaction::Unwatch)) {
             // Queued as Redis does; EXEC unwatches anyway.
             tx.queued.extend_from_slice(UNWATCH);
             tx.count += 1;

@@ -109,6 +109,7 @@ impl Upstream {
             Kind::Scan => Some(Upstream::Scan),
             Kind::Local(_)
             | Kind::Refused(_)
+            | Kind::Transaction(_)
             | Kind::Container
             | Kind::Blocking
             | Kind::ScriptKill => None,
