@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test binary of the workspace, built once: most of them two at a time (TEST_JOBS),
-# the ones that touch state of the whole machine (eBPF programs and cgroups, nftables rules) or
-# measure time and allocations one at a time after them. Test ports are claimed across processes
+# Runs every test binary of the workspace, built once (each module of the two many-module
+# binaries, tests/tests/integration and bench/tests/smoke, as a process of its own): most of them
+# two at a time (TEST_JOBS), the ones that touch state of the whole machine (eBPF programs and
+# cgroups, nftables rules) or measure time and allocations one at a time after them. Test ports are claimed across processes
 # (respite_tests::free_port), so binaries running together never share one. Each binary's output
 # is printed when it ends; the first failure fails the run (the others still finish).
 set -euo pipefail
@@ -14,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
 
 cargo test --release --workspace --no-run --message-format=json-render-diagnostics \
   >"$work/build.json"
-# One line per test binary: <package dir> <executable> <name>.
+# One line per test binary: <package dir> <executable> <name> <filter> ("-": all its tests).
 python3 - "$work/build.json" >"$work/all" <<'EOF'
 import json, os, sys
 seen = set()
@@ -33,11 +34,33 @@ for line in open(sys.argv[1]):
     seen.add(exe)
     pkg = os.path.dirname(m["manifest_path"])
     name = m["target"]["name"] + ("" if m["target"]["kind"] != ["lib"] else " (unit)")
-    print(pkg, exe, name.replace(" ", "_"), sep="\t")
+    print(pkg, exe, name.replace(" ", "_"), "-", sep="\t")
 EOF
 
+# The integration and smoke binaries (one binary of many modules each, so one link) become one
+# line per module, filtered by `<module>::`, a filter that must match only that module's tests
+# (libtest filters match anywhere in a test's name).
+python3 - "$work/all" >"$work/expanded" <<'EOF'
+import subprocess, sys
+for line in open(sys.argv[1]):
+    pkg, exe, name, _ = line.rstrip("\n").split("\t")
+    if name not in ("integration", "smoke"):
+        print(line, end="")
+        continue
+    listed = subprocess.run([exe, "--list", "--format", "terse"], capture_output=True,
+                            text=True, check=True).stdout
+    tests = [l.rsplit(": ", 1)[0] for l in listed.splitlines() if l.endswith(": test")]
+    modules = sorted({t.split("::", 1)[0] for t in tests})
+    for m in modules:
+        mine = [t for t in tests if t.startswith(m + "::")]
+        matched = [t for t in tests if (m + "::") in t]
+        if mine != matched:
+            sys.exit(f"filter {m}:: also matches {sorted(set(matched) - set(mine))}")
+        print(pkg, exe, m, m + "::", sep="\t")
+EOF
+mv "$work/expanded" "$work/all"
 # Alone, after the others: machine-wide state, or timing and allocation figures.
-alone='^(sockmap|sockmap_compare_smoke|kernel|reconnect|latency|alloc|hot_keys_alloc|restart|respite_ebpf.*)$'
+alone='^(sockmap|sockmap_compare|kernel|reconnect|latency|alloc|restart|respite_ebpf.*)$'
 # Longest first, so the two lanes end together.
 first='^(cluster|redis_suite|hostile|chaos|health|migration|mirror|xds_e2e|xds_transport)$'
 awk -F'\t' -v a="$alone" '$3 !~ a' "$work/all" >"$work/rest"
@@ -46,10 +69,12 @@ awk -F'\t' -v f="$first" '$3 !~ f' "$work/rest" >>"$work/together"
 awk -F'\t' -v a="$alone" '$3 ~ a' "$work/all" >"$work/alone"
 
 run_one() {
-  local pkg="$1" exe="$2" name="$3" log
+  local pkg="$1" exe="$2" name="$3" filter="$4" log
   log="$(mktemp)"
   local start=$SECONDS
-  if (cd "$pkg" && CARGO_MANIFEST_DIR="$pkg" "$exe" --test-threads "$threads") >"$log" 2>&1; then
+  local args=(--test-threads "$threads")
+  [ "$filter" = "-" ] || args+=("$filter")
+  if (cd "$pkg" && CARGO_MANIFEST_DIR="$pkg" "$exe" "${args[@]}") >"$log" 2>&1; then
     echo "== $name: ok ($((SECONDS - start)) s)"
     grep -E '^test result' "$log" || true
     rm -f "$log"
@@ -64,8 +89,8 @@ export -f run_one
 export threads
 
 status=0
-tr '\t' '\n' <"$work/together" | xargs -d '\n' -n 3 -P "$jobs" bash -c 'run_one "$@"' _ || status=1
-tr '\t' '\n' <"$work/alone" | xargs -d '\n' -n 3 -P 1 bash -c 'run_one "$@"' _ || status=1
+tr '\t' '\n' <"$work/together" | xargs -d '\n' -n 4 -P "$jobs" bash -c 'run_one "$@"' _ || status=1
+tr '\t' '\n' <"$work/alone" | xargs -d '\n' -n 4 -P 1 bash -c 'run_one "$@"' _ || status=1
 # Doc tests are not in the binaries above, and the workspace has none (its doc comments hold
 # text and JSON examples only); `cargo test --doc` would rebuild every library to find that.
 exit $status

@@ -2,7 +2,7 @@
 # The README's test command: installs what the tests need on a Debian machine, builds in release
 # mode and runs every test of the workspace against real redis-server / nutcracker processes,
 # including the eBPF sockmap tests (ebpf/tests, tests/tests/sockmap.rs: root + cgroup v2, else skipped),
-# tests/tests/cluster.rs (six-node Redis Cluster made with `redis-cli --cluster`, hence
+# tests/tests/integration/cluster.rs (six-node Redis Cluster made with `redis-cli --cluster`, hence
 # redis-tools) and the tcl suite through Respite over standalone servers and over that cluster.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,7 +15,7 @@ command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || need+=(nutcra
 command -v curl >/dev/null || need+=(curl)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v tclsh >/dev/null || need+=(tcl)
-# nft: tests/tests/reconnect.rs drops a backend's packets to check TCP keepalive (root only;
+# nft: tests/tests/integration/reconnect.rs drops a backend's packets to check TCP keepalive (root only;
 # the test is skipped, saying why, without root or nft).
 command -v nft >/dev/null || [ "$(id -u)" -ne 0 ] || need+=(nftables)
 # clang + libbpf headers: ebpf/build.rs compiles the sockmap programs; without them the build

@@ -289,15 +289,14 @@ fn core_suites_pass_inside_a_sockmap_cgroup_and_take_the_redirect_path() {
     if let Some(reason) = missing_privileges() {
         return skip(&reason);
     }
-    let suites: Vec<(&str, PathBuf)> = ["proxy", "routes", "mirror"]
-        .iter()
-        .filter_map(|n| Some((*n, newest_test_binary(n)?)))
-        .collect();
-    assert!(
-        suites.iter().any(|(n, _)| *n == "proxy"),
-        "no compiled proxy test binary in target/release/deps: run `cargo test --release -p \
-         respite-tests --no-run --test proxy --test routes --test mirror` first"
-    );
+    // The integration binary's proxy, routes and mirror modules, each in its own process.
+    let bin = newest_test_binary("integration").unwrap_or_else(|| {
+        panic!(
+            "no compiled integration test binary in target/release/deps: run `cargo test \
+             --release -p respite-tests --no-run --test integration` first"
+        )
+    });
+    let suites = ["proxy", "routes", "mirror"];
     let cg = next_cgroup();
     let bpffs = Bpffs::new();
     let ctl = SockmapControl::start(
@@ -318,12 +317,14 @@ fn core_suites_pass_inside_a_sockmap_cgroup_and_take_the_redirect_path() {
     // filtered port) takes TCP and counts one redirect_fail, so it comes before `before`.
     let before_http = ctl.counters();
     let before = bpffs.status();
-    for (name, bin) in &suites {
+    for name in suites {
         let started = Instant::now();
-        let out = cg
-            .command(bin, &["--test-threads".to_string(), "2".to_string()])
-            .output()
-            .expect("run suite");
+        let args = [
+            format!("{name}::"),
+            "--test-threads".to_string(),
+            "2".to_string(),
+        ];
+        let out = cg.command(&bin, &args).output().expect("run suite");
         let text = String::from_utf8_lossy(&out.stdout);
         let summary = text
             .lines()

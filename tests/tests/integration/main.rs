@@ -1,0 +1,49 @@
+//! Respite's integration tests against real redis-server, Redis Cluster, nutcracker, xDS and
+//! client-library processes, one module per concern.
+//!
+//! They are one test binary, not one per file: each binary links the whole workspace with the
+//! release profile's thin LTO (≈30 s each on 2 cores), which made building ~35 of them the
+//! largest part of a CI run. `deploy/run-tests.sh` still runs every module in its own process
+//! (`<binary> --exact <module>::…`), so modules keep their own statics and ports, and the long
+//! or machine-wide ones keep their lanes. One module by hand:
+//! `cargo test --release -p respite-tests --test integration -- proxy:: --test-threads 2`.
+//!
+//! Two tests stay binaries of their own: `alloc` installs a counting global allocator, and
+//! `sockmap` re-runs modules of this binary inside a cgroup.
+
+mod common;
+
+mod admin;
+mod blocking;
+mod chaos;
+mod clients;
+mod cluster;
+mod config_cli;
+mod control_file;
+mod control_socket;
+mod differential;
+mod envoy_import;
+mod failures;
+mod faults;
+mod health;
+mod hostile;
+mod hot_keys;
+mod job_queue;
+mod ketama_nutcracker;
+mod latency;
+mod migrate;
+mod migration;
+mod mirror;
+mod observability_deploy;
+mod proxy;
+mod reconnect;
+mod redis_suite;
+mod regressions;
+mod reload;
+mod restart;
+mod routes;
+mod scripts;
+mod stats;
+mod transactions;
+mod xds_e2e;
+mod xds_transport;

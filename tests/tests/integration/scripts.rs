@@ -1,0 +1,91 @@
+//! Long scripts through Respite against real redis-servers: SCRIPT KILL and FUNCTION KILL reach
+//! the busy backend over a connection of their own (even when every leased connection is taken)
+//! and answer as Redis does; the busy backend is busy, not dead: its shared connections stay
+//! open and it is not ejected.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use respite_tests::respite::{Respite, simple_config};
+use respite_tests::{RedisServer, free_port};
+
+const NOTBUSY: &[u8] = b"-NOTBUSY No scripts in execution right now.\r\n";
+
+/// Respite over `backends` with `op_timeout` 3 s and one leased connection per host.
+fn respite_over(backends: &[RedisServer]) -> Respite {
+    let (port, admin) = (free_port(), free_port());
+    let cfg = simple_config(port, admin, &addrs(backends), 1, "")
+        .replace("op_timeout = \"1s\"", "op_timeout = \"3s\"")
+        .replace(
+            "type = \"static\"",
+            "type = \"static\"\nmax_leased_connections = 1",
+        );
+    Respite::start(&cfg, port, admin)
+}
+
+/// With no script running, SCRIPT KILL and FUNCTION KILL answer Redis's NOTBUSY. A script
+/// busy on one of three backends, with that backend's only leased connection held by a
+/// blocked client, is killed through Respite: SCRIPT KILL `+OK`, the script's client gets
+/// Redis's own error, and meanwhile no upstream connection was closed or host ejected.
+#[test]
+fn script_kill_reaches_the_busy_backend() {
+    let reference = RedisServer::start();
+    let backends = servers(3);
+    for b in &backends {
+        assert_eq!(
+            b.raw()
+                .cmd(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"200"]),
+            b"+OK\r\n"
+        );
+    }
+    let respite = respite_over(&backends);
+    let mut c = respite.raw();
+    for cmd in [&[&b"SCRIPT"[..], b"KILL"][..], &[b"FUNCTION", b"KILL"]] {
+        assert_eq!(show(&c.cmd(cmd)), show(&reference.raw().cmd(cmd)));
+        assert_eq!(c.cmd(cmd), NOTBUSY);
+    }
+    // Keys on the backend that will run the script: a blocked client holds its leased
+    // connection (max_leased_connections = 1).
+    let place = Placement::new(&addrs(&backends));
+    let key = place.key_on(1, "busy");
+    let list = place.key_on(1, "busyl");
+    let mut blocked = respite.raw();
+    blocked.send(&[b"BLPOP", list.as_bytes(), b"0"]);
+    assert!(wait_until(Duration::from_secs(5), || {
+        respite.stat("redis.main.blocked_clients") == 1
+    }));
+    let cx_before = respite.stat("cluster.cache.upstream_cx_total");
+    let mut script = respite.raw();
+    script.send(&[
+        b"EVAL",
+        b"local i = 0 while true do i = i + 1 end",
+        b"1",
+        key.as_bytes(),
+    ]);
+    // Busy past its threshold: the backend answers -BUSY to everyone else.
+    let mut direct = backends[1].raw();
+    assert!(wait_until(Duration::from_secs(5), || {
+        direct.cmd(&[b"PING"]).starts_with(b"-BUSY")
+    }));
+    let started = Instant::now();
+    assert_eq!(c.cmd(&[b"SCRIPT", b"KILL"]), b"+OK\r\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let killed = script.read_reply();
+    assert!(
+        killed.starts_with(b"-ERR") && show(&killed).contains("Script killed by user"),
+        "{}",
+        show(&killed)
+    );
+    // The backend serves again, on the same shared connections, and the blocked client too.
+    assert_eq!(c.cmd(&[b"SET", key.as_bytes(), b"v"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&[b"RPUSH", list.as_bytes(), b"e"]), int(1));
+    assert!(blocked.read_reply().starts_with(b"*2\r\n"));
+    assert_eq!(respite.stat("cluster.cache.upstream_cx_total"), cx_before);
+    assert_eq!(c.cmd(&[b"SCRIPT", b"KILL"]), NOTBUSY);
+}

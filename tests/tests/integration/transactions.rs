@@ -1,0 +1,505 @@
+//! Transactions through Respite (MULTI, EXEC, DISCARD, WATCH, UNWATCH) against real
+//! redis-servers: replies byte for byte as one redis-server gives them, and on every path that
+//! discards a transaction (queue-time error, keys on two backends, DISCARD, disconnect, reload,
+//! backend down, no leased connection free) nothing of it runs.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use respite_tests::respite::{Respite, simple_config};
+use respite_tests::{RawClient, RedisServer, free_port};
+
+const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+
+/// True if `key` exists on any of `backends`.
+fn exists_anywhere(backends: &[RedisServer], key: &[u8]) -> bool {
+    backends.iter().any(|b| exists_on(&mut b.raw(), key))
+}
+
+/// Pipelines that use transactions, with keys of one hash tag: Respite's replies equal one
+/// redis-server's, byte for byte (queue-time errors, runtime errors inside EXEC, empty
+/// transactions, EXEC/DISCARD without MULTI, nested MULTI, WATCH inside MULTI, a malformed EXEC,
+/// RESET and UNWATCH inside MULTI).
+#[test]
+fn transactions_answer_as_redis_does() {
+    let reference = RedisServer::start();
+    let backends = servers(3);
+    let respite = Respite::over(&addrs(&backends), 2);
+    let pipelines: Vec<Vec<Vec<Vec<u8>>>> = vec![
+        // The bug report's pipeline: SET and INCR run inside the transaction, once.
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"tx1", b"1"]),
+            cmd(&[b"INCR", b"tx1"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"tx1"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}a", b"x"]),
+            cmd(&[b"INCR", b"{t}a"]),
+            cmd(&[b"LPUSH", b"{t}l", b"1", b"2"]),
+            cmd(&[b"MGET", b"{t}a", b"{t}b"]),
+            cmd(&[b"DEL", b"{t}l", b"{t}b"]),
+            cmd(&[b"PING"]),
+            cmd(&[b"ECHO", b"e\r\nx"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"{t}a"]),
+        ],
+        vec![cmd(&[b"MULTI"]), cmd(&[b"EXEC"])],
+        vec![cmd(&[b"EXEC"]), cmd(&[b"DISCARD"]), cmd(&[b"UNWATCH"])],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}q", b"1"]),
+            cmd(&[b"MULTI"]),
+            cmd(&[b"WATCH", b"{t}q"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"{t}q"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}e", b"1"]),
+            cmd(&[b"NOSUCHCOMMAND", b"x"]),
+            cmd(&[b"GET"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"{t}e"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}m", b"1"]),
+            cmd(&[b"EXEC", b"junk"]),
+            cmd(&[b"GET", b"{t}m"]),
+            cmd(&[b"EXEC"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}d", b"1"]),
+            cmd(&[b"DISCARD"]),
+            cmd(&[b"GET", b"{t}d"]),
+            cmd(&[b"DISCARD"]),
+        ],
+        vec![
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"{t}r", b"1"]),
+            cmd(&[b"RESET"]),
+            cmd(&[b"GET", b"{t}r"]),
+            cmd(&[b"EXEC"]),
+        ],
+        vec![
+            cmd(&[b"WATCH", b"{t}w"]),
+            cmd(&[b"MULTI"]),
+            cmd(&[b"UNWATCH"]),
+            cmd(&[b"SET", b"{t}w", b"1"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"WATCH", b"{t}w", b"{t}w2"]),
+            cmd(&[b"UNWATCH"]),
+            cmd(&[b"WATCH"]),
+        ],
+    ];
+    let mut r = reference.raw();
+    let mut c = respite.raw();
+    for p in &pipelines {
+        let want = r.pipeline(p);
+        let got = c.pipeline(p);
+        for ((command, w), g) in p.iter().zip(&want).zip(&got) {
+            let shown: Vec<String> = command.iter().map(|a| show(a)).collect();
+            assert_eq!(
+                show(g),
+                show(w),
+                "{shown:?}: respite (left) vs redis (right)"
+            );
+        }
+    }
+}
+
+/// A transaction whose keys are on two backends is refused at the first key that goes
+/// elsewhere (`-CROSSSLOT`, as Redis Cluster answers) and EXEC runs nothing; so is one that
+/// mixes in a command Respite sends to every backend.
+#[test]
+fn keys_on_two_backends_discard_the_whole_transaction() {
+    let backends = servers(3);
+    let placement = Placement::new(&addrs(&backends));
+    let a = placement.key_on(0, "x");
+    let b = placement.key_on(1, "x");
+    let respite = Respite::over(&addrs(&backends), 1);
+    let mut c = respite.raw();
+    let replies = c.pipeline(&[
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", a.as_bytes(), b"1"]),
+        cmd(&[b"SET", b.as_bytes(), b"1"]),
+        cmd(&[b"SET", a.as_bytes(), b"2"]),
+        cmd(&[b"EXEC"]),
+    ]);
+    assert_eq!(show(&replies[1]), show(b"+QUEUED\r\n"));
+    assert_eq!(show(&replies[2]), show(CROSSSLOT));
+    assert_eq!(show(&replies[3]), show(b"+QUEUED\r\n"));
+    assert_eq!(show(&replies[4]), show(EXECABORT));
+    assert!(!exists_anywhere(&backends, a.as_bytes()));
+    assert!(!exists_anywhere(&backends, b.as_bytes()));
+
+    let replies = c.pipeline(&[
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", a.as_bytes(), b"1"]),
+        cmd(&[b"FLUSHALL"]),
+        cmd(&[b"EXEC"]),
+    ]);
+    assert!(
+        replies[2].starts_with(b"-ERR 'flushall' inside MULTI is not supported"),
+        "{}",
+        show(&replies[2])
+    );
+    assert_eq!(show(&replies[3]), show(EXECABORT));
+    assert!(!exists_anywhere(&backends, a.as_bytes()));
+    // WATCH binds the transaction to its keys' backend.
+    let replies = c.pipeline(&[
+        cmd(&[b"WATCH", a.as_bytes()]),
+        cmd(&[b"WATCH", b.as_bytes()]),
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", b.as_bytes(), b"1"]),
+        cmd(&[b"EXEC"]),
+    ]);
+    assert_eq!(show(&replies[0]), show(OK));
+    assert_eq!(show(&replies[1]), show(CROSSSLOT));
+    assert_eq!(show(&replies[3]), show(CROSSSLOT));
+    assert_eq!(show(&replies[4]), show(EXECABORT));
+    assert!(!exists_anywhere(&backends, b.as_bytes()));
+}
+
+/// Nothing queued runs when the client disconnects before EXEC, nor when the listener is
+/// reloaded in the middle, nor when the backend is down at EXEC.
+#[test]
+fn discarded_transactions_run_nothing() {
+    let backends = servers(2);
+    let port = free_port();
+    let admin = free_port();
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "");
+    let respite = Respite::start(&cfg, port, admin);
+
+    let mut gone = respite.raw();
+    gone.send(&[b"MULTI"]);
+    gone.send(&[b"SET", b"{d}gone", b"1"]);
+    drop(gone);
+
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"{d}reload", b"1"]), b"+QUEUED\r\n");
+    respite.reload(&cfg.replace("op_timeout = \"1s\"", "op_timeout = \"2s\""));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !respite.log().contains("reloaded") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let exec = c.cmd(&[b"EXEC"]);
+    assert!(exec.starts_with(b"-EXECABORT"), "{}", show(&exec));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!exists_anywhere(&backends, b"{d}gone"));
+    assert!(!exists_anywhere(&backends, b"{d}reload"));
+    // And the connection works normally after.
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"{d}after", b"1"]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");
+    assert!(exists_anywhere(&backends, b"{d}after"));
+}
+
+/// A backend that is down when EXEC comes: the client gets an error and nothing runs later
+/// (the queued commands are not kept anywhere).
+#[test]
+fn backend_down_at_exec_runs_nothing() {
+    let mut backends = servers(1);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"down", b"1"]), b"+QUEUED\r\n");
+    backends[0].kill();
+    let exec = c.cmd(&[b"EXEC"]);
+    assert!(exec.starts_with(b"-"), "{}", show(&exec));
+    // Back (empty, on the same port): the queued SET was kept nowhere and never arrives.
+    backends[0].restart();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!exists_on(&mut backends[0].raw(), b"down"));
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"up", b"1"]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");
+}
+
+/// WATCH through Respite is optimistic locking as at Redis: 20 clients incrementing one
+/// counter with WATCH/GET/MULTI/SET/EXEC (retrying when EXEC answers nil) end with exactly
+/// the number of increments that committed, and the lease pool holds no connection afterwards.
+#[test]
+fn watch_gives_exactly_once_increments_under_contention() {
+    let backends = servers(2);
+    let respite = Respite::over(&addrs(&backends), 2);
+    const CLIENTS: usize = 20;
+    const EACH: usize = 10;
+    let addr = respite.addr();
+    let conflicts: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let addr = addr.clone();
+                s.spawn(move || {
+                    let mut c = RawClient::connect(&addr);
+                    let mut conflicts = 0;
+                    for _ in 0..EACH {
+                        loop {
+                            assert_eq!(c.cmd(&[b"WATCH", b"counter"]), OK);
+                            let v = c.cmd(&[b"GET", b"counter"]);
+                            let n: u64 = if v == NIL {
+                                0
+                            } else {
+                                let text = String::from_utf8_lossy(&v);
+                                text.lines()
+                                    .nth(1)
+                                    .and_then(|l| l.parse().ok())
+                                    .unwrap_or(0)
+                            };
+                            assert_eq!(c.cmd(&[b"MULTI"]), OK);
+                            let next = (n + 1).to_string();
+                            assert_eq!(
+                                c.cmd(&[b"SET", b"counter", next.as_bytes()]),
+                                b"+QUEUED\r\n"
+                            );
+                            match c.cmd(&[b"EXEC"]).as_slice() {
+                                b"*1\r\n+OK\r\n" => break,
+                                b"*-1\r\n" => conflicts += 1,
+                                other => panic!("EXEC answered {}", show(other)),
+                            }
+                        }
+                    }
+                    conflicts
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let mut c = respite.raw();
+    assert_eq!(
+        c.cmd(&[b"GET", b"counter"]),
+        bulk((CLIENTS * EACH).to_string().as_bytes())
+    );
+    eprintln!("{conflicts} EXECs answered nil (a WATCHed key changed)");
+    assert!(
+        conflicts > 0,
+        "20 clients never conflicted: WATCH cannot have been tested"
+    );
+    assert_eq!(respite.stat("cluster.cache.leased_cx_active"), 0);
+    assert_eq!(respite.stat("cluster.cache.leased_cx_closed_dirty"), 0);
+}
+
+/// With `max_leased_connections = 1`, a second client's EXEC waits while a WATCH holds the one
+/// connection, gets an error after `op_timeout` and runs nothing; once the WATCH ends the pool
+/// serves again, reusing the connection (no new connect).
+#[test]
+fn exhausted_lease_pool_refuses_then_recovers() {
+    let backends = servers(1);
+    let port = free_port();
+    let admin = free_port();
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "").replace(
+        "type = \"static\"",
+        "type = \"static\"\nmax_leased_connections = 1",
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let mut holder = respite.raw();
+    assert_eq!(holder.cmd(&[b"WATCH", b"held"]), OK);
+    let mut other = respite.raw();
+    assert_eq!(other.cmd(&[b"MULTI"]), OK);
+    assert_eq!(other.cmd(&[b"SET", b"waited", b"1"]), b"+QUEUED\r\n");
+    let started = Instant::now();
+    let exec = other.cmd(&[b"EXEC"]);
+    let waited = started.elapsed();
+    assert!(
+        exec.starts_with(b"-ERR no leased upstream connection became free"),
+        "{}",
+        show(&exec)
+    );
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
+    assert!(!exists_on(&mut backends[0].raw(), b"waited"));
+    assert_eq!(respite.stat("cluster.cache.leased_cx_pool_exhausted"), 1);
+
+    assert_eq!(holder.cmd(&[b"UNWATCH"]), OK);
+    assert_eq!(other.cmd(&[b"MULTI"]), OK);
+    assert_eq!(other.cmd(&[b"SET", b"waited", b"2"]), b"+QUEUED\r\n");
+    assert_eq!(other.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");
+    assert_eq!(other.cmd(&[b"GET", b"waited"]), bulk(b"2"));
+    assert_eq!(respite.stat("cluster.cache.leased_cx_connect"), 1);
+    // A client that leaves while it holds a WATCH: its connection is closed, not returned.
+    assert_eq!(holder.cmd(&[b"WATCH", b"held"]), OK);
+    drop(holder);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while respite.stat("cluster.cache.leased_cx_closed_dirty") < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(respite.stat("cluster.cache.leased_cx_closed_dirty"), 1);
+    assert_eq!(other.cmd(&[b"MULTI"]), OK);
+    assert_eq!(other.cmd(&[b"EXEC"]), b"*0\r\n");
+}
+
+/// A request pipelined after EXEC sees the transaction's writes (the session waits for EXEC's
+/// reply before it handles the next request).
+#[test]
+fn requests_after_exec_see_its_writes() {
+    let backends = servers(2);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let mut c = respite.raw();
+    for i in 0..50 {
+        let v = i.to_string();
+        let replies = c.pipeline(&[
+            cmd(&[b"MULTI"]),
+            cmd(&[b"SET", b"seq", v.as_bytes()]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"GET", b"seq"]),
+        ]);
+        assert_eq!(show(&replies[3]), show(&bulk(v.as_bytes())));
+    }
+}
+
+/// The Rust `redis` crate's atomic pipeline (MULTI … EXEC in one write) works, and its
+/// `transaction` helper (WATCH, reads, MULTI/EXEC, retried on nil).
+#[test]
+fn redis_crate_transactions_work() {
+    let backends = servers(2);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let port: u16 = respite.addr().rsplit(':').next().unwrap().parse().unwrap();
+    let mut conn = respite_tests::redis_client(port);
+    let (a, b): (i64, i64) = redis::pipe()
+        .atomic()
+        .set("{crate}a", 1)
+        .ignore()
+        .incr("{crate}a", 5)
+        .incr("{crate}b", 2)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!((a, b), (6, 2));
+    let (n,): (i64,) = redis::transaction(&mut conn, &["{crate}a"], |conn, pipe| {
+        let v: i64 = redis::cmd("GET").arg("{crate}a").query(conn)?;
+        pipe.set("{crate}a", v * 10)
+            .ignore()
+            .get("{crate}a")
+            .query(conn)
+    })
+    .unwrap();
+    assert_eq!(n, 60);
+}
+
+/// Routes that rewrite keys (`remove_prefix`, `key_formatter`): a transaction, a WATCH and a
+/// blocking command go to the backend of the rewritten key, as the same single command does —
+/// one copy of each key, WATCH conflicts seen, BLPOP served by what RPUSH pushed.
+#[test]
+fn rewritten_keys_place_transactions_and_blocking_as_single_commands() {
+    let backends = servers(3);
+    let routes = r#"[[listeners.prefix_routes.routes]]
+prefix = "u:"
+cluster = "cache"
+remove_prefix = true
+[[listeners.prefix_routes.routes]]
+prefix = "f:"
+cluster = "cache"
+key_formatter = "{%KEY%}"
+"#;
+    let respite = Respite::over_with(&addrs(&backends), 1, routes);
+    let mut c = respite.raw();
+    let mut other = respite.raw();
+    let copies = |key: &[u8]| {
+        backends
+            .iter()
+            .filter(|b| exists_on(&mut b.raw(), key))
+            .count()
+    };
+    for i in 0..12 {
+        for (client, stored) in [
+            (format!("u:k{i}"), format!("k{i}")),
+            (format!("f:k{i}"), format!("{{f:k{i}}}")),
+        ] {
+            let k = client.as_bytes();
+            assert_eq!(other.cmd(&[b"SET", k, b"other"]), OK);
+            assert_eq!(c.cmd(&[b"MULTI"]), OK);
+            assert_eq!(c.cmd(&[b"SET", k, b"mine"]), b"+QUEUED\r\n");
+            assert_eq!(c.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");
+            assert_eq!(other.cmd(&[b"GET", k]), bulk(b"mine"), "{client}");
+            assert_eq!(copies(stored.as_bytes()), 1, "{client} stored as {stored}");
+
+            assert_eq!(c.cmd(&[b"WATCH", k]), OK);
+            assert_eq!(other.cmd(&[b"SET", k, b"changed"]), OK);
+            assert_eq!(c.cmd(&[b"MULTI"]), OK);
+            assert_eq!(c.cmd(&[b"SET", k, b"lost"]), b"+QUEUED\r\n");
+            assert_eq!(
+                c.cmd(&[b"EXEC"]),
+                b"*-1\r\n",
+                "{client}: WATCH missed a write"
+            );
+            assert_eq!(other.cmd(&[b"GET", k]), bulk(b"changed"));
+
+            let list = format!("{client}:l");
+            let l = list.as_bytes();
+            assert_eq!(other.cmd(&[b"RPUSH", l, b"e"]), int(1));
+            let popped = c.cmd(&[b"BLPOP", l, b"1"]);
+            assert!(popped.starts_with(b"*2\r\n"), "{client}: {}", show(&popped));
+            assert_eq!(other.cmd(&[b"LLEN", l]), int(0));
+        }
+    }
+}
+
+/// A WATCH then a blocking command and SCRIPT KILL on the same connection, with one leased
+/// connection per host: the blocking command runs on the WATCH's connection (as at Redis,
+/// where they are one) and SCRIPT KILL never waits for a free one.
+#[test]
+fn watch_lends_its_connection_and_script_kill_never_waits() {
+    let backends = servers(1);
+    let port = free_port();
+    let admin = free_port();
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "").replace(
+        "type = \"static\"",
+        "type = \"static\"\nmax_leased_connections = 1",
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"WATCH", b"w"]), OK);
+    assert_eq!(c.cmd(&[b"BLPOP", b"w:l", b"0.1"]), b"*-1\r\n");
+    assert_eq!(
+        c.cmd(&[b"SCRIPT", b"KILL"]),
+        b"-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    // The WATCH still holds: another client's write makes EXEC nil.
+    let mut other = respite.raw();
+    assert_eq!(other.cmd(&[b"SET", b"w", b"x"]), OK);
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"w", b"y"]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&[b"EXEC"]), b"*-1\r\n");
+    assert_eq!(respite.stat("cluster.cache.leased_cx_pool_exhausted"), 0);
+}
+
+/// A reload between MULTI (or WATCH) and EXEC: the commands queued after it answer `+QUEUED`
+/// (not a misleading `-CROSSSLOT`), EXEC answers the reload's `-EXECABORT`, and nothing runs.
+#[test]
+fn reload_during_a_transaction_runs_nothing_and_says_why() {
+    let backends = servers(3);
+    let port = free_port();
+    let admin = free_port();
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "");
+    let respite = Respite::start(&cfg, port, admin);
+    let mut c = respite.raw();
+    let mut w = respite.raw();
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"{r}a", b"1"]), b"+QUEUED\r\n");
+    assert_eq!(w.cmd(&[b"WATCH", b"{r}w"]), OK);
+    respite.reload(&cfg.replace("op_timeout = \"1s\"", "op_timeout = \"2s\""));
+    assert!(
+        wait_until(Duration::from_secs(10), || respite
+            .log()
+            .contains("reloaded")),
+        "no reload: {}",
+        respite.log()
+    );
+    assert_eq!(c.cmd(&[b"SET", b"{r}b", b"1"]), b"+QUEUED\r\n");
+    let exec = c.cmd(&[b"EXEC"]);
+    assert!(exec.starts_with(b"-EXECABORT"), "{}", show(&exec));
+    assert!(show(&exec).contains("reloaded"), "{}", show(&exec));
+    assert_eq!(w.cmd(&[b"MULTI"]), OK);
+    assert_eq!(w.cmd(&[b"SET", b"{r}w", b"1"]), b"+QUEUED\r\n");
+    let exec = w.cmd(&[b"EXEC"]);
+    assert!(show(&exec).contains("reloaded"), "{}", show(&exec));
+    for k in [&b"{r}a"[..], b"{r}b", b"{r}w"] {
+        assert!(!exists_anywhere(&backends, k));
+    }
+}
