@@ -111,9 +111,10 @@ BLOCKING = {"blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzp
 TRANSACTION = {"multi": "Multi", "exec": "Exec", "discard": "Discard", "watch": "Watch",
                "unwatch": "Unwatch"}
 
-# Stop the script running on a backend: sent to every backend over leased connections, never
-# behind the script on a shared one (`Kind::ScriptKill`).
-SCRIPT_KILL = {"script|kill", "function|kill"}
+# About the script a backend may be running (Redis serves them while it runs): sent to every
+# backend over leased connections, never behind the script on a shared one
+# (`Kind::ScriptControl`).
+SCRIPT_CONTROL = {"script|kill", "function|kill", "function|stats"}
 
 # Refused with a reason (`Reason::<value>`, whose sentence is in src/command/refused.rs).
 REFUSED = {}
@@ -126,7 +127,7 @@ for _reason, _names in {
     "Replication": ["sync", "psync", "replconf", "replicaof", "slaveof", "failover", "role"],
     "Administration": [
         "monitor", "debug", "shutdown", "save", "bgsave", "bgrewriteaof", "memory|doctor",
-        "memory|malloc-stats", "memory|purge", "memory|stats", "function|stats",
+        "memory|malloc-stats", "memory|purge", "memory|stats",
     ],
     "LuaDebugger": ["script|debug"],
     "Migrate": ["migrate"],
@@ -182,8 +183,8 @@ def kind(name, containers):
         return "Kind::Transaction(Transaction::%s)" % TRANSACTION[name]
     if name in BLOCKING:
         return "Kind::Blocking"
-    if name in SCRIPT_KILL:
-        return "Kind::ScriptKill"
+    if name in SCRIPT_CONTROL:
+        return "Kind::ScriptControl"
     if name in REFUSED:
         return "Kind::Refused(Reason::%s)" % REFUSED[name]
     container, bar, sub = name.partition("|")

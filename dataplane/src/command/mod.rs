@@ -53,9 +53,10 @@ pub enum Kind {
     /// leased upstream connection to its keys' backend (one backend or `-CROSSSLOT`). XREAD and
     /// XREADGROUP are [`Kind::Keyed`] and block only with `BLOCK` (see [`is_blocking`]).
     Blocking,
-    /// SCRIPT KILL, FUNCTION KILL: sent to every backend over leased connections (never queued
-    /// behind the running script on a shared one); the replies merged as one server's.
-    ScriptKill,
+    /// SCRIPT KILL, FUNCTION KILL, FUNCTION STATS: about the script a backend may be running,
+    /// which Redis serves while it runs; sent to every backend over leased connections (never
+    /// queued behind the running script on a shared one), the replies merged as one server's.
+    ScriptControl,
     /// Answered by the proxy itself.
     Local(Local),
     /// Sent unchanged to every shard; the replies are merged.

@@ -1115,7 +1115,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::ScriptKill,
+        Kind::ScriptControl,
         KeySpec::Range,
     ),
     c(
@@ -1155,7 +1155,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::Administration),
+        Kind::ScriptControl,
         KeySpec::Range,
     ),
     c("geoadd", -5, 1, 1, 1, true, Kind::Keyed, KeySpec::Range),
@@ -1940,7 +1940,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::ScriptKill,
+        Kind::ScriptControl,
         KeySpec::Range,
     ),
     c(

@@ -532,8 +532,9 @@ fn kinds_are_chosen_for_every_row() {
     ] {
         assert_eq!(kind(n), Kind::Blocking, "{n}");
     }
-    assert_eq!(kind("script|kill"), Kind::ScriptKill);
-    assert_eq!(kind("function|kill"), Kind::ScriptKill);
+    for n in ["script|kill", "function|kill", "function|stats"] {
+        assert_eq!(kind(n), Kind::ScriptControl, "{n}");
+    }
     let scripts: Vec<&str> = COMMANDS
         .iter()
         .filter(|c| runs_script(c.id))

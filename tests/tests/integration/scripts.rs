@@ -89,3 +89,60 @@ fn script_kill_reaches_the_busy_backend() {
     assert_eq!(respite.stat("cluster.cache.upstream_cx_total"), cx_before);
     assert_eq!(c.cmd(&[b"SCRIPT", b"KILL"]), NOTBUSY);
 }
+
+/// FUNCTION STATS answers as one server would, idle and busy: byte for byte a redis-server's
+/// reply with the same library loaded (FUNCTION LOAD reached every backend); while a function
+/// spins on one of three backends, that backend's reply (the running function named), over a
+/// leased connection, not behind the function; after FUNCTION KILL, idle again.
+#[test]
+fn function_stats_show_the_running_function() {
+    let reference = RedisServer::start();
+    let backends = servers(3);
+    for b in backends.iter().chain([&reference]) {
+        assert_eq!(
+            b.raw()
+                .cmd(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"200"]),
+            b"+OK\r\n"
+        );
+    }
+    let respite = respite_over(&backends);
+    let mut c = respite.raw();
+    let library: &[u8] = b"#!lua name=spinlib\nredis.register_function('spin', function(keys, args) local i = 0 while true do i = i + 1 end end)";
+    for args in [
+        &[&b"FUNCTION"[..], b"LOAD", library][..],
+        &[b"FUNCTION", b"STATS"],
+    ] {
+        assert_eq!(show(&c.cmd(args)), show(&reference.raw().cmd(args)));
+    }
+    let place = Placement::new(&addrs(&backends));
+    let key = place.key_on(2, "spin");
+    let mut spinning = respite.raw();
+    spinning.send(&[b"FCALL", b"spin", b"1", key.as_bytes()]);
+    let mut direct = backends[2].raw();
+    assert!(wait_until(Duration::from_secs(5), || {
+        direct.cmd(&[b"PING"]).starts_with(b"-BUSY")
+    }));
+    let started = Instant::now();
+    let busy = c.cmd(&[b"FUNCTION", b"STATS"]);
+    let command = [
+        &b"*4\r\n$5\r\nFCALL\r\n$4\r\nspin\r\n$1\r\n1\r\n$"[..],
+        format!("{}\r\n{key}\r\n", key.len()).as_bytes(),
+    ]
+    .concat();
+    assert!(
+        busy.starts_with(b"*4\r\n$14\r\nrunning_script\r\n*6\r\n$4\r\nname\r\n$4\r\nspin\r\n")
+            && busy.windows(command.len()).any(|w| w == command.as_slice()),
+        "{}",
+        show(&busy)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(c.cmd(&[b"FUNCTION", b"KILL"]), b"+OK\r\n");
+    let killed = show(&spinning.read_reply());
+    assert!(killed.contains("killed"), "{killed}");
+    let idle: &[&[u8]] = &[b"FUNCTION", b"STATS"];
+    assert_eq!(show(&c.cmd(idle)), show(&reference.raw().cmd(idle)));
+}

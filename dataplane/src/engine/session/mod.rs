@@ -12,9 +12,9 @@ use tracing::debug;
 
 mod barrier;
 mod blocking;
-mod kill;
 mod mode;
 mod multi;
+mod script_control;
 mod transaction;
 
 use barrier::Barrier;
@@ -439,8 +439,8 @@ impl Session {
         if command::is_blocking(spec, req.argc(), req.argv()) {
             return self.blocking(rt, &req, spec);
         }
-        if spec.kind == Kind::ScriptKill {
-            return self.script_kill(rt, &req, spec);
+        if spec.kind == Kind::ScriptControl {
+            return self.script_control(rt, &req, spec);
         }
         if let Some(how) = Upstream::of(spec.kind) {
             // Faults hit only what goes upstream (docs/faults.md): never AUTH, PING or any

@@ -112,7 +112,7 @@ impl Upstream {
             | Kind::Transaction(_)
             | Kind::Container
             | Kind::Blocking
-            | Kind::ScriptKill => None,
+            | Kind::ScriptControl => None,
         }
     }
 }
