@@ -161,7 +161,7 @@ SHUTDOWN NOSAVE.\r\n"
         assert_eq!(merge_stats(&[idle2.clone(), eval.clone()]), eval);
         assert_eq!(merge_stats(&[eval.clone(), busy2.clone()]), busy2);
         assert_eq!(merge_stats(&[idle3.clone(), busy3.clone()]), busy3);
-        assert_eq!(merge_stats(&[idle3.clone()]), idle3);
+        assert_eq!(merge_stats(std::slice::from_ref(&idle3)), idle3);
     }
 
     #[test]
