@@ -25,6 +25,18 @@ fn respite_over(backends: &[RedisServer]) -> Respite {
     Respite::start(&cfg, port, admin)
 }
 
+/// `busy-reply-threshold` 200 ms on each of `servers`: a spinning script makes them answer
+/// `-BUSY` (and read SCRIPT KILL) after 200 ms instead of 5 s.
+fn busy_after_200ms(servers: &[RedisServer]) {
+    for s in servers {
+        assert_eq!(
+            s.raw()
+                .cmd(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"200"]),
+            b"+OK\r\n"
+        );
+    }
+}
+
 /// With no script running, SCRIPT KILL and FUNCTION KILL answer Redis's NOTBUSY. A script
 /// busy on one of three backends, with that backend's only leased connection held by a
 /// blocked client, is killed through Respite: SCRIPT KILL `+OK`, the script's client gets
@@ -33,13 +45,7 @@ fn respite_over(backends: &[RedisServer]) -> Respite {
 fn script_kill_reaches_the_busy_backend() {
     let reference = RedisServer::start();
     let backends = servers(3);
-    for b in &backends {
-        assert_eq!(
-            b.raw()
-                .cmd(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"200"]),
-            b"+OK\r\n"
-        );
-    }
+    busy_after_200ms(&backends);
     let respite = respite_over(&backends);
     let mut c = respite.raw();
     for cmd in [&[&b"SCRIPT"[..], b"KILL"][..], &[b"FUNCTION", b"KILL"]] {
@@ -98,13 +104,8 @@ fn script_kill_reaches_the_busy_backend() {
 fn function_stats_show_the_running_function() {
     let reference = RedisServer::start();
     let backends = servers(3);
-    for b in backends.iter().chain([&reference]) {
-        assert_eq!(
-            b.raw()
-                .cmd(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"200"]),
-            b"+OK\r\n"
-        );
-    }
+    busy_after_200ms(&backends);
+    busy_after_200ms(std::slice::from_ref(&reference));
     let respite = respite_over(&backends);
     let mut c = respite.raw();
     let library: &[u8] = b"#!lua name=spinlib\nredis.register_function('spin', function(keys, args) local i = 0 while true do i = i + 1 end end)";
