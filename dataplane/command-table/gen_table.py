@@ -116,6 +116,10 @@ TRANSACTION = {"multi": "Multi", "exec": "Exec", "discard": "Discard", "watch": 
 # (`Kind::ScriptControl`).
 SCRIPT_CONTROL = {"script|kill", "function|kill", "function|stats"}
 
+# CLIENT UNBLOCK: Respite's client ids are its own; the blocked client's leased upstream
+# connection is found by that id and unblocked at its backend (`Kind::ClientUnblock`).
+CLIENT_UNBLOCK = {"client|unblock"}
+
 # Refused with a reason (`Reason::<value>`, whose sentence is in src/command/refused.rs).
 REFUSED = {}
 for _reason, _names in {
@@ -138,7 +142,6 @@ for _reason, _names in {
     "ReplySuppression": ["client|reply"],
     "SharedConnections": [
         "client|info", "client|list", "client|kill", "client|pause", "client|unpause",
-        "client|unblock",
     ],
 }.items():
     for _n in _names:
@@ -185,6 +188,8 @@ def kind(name, containers):
         return "Kind::Blocking"
     if name in SCRIPT_CONTROL:
         return "Kind::ScriptControl"
+    if name in CLIENT_UNBLOCK:
+        return "Kind::ClientUnblock"
     if name in REFUSED:
         return "Kind::Refused(Reason::%s)" % REFUSED[name]
     container, bar, sub = name.partition("|")

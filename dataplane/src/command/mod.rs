@@ -57,6 +57,9 @@ pub enum Kind {
     /// which Redis serves while it runs; sent to every backend over leased connections (never
     /// queued behind the running script on a shared one), the replies merged as one server's.
     ScriptControl,
+    /// CLIENT UNBLOCK: the id is one Respite gave (CLIENT ID); the client it names is unblocked
+    /// at the backend its blocking command waits on, over a leased connection of its own.
+    ClientUnblock,
     /// Answered by the proxy itself.
     Local(Local),
     /// Sent unchanged to every shard; the replies are merged.

@@ -458,7 +458,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::SharedConnections),
+        Kind::ClientUnblock,
         KeySpec::Range,
     ),
     c(

@@ -535,6 +535,7 @@ fn kinds_are_chosen_for_every_row() {
     for n in ["script|kill", "function|kill", "function|stats"] {
         assert_eq!(kind(n), Kind::ScriptControl, "{n}");
     }
+    assert_eq!(kind("client|unblock"), Kind::ClientUnblock);
     let scripts: Vec<&str> = COMMANDS
         .iter()
         .filter(|c| runs_script(c.id))

@@ -2,6 +2,7 @@
 //! reload, configs pushed on the control socket, and SIGTERM drain.
 
 pub mod access_log;
+mod blocked;
 mod observe;
 mod session;
 mod sink;
@@ -165,6 +166,7 @@ impl Engine {
             .map(|n| n.get())
             .unwrap_or(1);
         let mut workers = Vec::new();
+        let blocked = Arc::new(blocked::BlockedClients::default());
         for id in 0..config.runtime.workers {
             let cpu = config.runtime.pin_workers.then_some(id % ncpu);
             workers.push(worker::spawn(
@@ -173,6 +175,7 @@ impl Engine {
                 store.clone(),
                 registry.clone(),
                 hosts.clone(),
+                blocked.clone(),
                 cpu,
             )?);
         }

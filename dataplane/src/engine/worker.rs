@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use super::blocked::BlockedClients;
 use super::observe::Observer;
 use super::session;
 use super::sink::Sink;
@@ -62,6 +63,8 @@ pub struct WorkerShared {
     /// Accept loops running: a drain waits for them to end, so a connection their last accept
     /// took is served, not dropped with a cancelled accept.
     accepting: Cell<usize>,
+    /// The blocked clients of every worker (CLIENT UNBLOCK finds them by client id).
+    pub blocked_clients: Arc<BlockedClients>,
 }
 
 impl WorkerShared {
@@ -179,6 +182,7 @@ pub fn spawn(
     store: Arc<Store>,
     registry: Arc<Registry>,
     hosts: Arc<HostRegistry>,
+    blocked_clients: Arc<BlockedClients>,
     cpu: Option<usize>,
 ) -> Result<(async_channel::Sender<Control>, std::thread::JoinHandle<()>), String> {
     let (tx, rx) = async_channel::unbounded::<Control>();
@@ -205,6 +209,7 @@ pub fn spawn(
                         closed_since_trim: Cell::new(0),
                         sessions: RefCell::new(HashMap::new()),
                         accepting: Cell::new(0),
+                        blocked_clients,
                     }),
                     pool_ctx: PoolContext {
                         store: store.clone(),

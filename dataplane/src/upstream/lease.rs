@@ -1,7 +1,8 @@
 //! Leased upstream connections: held by one client session at a time, for what cannot share a
 //! pipelined connection with other clients: a transaction's `WATCH … MULTI … EXEC` (the
 //! watched keys and the open `MULTI` are state of the Redis connection), a blocking command
-//! (it holds the connection until served), `SCRIPT KILL` (it must not wait behind the script).
+//! (it holds the connection until served), `SCRIPT KILL` and `CLIENT UNBLOCK` (they must not
+//! wait behind what they stop).
 //!
 //! Each worker keeps, per cluster pool, idle leased connections per (host, protocol), up to
 //! `max_leased_connections` per host counting those in use, and one idle connection ready once a
@@ -66,20 +67,49 @@ pub const MIN_IDLE: usize = 1;
 /// blocked clients at once) does not keep its connections for ever.
 pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// An idle connection and when it became idle.
+/// An idle connection, its id at the host, and when it became idle.
 struct Idle {
     stream: TcpStream,
+    upstream_id: Option<u64>,
     since: Instant,
 }
 
 impl Idle {
-    fn new(stream: TcpStream) -> Idle {
+    fn new(stream: TcpStream, upstream_id: Option<u64>) -> Idle {
         Idle {
             stream,
+            upstream_id,
             since: Instant::now(),
         }
     }
 }
+
+/// Connects a leased connection (handshake as for a shared one) and asks the host for its id
+/// (`CLIENT ID`), which `CLIENT UNBLOCK` needs. A host that refuses `CLIENT ID` (an ACL) gives
+/// a connection without one: its blocked clients cannot be unblocked through Respite.
+///
+/// Errors: as [`open`], and a lost connection or a timeout (`connect_timeout`) on `CLIENT ID`.
+async fn open_leased(
+    addr: SocketAddr,
+    settings: &PoolSettings,
+    cluster: &str,
+) -> std::io::Result<(TcpStream, Option<u64>)> {
+    let stream = open(addr, settings, false, cluster).await?;
+    let BufResult(res, _) = net::write_all(&stream, CLIENT_ID.to_vec()).await;
+    res?;
+    let reply = net::timeout(settings.connect_timeout, read_replies(&stream, 1))
+        .await
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "CLIENT ID timeout"))??;
+    let id = reply
+        .first()
+        .and_then(|r| r.strip_prefix(b":"))
+        .and_then(|r| r.strip_suffix(b"\r\n"))
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(|n| n.parse().ok());
+    Ok((stream, id))
+}
+
+const CLIENT_ID: &[u8] = b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n";
 
 /// Reply when a client waited `op_timeout` for a leased connection in vain.
 pub const LEASE_EXHAUSTED: &[u8] = b"-ERR no leased upstream connection became free within \
@@ -216,12 +246,16 @@ impl LeasePool {
                 .idle
                 .borrow_mut()
                 .get_mut(&(addr, resp3))
-                .and_then(Vec::pop)
-                .map(|i| i.stream);
-            if let Some(stream) = idle {
+                .and_then(Vec::pop);
+            if let Some(Idle {
+                stream,
+                upstream_id,
+                ..
+            }) = idle
+            {
                 self.stats.idle.dec();
                 if net::idle_usable(&stream) {
-                    return Ok(self.given(addr, resp3, stream, started));
+                    return Ok(self.given(addr, resp3, (stream, upstream_id), started));
                 }
                 // Closed by the host while idle (a restart, its `timeout`): try the next.
                 net::shutdown(&stream);
@@ -235,10 +269,10 @@ impl LeasePool {
                     resp3,
                     ..(*self.settings).clone()
                 };
-                return match open(addr, &settings, false, &self.cluster).await {
-                    Ok(stream) => {
+                return match open_leased(addr, &settings, &self.cluster).await {
+                    Ok(conn) => {
                         self.stats.connects.inc();
-                        Ok(self.given(addr, resp3, stream, started))
+                        Ok(self.given(addr, resp3, conn, started))
                     }
                     Err(e) => {
                         self.forget(addr);
@@ -297,12 +331,17 @@ impl LeasePool {
                 .borrow_mut()
                 .get_mut(&(addr, resp3))
                 .and_then(Vec::pop);
-            let Some(Idle { stream, .. }) = popped else {
+            let Some(Idle {
+                stream,
+                upstream_id,
+                ..
+            }) = popped
+            else {
                 break;
             };
             self.stats.idle.dec();
             if net::idle_usable(&stream) {
-                return Ok(self.given(addr, resp3, stream, started));
+                return Ok(self.given(addr, resp3, (stream, upstream_id), started));
             }
             net::shutdown(&stream);
             self.forget(addr);
@@ -312,10 +351,10 @@ impl LeasePool {
             resp3,
             ..(*self.settings).clone()
         };
-        match open(addr, &settings, false, &self.cluster).await {
-            Ok(stream) => {
+        match open_leased(addr, &settings, &self.cluster).await {
+            Ok(conn) => {
                 self.stats.connects.inc();
-                Ok(self.given(addr, resp3, stream, started))
+                Ok(self.given(addr, resp3, conn, started))
             }
             Err(e) => {
                 self.forget(addr);
@@ -328,7 +367,7 @@ impl LeasePool {
         self: &Rc<Self>,
         addr: SocketAddr,
         resp3: bool,
-        stream: TcpStream,
+        (stream, upstream_id): (TcpStream, Option<u64>),
         started: Instant,
     ) -> Lease {
         self.stats.total.inc();
@@ -341,6 +380,8 @@ impl LeasePool {
             pool: self.clone(),
             addr,
             resp3,
+            upstream_id,
+            reusable: true,
             stream: Some(stream),
         }
     }
@@ -390,18 +431,18 @@ impl LeasePool {
             resp3,
             ..(*self.settings).clone()
         };
-        match open(addr, &settings, false, &self.cluster).await {
-            Ok(stream) if !self.retired.get() => {
+        match open_leased(addr, &settings, &self.cluster).await {
+            Ok((stream, upstream_id)) if !self.retired.get() => {
                 self.stats.connects.inc();
                 self.stats.idle.inc();
                 self.idle
                     .borrow_mut()
                     .entry((addr, resp3))
                     .or_default()
-                    .push(Idle::new(stream));
+                    .push(Idle::new(stream, upstream_id));
                 self.wake_one(addr);
             }
-            Ok(stream) => {
+            Ok((stream, _)) => {
                 net::shutdown(&stream);
                 self.forget(addr);
             }
@@ -448,6 +489,9 @@ pub struct Lease {
     pool: Rc<LeasePool>,
     addr: SocketAddr,
     resp3: bool,
+    upstream_id: Option<u64>,
+    /// Cleared by [`Lease::close_on_release`].
+    reusable: bool,
     stream: Option<TcpStream>,
 }
 
@@ -455,6 +499,22 @@ impl Lease {
     /// The host the connection goes to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The connection's id at its host (Redis `CLIENT ID`); `None` if the host refused to say.
+    pub fn upstream_id(&self) -> Option<u64> {
+        self.upstream_id
+    }
+
+    /// The name of the cluster the connection's host belongs to.
+    pub fn cluster(&self) -> &str {
+        &self.pool.cluster
+    }
+
+    /// The connection is closed when released, however clean: its id at the host must not
+    /// pass to another client (a `CLIENT UNBLOCK` aimed at it may still be on its way).
+    pub fn close_on_release(&mut self) {
+        self.reusable = false;
     }
 
     /// Writes `request` (one or more encoded commands) and reads `replies` replies, the whole
@@ -540,7 +600,7 @@ impl Lease {
         };
         let pool = self.pool.clone();
         let over = pool.open.borrow().get(&self.addr).copied().unwrap_or(0) > pool.max_per_host;
-        if !clean || pool.retired.get() || over {
+        if !clean || !self.reusable || pool.retired.get() || over {
             if !clean {
                 pool.stats.closed_dirty.inc();
             }
@@ -555,7 +615,7 @@ impl Lease {
             .borrow_mut()
             .entry((self.addr, self.resp3))
             .or_default()
-            .push(Idle::new(stream));
+            .push(Idle::new(stream, self.upstream_id));
         pool.wake_one(self.addr);
     }
 

@@ -1014,3 +1014,105 @@ fn huge_timeouts_answer_as_redis_does() {
     assert_eq!(pusher.cmd(&[b"RPUSH", b"hl", b"x"]), int(1));
     assert_eq!(waiter.read_reply(), b"*2\r\n$2\r\nhl\r\n$1\r\nx\r\n");
 }
+
+/// The worker that serves a connection whose CLIENT ID is `id` (Respite's ids are
+/// `session × workers + worker + 1`).
+fn worker_of(id: &[u8], workers: u64) -> u64 {
+    let n: u64 = String::from_utf8_lossy(id)
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap_or_else(|_| panic!("CLIENT ID answered {}", show(id)));
+    (n - 1) % workers
+}
+
+/// CLIENT UNBLOCK as Redis's list unit uses it, run against `addr`: the blocked client's
+/// replies (nil, nil, Redis's `-UNBLOCKED` error, for BLPOP, BZPOPMIN and XREAD BLOCK), the
+/// unblocker's replies (`:1` each, then the argument errors and `:0` for ids not blocked), and
+/// the lists afterwards (nothing popped for an unblocked client). `pair` gives the blocked
+/// client and its unblocker; `blocked` counts blocked clients at the backends.
+fn unblock_script(
+    pair: (RawClient, RawClient),
+    blocked: &dyn Fn() -> i64,
+    resp3: bool,
+) -> Vec<Vec<u8>> {
+    let (mut rd, mut r) = pair;
+    hello(&mut rd, resp3);
+    let id = String::from_utf8_lossy(&rd.cmd(&[b"CLIENT", b"ID"]))
+        .trim()
+        .trim_start_matches(':')
+        .to_string();
+    let mut out = Vec::new();
+    let waits: [&[&[u8]]; 3] = [
+        &[b"BLPOP", b"ul", b"0"],
+        &[b"BZPOPMIN", b"uz", b"0"],
+        &[b"XREAD", b"BLOCK", b"0", b"STREAMS", b"us", b"$"],
+    ];
+    for wait in waits {
+        for reason in [None, Some(&b"TIMEOUT"[..]), Some(&b"error"[..])] {
+            rd.send(wait);
+            assert!(
+                wait_until(Duration::from_secs(5), || blocked() == 1),
+                "{:?} never blocked",
+                wait.first().map(|a| show(a))
+            );
+            let mut unblock: Vec<&[u8]> = vec![b"CLIENT", b"UNBLOCK", id.as_bytes()];
+            unblock.extend(reason);
+            out.push(r.cmd(&unblock));
+            out.push(rd.read_reply());
+            assert!(wait_until(Duration::from_secs(5), || blocked() == 0));
+        }
+    }
+    let never_given = (u64::MAX / 4).to_string();
+    let errors: [&[&[u8]]; 8] = [
+        &[b"CLIENT", b"UNBLOCK", b"asd"],
+        &[b"CLIENT", b"UNBLOCK", b"asd", b"foo"],
+        &[b"CLIENT", b"UNBLOCK", id.as_bytes(), b"foo"],
+        &[b"CLIENT", b"unblock", id.as_bytes(), b"timeout", b"x"],
+        &[b"CLIENT", b"UNBLOCK", id.as_bytes()],
+        &[b"CLIENT", b"UNBLOCK", b"-1"],
+        &[b"CLIENT", b"UNBLOCK", never_given.as_bytes(), b"ERROR"],
+        &[b"CLIENT", b"UNBLOCK", b"18446744073709551615"],
+    ];
+    out.extend(errors.iter().map(|c| r.cmd(c)));
+    out.push(rd.cmd(&[b"RPUSH", b"ul", b"a"]));
+    out.push(r.cmd(&[b"LRANGE", b"ul", b"0", b"-1"]));
+    out.push(r.cmd(&[b"DEL", b"ul"]));
+    out
+}
+
+/// CLIENT UNBLOCK with the ids Respite gives, the blocked client and the unblocker served by
+/// different workers: every reply equals one redis-server's byte for byte, in both protocols;
+/// the unblocked client gets Redis's own reply and nothing is popped for it.
+#[test]
+fn client_unblock_answers_as_redis_does() {
+    let (backends, respite, reference) = setup();
+    for resp3 in [false, true] {
+        let want = unblock_script(
+            (reference.raw(), reference.raw()),
+            &|| blocked(&reference),
+            resp3,
+        );
+        // An unblocker on the other worker than the blocked client.
+        let mut rd = respite.raw();
+        let rd_worker = worker_of(&rd.cmd(&[b"CLIENT", b"ID"]), 2);
+        let r = (0..64)
+            .map(|_| respite.raw())
+            .find_map(|mut r| (worker_of(&r.cmd(&[b"CLIENT", b"ID"]), 2) != rd_worker).then_some(r))
+            .expect("64 connections all went to one worker");
+        hello(&mut rd, false);
+        let got = unblock_script((rd, r), &|| blocked_on(&backends), resp3);
+        assert_eq!(
+            got.iter().map(|r| show(r)).collect::<Vec<_>>(),
+            want.iter().map(|r| show(r)).collect::<Vec<_>>(),
+            "resp3 {resp3}: respite (left) vs redis (right)"
+        );
+        let unblocks: Vec<String> = got.iter().step_by(2).take(9).map(|r| show(r)).collect();
+        assert_eq!(
+            unblocks,
+            vec![show(b":1\r\n"); 9],
+            "resp3 {resp3}: every unblock found its client"
+        );
+    }
+    assert_eq!(respite.stat("redis.main.blocked_clients"), 0);
+}

@@ -13,6 +13,9 @@
 //!   gone (an element popped while the close is on its way is lost with the connection, as
 //!   with any client that disconnects). A draining worker stops it the same way and answers
 //!   `-UNBLOCKED`, Redis's error for a client unblocked by force.
+//! - While it waits it is registered by its client id with its leased connection's id at the
+//!   backend (`engine/blocked.rs`), so `CLIENT UNBLOCK` from any worker reaches it
+//!   (`session/unblock.rs`); a connection an unblock aimed at is closed, not reused.
 //! - Redis Cluster: Redis answers a blocked client `MOVED`/`ASK` when its slot moves away; the
 //!   request is sent again to the named node with the rest of its timeout (at most
 //!   [`MAX_REDIRECTS`] times). A primary that fails over answers its blocked clients
@@ -21,6 +24,7 @@
 //!   `-upstream failure`, like any request whose reply was lost.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Session;
@@ -28,11 +32,12 @@ use super::barrier::Barrier;
 use super::transaction::Watch;
 use crate::cluster::ClusterPool;
 use crate::command::{self, BlockTimeout, CommandSpec, Request};
+use crate::engine::blocked::{BlockedAt, BlockedClients, Registration};
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
 use crate::resp::{Limits, Parsed, RequestParser, encode};
 use crate::router::dispatch::{Queued, TxDest};
-use crate::upstream::{BlockedError, Deliver, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
+use crate::upstream::{BlockedError, Deliver, Lease, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
 
 /// Redirects one blocking request follows before the client gets `-TRYAGAIN`.
 pub(super) const MAX_REDIRECTS: usize = 3;
@@ -88,12 +93,15 @@ impl Session {
         let resp3 = self.conn.resp3;
         let blocked = rt.stats.blocked_clients.clone();
         blocked.inc();
+        let (registry, client_id) = (self.blocked_clients.clone(), self.conn.client_id);
         net::spawn(async move {
             let blocked_request = Blocked {
                 dest,
                 resp3,
                 timeout,
                 started: Instant::now(),
+                registry,
+                client_id,
             };
             let (reply, watch) = match held {
                 Some(watch) => blocked_request.run_on_watch(watch, request, &barrier).await,
@@ -112,9 +120,30 @@ struct Blocked {
     resp3: bool,
     timeout: BlockTimeout,
     started: Instant,
+    /// Where the request registers while it waits, by its client's id (CLIENT UNBLOCK).
+    registry: Arc<BlockedClients>,
+    client_id: u64,
 }
 
 impl Blocked {
+    /// Registers the client as blocked on `lease` (if the host told the connection's id).
+    fn register(&self, lease: &Lease) -> Option<Registration> {
+        let upstream_id = lease.upstream_id()?;
+        let at = BlockedAt {
+            cluster: lease.cluster().into(),
+            addr: lease.addr(),
+            upstream_id,
+        };
+        Some(self.registry.register(self.client_id, at))
+    }
+
+    /// Ends `registration`; a lease a `CLIENT UNBLOCK` aimed at is not given to another client.
+    fn unregister(registration: Option<Registration>, lease: &mut Lease) {
+        if registration.is_some_and(Registration::end) {
+            lease.close_on_release();
+        }
+    }
+
     /// Runs `request` at `addr`, following cluster redirects; returns the client's reply.
     async fn run(
         &self,
@@ -139,11 +168,15 @@ impl Blocked {
             }
             out.extend_from_slice(&request);
             let replies = 1 + usize::from(asking);
+            let registration = self.register(&lease);
             let reply = match lease
                 .exchange_blocking(out, replies, self.left(), barrier.stopped())
                 .await
             {
-                Ok(reply) => reply,
+                Ok(reply) => {
+                    Self::unregister(registration, &mut lease);
+                    reply
+                }
                 Err(BlockedError::Stopped) => return UNBLOCKED.to_vec(),
                 Err(BlockedError::Io(_)) => return UPSTREAM_FAILURE.to_vec(),
             };
@@ -174,12 +207,16 @@ impl Blocked {
         request: Vec<u8>,
         barrier: &Barrier,
     ) -> (Vec<u8>, Option<Watch>) {
+        let registration = self.register(&watch.lease);
         match watch
             .lease
             .exchange_blocking(request, 1, self.left(), barrier.stopped())
             .await
         {
-            Ok(reply) => (reply, Some(watch)),
+            Ok(reply) => {
+                Self::unregister(registration, &mut watch.lease);
+                (reply, Some(watch))
+            }
             Err(BlockedError::Stopped) => (UNBLOCKED.to_vec(), None),
             Err(BlockedError::Io(_)) => (UPSTREAM_FAILURE.to_vec(), None),
         }

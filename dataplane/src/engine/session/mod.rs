@@ -16,11 +16,13 @@ mod mode;
 mod multi;
 mod script_control;
 mod transaction;
+mod unblock;
 
 use barrier::Barrier;
 use mode::Mode;
 use transaction::Watch;
 
+use super::blocked::BlockedClients;
 use super::sink::{NO_CMD, Sink};
 use super::stats::CUSTOM_CMD;
 use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
@@ -57,6 +59,8 @@ struct Session {
     /// Set by a request whose reply must come before the next request is handled (EXEC,
     /// WATCH, a blocking command); the read loop waits on it.
     barrier: Option<Rc<Barrier>>,
+    /// The process's blocked clients, where a blocking request registers.
+    blocked_clients: std::sync::Arc<BlockedClients>,
 }
 
 /// Keeps a session registered with its worker until both its reader and its writer are done
@@ -109,6 +113,7 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
         mode: Mode::Shared,
         watching: None,
         barrier: None,
+        blocked_clients: worker.blocked_clients.clone(),
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -441,6 +446,9 @@ impl Session {
         }
         if spec.kind == Kind::ScriptControl {
             return self.script_control(rt, &req, spec);
+        }
+        if spec.kind == Kind::ClientUnblock {
+            return self.client_unblock(rt, &req, spec);
         }
         if let Some(how) = Upstream::of(spec.kind) {
             // Faults hit only what goes upstream (docs/faults.md): never AUTH, PING or any

@@ -112,7 +112,8 @@ impl Upstream {
             | Kind::Transaction(_)
             | Kind::Container
             | Kind::Blocking
-            | Kind::ScriptControl => None,
+            | Kind::ScriptControl
+            | Kind::ClientUnblock => None,
         }
     }
 }
