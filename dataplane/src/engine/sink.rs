@@ -94,6 +94,8 @@ struct Inner {
     next_obs: Option<Box<Pending>>,
     /// Hold for the next slot pushed ([`Sink::hold_next`]).
     next_hold: Option<Duration>,
+    /// Set by [`Sink::cork`]: nothing is written until [`Sink::uncork`].
+    corked: bool,
 }
 
 /// Reply queue shared by a session's reader, its writer and the upstream connections.
@@ -261,11 +263,25 @@ impl Sink {
         }
     }
 
+    /// Holds back what is ready to write until [`Sink::uncork`]: while the session waits for
+    /// an exchange that answers within `op_timeout` (EXEC, WATCH), so the replies read with it
+    /// (a pipelined `MULTI … EXEC`'s `+OK` and `+QUEUED`) go out in the same write as its own.
+    pub fn cork(&self) {
+        self.inner.borrow_mut().corked = true;
+    }
+
+    /// Ends [`Sink::cork`] and wakes the writer.
+    pub fn uncork(&self) {
+        self.inner.borrow_mut().corked = false;
+        self.writer.notify();
+    }
+
     /// Takes everything ready to write, swapping in `spare`; returns the bytes and how many
-    /// replies they hold, or `None` if nothing is ready.
+    /// replies they hold, or `None` if nothing is ready (or the sink is corked and the reader
+    /// still running).
     pub fn take_output(&self, spare: Vec<u8>) -> Result<(Vec<u8>, usize), Vec<u8>> {
         let mut inner = self.inner.borrow_mut();
-        if inner.out.is_empty() {
+        if inner.out.is_empty() || (inner.corked && !inner.closed && !inner.reader_done) {
             return Err(spare);
         }
         let n = std::mem::take(&mut inner.out_replies);

@@ -156,7 +156,7 @@ impl LeaseStats {
 
 /// One worker's leased connections to the hosts of one cluster.
 pub struct LeasePool {
-    cluster: String,
+    cluster: Arc<str>,
     settings: Rc<PoolSettings>,
     max_per_host: usize,
     /// Idle connections per (host, RESP3).
@@ -184,7 +184,7 @@ impl LeasePool {
         stats: LeaseStats,
     ) -> Rc<LeasePool> {
         let pool = Rc::new(LeasePool {
-            cluster: cluster.to_owned(),
+            cluster: cluster.into(),
             settings,
             max_per_host: max_per_host.max(1),
             idle: RefCell::default(),
@@ -507,7 +507,7 @@ impl Lease {
     }
 
     /// The name of the cluster the connection's host belongs to.
-    pub fn cluster(&self) -> &str {
+    pub fn cluster(&self) -> &Arc<str> {
         &self.pool.cluster
     }
 

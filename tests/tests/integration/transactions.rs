@@ -354,6 +354,31 @@ fn requests_after_exec_see_its_writes() {
     }
 }
 
+/// A transaction pipelined in one write is answered in one write: `+OK` and the `+QUEUED`s
+/// wait for EXEC's array instead of going out one round trip ahead of it (each client read
+/// gets all of them at once, every time).
+#[test]
+fn a_pipelined_transaction_is_answered_in_one_write() {
+    use std::io::{Read, Write};
+    let backends = servers(2);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let c = respite.raw();
+    let mut stream = c.stream();
+    let request: &[u8] = b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$2\r\ntx\r\n$1\r\n1\r\n\
+*2\r\n$4\r\nINCR\r\n$2\r\ntx\r\n*1\r\n$4\r\nEXEC\r\n";
+    let want: &[u8] = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n:2\r\n";
+    for i in 0..50 {
+        stream.write_all(request).unwrap();
+        let mut buf = [0u8; 256];
+        let n = stream.read(&mut buf).unwrap();
+        assert_eq!(
+            show(&buf[..n]),
+            show(want),
+            "transaction {i}: the first read"
+        );
+    }
+}
+
 /// The Rust `redis` crate's atomic pipeline (MULTI … EXEC in one write) works, and its
 /// `transaction` helper (WATCH, reads, MULTI/EXEC, retried on nil).
 #[test]

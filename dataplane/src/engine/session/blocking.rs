@@ -130,7 +130,7 @@ impl Blocked {
     fn register(&self, lease: &Lease) -> Option<Registration> {
         let upstream_id = lease.upstream_id()?;
         let at = BlockedAt {
-            cluster: lease.cluster().into(),
+            cluster: lease.cluster().clone(),
             addr: lease.addr(),
             upstream_id,
         };

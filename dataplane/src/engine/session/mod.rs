@@ -225,12 +225,22 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             // Other tasks run while this one waits: the batch's clock and probe scope end here.
             drop(clock);
             drop(request_path);
+            // A short exchange's reply comes within one round trip: the replies before it go
+            // out with it, in one write (a transaction's `+QUEUED`s with EXEC's array). A
+            // blocking one may take long, so what came before it is written at once.
+            let cork = !barrier.is_blocking();
+            if cork {
+                sink.cork();
+            }
             let gone = barrier.is_blocking()
                 && !watch_client(&stream, &barrier, &mut buf, &sink, &worker, &stats).await;
             // An exchange that took the WATCH's connection gives it back here; one that did not
             // (SCRIPT KILL, a blocking command elsewhere) leaves the WATCH as it is.
             if let Some(watch) = barrier.wait().await {
                 session.watching = Some(watch);
+            }
+            if cork {
+                sink.uncork();
             }
             if gone {
                 break;
