@@ -96,6 +96,8 @@ struct Inner {
     next_hold: Option<Duration>,
     /// Set by [`Sink::cork`]: nothing is written until [`Sink::uncork`].
     corked: bool,
+    /// The slot [`Sink::answered_before`] waits to see at the head.
+    awaited: Option<u64>,
 }
 
 /// Reply queue shared by a session's reader, its writer and the upstream connections.
@@ -105,6 +107,8 @@ pub struct Sink {
     pub writer: Notify,
     /// Wakes the reader task when back-pressure lifts.
     pub reader: Notify,
+    /// Wakes [`Sink::answered_before`].
+    head_moved: Notify,
     stats: Rc<ListenerStats>,
     /// Requests of this worker not yet fully answered (drain waits for zero).
     active: Rc<Cell<i64>>,
@@ -117,6 +121,7 @@ impl Sink {
             inner: RefCell::new(Inner::default()),
             writer: Notify::default(),
             reader: Notify::default(),
+            head_moved: Notify::default(),
             stats,
             active,
         }
@@ -234,6 +239,27 @@ impl Sink {
                 bytes.clear();
                 inner.spare.push(bytes);
             }
+        }
+        if inner.awaited.is_some_and(|seq| inner.head_seq >= seq) {
+            inner.awaited = None;
+            self.head_moved.notify();
+        }
+    }
+
+    /// Completes once every request before slot `seq` has its reply, i.e. ran at its backend.
+    /// What goes out on a leased connection (WATCH, EXEC, a blocking command) waits for this,
+    /// so it reaches Redis after the client's earlier requests, which went out on shared
+    /// connections: at Redis, one connection, they run in the client's order.
+    pub async fn answered_before(&self, seq: u64) {
+        loop {
+            {
+                let mut inner = self.inner.borrow_mut();
+                if inner.head_seq >= seq {
+                    return;
+                }
+                inner.awaited = Some(seq);
+            }
+            self.head_moved.notified().await;
         }
     }
 

@@ -298,18 +298,9 @@ impl LeasePool {
                 self.stats.exhausted.inc();
                 return Err(LeaseError::Exhausted);
             }
-            let me = Rc::new(Notify::default());
-            self.waiters
-                .borrow_mut()
-                .entry(addr)
-                .or_default()
-                .push_back(me.clone());
-            self.stats.waiting.inc();
-            let woken = net::timeout(left, me.notified()).await.is_some();
-            self.stats.waiting.dec();
-            if !woken && let Some(q) = self.waiters.borrow_mut().get_mut(&addr) {
-                q.retain(|w| !Rc::ptr_eq(w, &me));
-            }
+            let waiter = Waiter::new(self, addr);
+            let _ = net::timeout(left, waiter.me.notified()).await;
+            waiter.done();
         }
     }
 
@@ -480,6 +471,57 @@ impl LeasePool {
                 net::shutdown(&s);
                 self.forget(addr);
             }
+        }
+    }
+}
+
+/// A session waiting for a connection to `addr` to become free, counted in
+/// `leased_cx_waiting`. Dropped (its session's future cancelled: the client left) or done, it
+/// leaves the queue and the gauge; a wake-up it received and cannot use passes to the next
+/// waiter, so a freed connection never waits for nobody.
+struct Waiter<'p> {
+    pool: &'p LeasePool,
+    addr: SocketAddr,
+    me: Rc<Notify>,
+    done: bool,
+}
+
+impl<'p> Waiter<'p> {
+    fn new(pool: &'p LeasePool, addr: SocketAddr) -> Waiter<'p> {
+        let me = Rc::new(Notify::default());
+        pool.waiters
+            .borrow_mut()
+            .entry(addr)
+            .or_default()
+            .push_back(me.clone());
+        pool.stats.waiting.inc();
+        Waiter {
+            pool,
+            addr,
+            me,
+            done: false,
+        }
+    }
+
+    /// The wait is over (woken or timed out): the caller looks for a connection again.
+    fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.pool.stats.waiting.dec();
+        let mut waiters = self.pool.waiters.borrow_mut();
+        let queued = waiters.get_mut(&self.addr).is_some_and(|q| {
+            let before = q.len();
+            q.retain(|w| !Rc::ptr_eq(w, &self.me));
+            q.len() < before
+        });
+        drop(waiters);
+        // Popped by `wake_one` but never to look again: the wake-up is the next waiter's.
+        if !queued && !self.done {
+            self.pool.wake_one(self.addr);
         }
     }
 }

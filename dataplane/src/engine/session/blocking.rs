@@ -95,6 +95,7 @@ impl Session {
         blocked.inc();
         let (registry, client_id) = (self.blocked_clients.clone(), self.conn.client_id);
         net::spawn(async move {
+            sink.answered_before(seq).await;
             let blocked_request = Blocked {
                 dest,
                 resp3,

@@ -153,6 +153,7 @@ impl Session {
         let resp3 = self.conn.resp3;
         let runtime = rt.clone();
         net::spawn(async move {
+            sink.answered_before(seq).await;
             let mut lease = match lease_for(held, &dest, addr, resp3).await {
                 Ok(l) => l,
                 Err(e) => {
@@ -375,6 +376,7 @@ impl Session {
         let sink = self.sink.clone();
         let stats = (rt.stats.tx_committed.clone(), rt.stats.tx_aborted.clone());
         net::spawn(async move {
+            sink.answered_before(seq).await;
             let reply = run.run(held, addr).await;
             if committed(&reply) {
                 stats.0.inc();
