@@ -290,8 +290,9 @@ impl Sink {
     }
 
     /// Holds back what is ready to write until [`Sink::uncork`]: while the session waits for
-    /// an exchange that answers within `op_timeout` (EXEC, WATCH), so the replies read with it
-    /// (a pipelined `MULTI … EXEC`'s `+OK` and `+QUEUED`) go out in the same write as its own.
+    /// an exchange that does not block (EXEC, WATCH, SCRIPT KILL, CLIENT UNBLOCK), so the
+    /// replies read with it (a pipelined `MULTI … EXEC`'s `+OK` and `+QUEUED`) go out in the
+    /// same write as its own.
     pub fn cork(&self) {
         self.inner.borrow_mut().corked = true;
     }
