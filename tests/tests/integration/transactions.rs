@@ -407,6 +407,30 @@ fn requests_before_a_leased_exchange_run_before_it() {
     }
 }
 
+/// TIME inside MULTI is queued and answered by the transaction's backend, as at Redis (outside
+/// MULTI Respite answers it): EXEC's array holds the backend's `[seconds, microseconds]`, and
+/// the backend counts one TIME call.
+#[test]
+fn time_inside_multi_is_the_backends() {
+    let backends = servers(1);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"TIME"]), b"+QUEUED\r\n");
+    let exec = String::from_utf8_lossy(&c.cmd(&[b"EXEC"])).to_string();
+    let lines: Vec<&str> = exec.split("\r\n").collect();
+    assert_eq!(lines.get(..2), Some(&["*1", "*2"][..]), "{exec:?}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let secs: u64 = lines.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);
+    assert!(secs.abs_diff(now) < 5, "{exec:?}");
+    let stats =
+        String::from_utf8_lossy(&backends[0].raw().cmd(&[b"INFO", b"commandstats"])).to_string();
+    assert!(stats.contains("cmdstat_time:calls=1,"), "{stats}");
+}
+
 /// A client that leaves while it waits for a leased connection leaves the wait: the
 /// `leased_cx_waiting` gauge goes back to 0, and the next freed connection goes to the client
 /// still waiting behind it at once, not after `op_timeout`.

@@ -962,8 +962,9 @@ fn transaction_refuses_what_cannot_run_on_one_backend() {
         refusal(&mut b, &["SAVE"]),
         "-ERR Command not allowed inside a transaction\r\n"
     );
-    // Blocking commands do not block inside MULTI: queued.
+    // Blocking commands do not block inside MULTI: queued; so is TIME, keyless.
     assert_eq!(placed(&b.queue(&["BLPOP", "l2", "0"], None).0), Ok(Some(2)));
+    assert_eq!(placed(&b.queue(&["TIME"], None).0), Ok(None));
     assert_eq!(
         placed(&b.queue(&["BLMPOP", "0", "1", "l2", "LEFT"], None).0),
         Ok(Some(2))

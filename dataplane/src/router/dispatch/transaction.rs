@@ -57,8 +57,8 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// argument 1 when `spec` is `None`) to `out` in its forwarded form (keys rewritten by their
     /// route) and says where its keys go, for a transaction whose backend so far is `so_far`.
     ///
-    /// Refused: commands that go to every backend or that Respite answers itself (except PING
-    /// and ECHO, which the backend answers inside the transaction), refused commands, keys of
+    /// Refused: commands that go to every backend or that Respite answers itself (except PING,
+    /// ECHO and TIME, which the backend answers inside the transaction), refused commands, keys of
     /// one command or of the transaction on different backends (`-CROSSSLOT`), no host.
     pub fn queue(
         &mut self,
@@ -74,7 +74,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             // Blocking commands never block inside MULTI (Redis runs them as their non-blocking
             // form), so they are queued like any keyed command.
             Some((_, Kind::Keyed | Kind::Split(_) | Kind::Blocking))
-            | Some((_, Kind::Local(Local::Ping | Local::Echo))) => {
+            | Some((_, Kind::Local(Local::Ping | Local::Echo | Local::Time))) => {
                 if let Some(spec) = spec
                     && let Err(reply) =
                         command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx)
