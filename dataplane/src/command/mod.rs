@@ -408,10 +408,26 @@ pub fn subcommand(container: &CommandSpec, sub: &[u8]) -> Option<&'static Comman
 /// `-ERR unknown subcommand '<sub>'. Try <CONTAINER> HELP.\r\n` (`<sub>` as sent, cut at a NUL
 /// and to 128 bytes, CR/LF as spaces; the container name uppercased).
 pub fn unknown_subcommand_error(container: &[u8], sub: &[u8]) -> Vec<u8> {
+    subcommand_error(b"ERR unknown subcommand '", container, sub)
+}
+
+/// Redis 7.0's reply to a known subcommand with arguments it does not take
+/// (networking.c `addReplySubcommandSyntaxError`): `-ERR unknown subcommand or wrong number of
+/// arguments for '<sub>'. Try <CONTAINER> HELP.\r\n`, `<sub>` as for
+/// [`unknown_subcommand_error`].
+pub fn subcommand_syntax_error(container: &[u8], sub: &[u8]) -> Vec<u8> {
+    subcommand_error(
+        b"ERR unknown subcommand or wrong number of arguments for '",
+        container,
+        sub,
+    )
+}
+
+fn subcommand_error(prefix: &[u8], container: &[u8], sub: &[u8]) -> Vec<u8> {
     let sub = c_str(sub);
     let sub = sub.get(..sub.len().min(128)).unwrap_or_default();
-    let mut msg = Vec::with_capacity(48 + sub.len() + container.len());
-    msg.extend_from_slice(b"ERR unknown subcommand '");
+    let mut msg = Vec::with_capacity(prefix.len() + 16 + sub.len() + container.len());
+    msg.extend_from_slice(prefix);
     msg.extend_from_slice(sub);
     msg.extend_from_slice(b"'. Try ");
     msg.extend(c_str(container).iter().map(u8::to_ascii_uppercase));

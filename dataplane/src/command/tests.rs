@@ -639,6 +639,11 @@ fn resolve_containers_and_errors() {
         err(&[b"COMMAND", b"FOO"]),
         "-ERR unknown subcommand 'FOO'. Try COMMAND HELP.\r\n"
     );
+    // A known subcommand with arguments it does not take (CLIENT UNBLOCK id reason extra).
+    assert_eq!(
+        String::from_utf8_lossy(&super::subcommand_syntax_error(b"client", b"unBlock")),
+        "-ERR unknown subcommand or wrong number of arguments for 'unBlock'. Try CLIENT HELP.\r\n"
+    );
     assert_eq!(
         err(&[b"SCRIPT", b"LOAD"]),
         "-ERR wrong number of arguments for 'script|load' command\r\n"

@@ -102,10 +102,8 @@ async fn open_leased(
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "CLIENT ID timeout"))??;
     let id = reply
         .first()
-        .and_then(|r| r.strip_prefix(b":"))
-        .and_then(|r| r.strip_suffix(b"\r\n"))
-        .and_then(|n| std::str::from_utf8(n).ok())
-        .and_then(|n| n.parse().ok());
+        .and_then(|r| crate::resp::integer_reply(r))
+        .and_then(|n| u64::try_from(n).ok());
     Ok((stream, id))
 }
 

@@ -287,19 +287,34 @@ fn watch_gives_exactly_once_increments_under_contention() {
     assert_eq!(respite.stat("cluster.cache.leased_cx_closed_dirty"), 0);
 }
 
+/// Respite (1 worker) over `backends` with `max_leased_connections = 1` and `op_timeout`.
+fn one_leased_connection(backends: &[RedisServer], op_timeout: &str) -> Respite {
+    let port = free_port();
+    let admin = free_port();
+    let cfg = simple_config(port, admin, &addrs(backends), 1, "")
+        .replace(
+            "type = \"static\"",
+            "type = \"static\"\nmax_leased_connections = 1",
+        )
+        .replace(
+            "op_timeout = \"1s\"",
+            &format!("op_timeout = \"{op_timeout}\""),
+        );
+    assert!(cfg.contains("max_leased_connections = 1"), "{cfg}");
+    assert!(
+        cfg.contains(&format!("op_timeout = \"{op_timeout}\"")),
+        "{cfg}"
+    );
+    Respite::start(&cfg, port, admin)
+}
+
 /// With `max_leased_connections = 1`, a second client's EXEC waits while a WATCH holds the one
 /// connection, gets an error after `op_timeout` and runs nothing; once the WATCH ends the pool
 /// serves again, reusing the connection (no new connect).
 #[test]
 fn exhausted_lease_pool_refuses_then_recovers() {
     let backends = servers(1);
-    let port = free_port();
-    let admin = free_port();
-    let cfg = simple_config(port, admin, &addrs(&backends), 1, "").replace(
-        "type = \"static\"",
-        "type = \"static\"\nmax_leased_connections = 1",
-    );
-    let respite = Respite::start(&cfg, port, admin);
+    let respite = one_leased_connection(&backends, "1s");
     let mut holder = respite.raw();
     assert_eq!(holder.cmd(&[b"WATCH", b"held"]), OK);
     let mut other = respite.raw();
@@ -437,15 +452,7 @@ fn time_inside_multi_is_the_backends() {
 #[test]
 fn a_waiter_that_leaves_passes_its_turn_on() {
     let backends = servers(1);
-    let port = free_port();
-    let admin = free_port();
-    let cfg = simple_config(port, admin, &addrs(&backends), 1, "")
-        .replace(
-            "type = \"static\"",
-            "type = \"static\"\nmax_leased_connections = 1",
-        )
-        .replace("op_timeout = \"1s\"", "op_timeout = \"3s\"");
-    let respite = Respite::start(&cfg, port, admin);
+    let respite = one_leased_connection(&backends, "3s");
     let mut holder = respite.raw();
     assert_eq!(holder.cmd(&[b"WATCH", b"held"]), OK);
     let mut gone = respite.raw();
@@ -614,13 +621,7 @@ key_formatter = "{%KEY%}"
 #[test]
 fn watch_lends_its_connection_and_script_kill_never_waits() {
     let backends = servers(1);
-    let port = free_port();
-    let admin = free_port();
-    let cfg = simple_config(port, admin, &addrs(&backends), 1, "").replace(
-        "type = \"static\"",
-        "type = \"static\"\nmax_leased_connections = 1",
-    );
-    let respite = Respite::start(&cfg, port, admin);
+    let respite = one_leased_connection(&backends, "1s");
     let mut c = respite.raw();
     assert_eq!(c.cmd(&[b"WATCH", b"w"]), OK);
     assert_eq!(c.cmd(&[b"BLPOP", b"w:l", b"0.1"]), b"*-1\r\n");

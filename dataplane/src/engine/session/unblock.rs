@@ -16,7 +16,7 @@ use std::rc::Rc;
 
 use super::Session;
 use super::barrier::Barrier;
-use crate::command::{CommandSpec, Request};
+use crate::command::{self, CommandSpec, Request};
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
 use crate::resp::{encode, string2ll};
@@ -39,7 +39,11 @@ impl Session {
             (4, Some(r)) if r.eq_ignore_ascii_case(b"timeout") => Some(&b"TIMEOUT"[..]),
             (4, Some(r)) if r.eq_ignore_ascii_case(b"error") => Some(&b"ERROR"[..]),
             (4, _) => return self.sink.push_local(spec.id, BAD_REASON),
-            _ => return self.sink.push_local(spec.id, &wrong_arguments(req)),
+            _ => {
+                let reply =
+                    command::subcommand_syntax_error(req.name(), req.arg(1).unwrap_or_default());
+                return self.sink.push_local(spec.id, &reply);
+            }
         };
         let Some(id) = string2ll(req.arg(2).unwrap_or_default()) else {
             return self.sink.push_local(spec.id, NOT_INTEGER);
@@ -84,20 +88,4 @@ impl Session {
             barrier.open(None);
         });
     }
-}
-
-/// Redis's reply to `CLIENT UNBLOCK` with more than 4 arguments
-/// (`addReplySubcommandSyntaxError`): the subcommand as sent (cut to 128 bytes), the command
-/// uppercased.
-fn wrong_arguments(req: &Request<'_>) -> Vec<u8> {
-    let sub = req.arg(1).unwrap_or_default();
-    let sub = sub.get(..sub.len().min(128)).unwrap_or_default();
-    let mut msg = b"ERR unknown subcommand or wrong number of arguments for '".to_vec();
-    msg.extend_from_slice(sub);
-    msg.extend_from_slice(b"'. Try ");
-    msg.extend(req.name().iter().map(u8::to_ascii_uppercase));
-    msg.extend_from_slice(b" HELP.");
-    let mut out = Vec::with_capacity(msg.len() + 3);
-    encode::error(&mut out, &msg);
-    out
 }
