@@ -304,13 +304,16 @@ impl LeasePool {
 
     /// A connection to `addr` for a request that must not wait for a free one (SCRIPT KILL,
     /// which stops what may be holding them): an idle one, else a new one even past
-    /// `max_leased_connections` (closed, not kept, when it comes back over the bound).
+    /// `max_leased_connections` (closed, not kept, when it comes back over the bound). A new
+    /// one may take `patience` longer than `connect_timeout` to connect and shake hands: a host running a
+    /// script answers nothing until the script passes Redis's `busy-reply-threshold`.
     ///
     /// Errors: [`LeaseError::Connect`].
     pub async fn lease_now(
         self: &Rc<Self>,
         addr: SocketAddr,
         resp3: bool,
+        patience: std::time::Duration,
     ) -> Result<Lease, LeaseError> {
         let started = Instant::now();
         loop {
@@ -338,6 +341,7 @@ impl LeasePool {
         *self.open.borrow_mut().entry(addr).or_insert(0) += 1;
         let settings = PoolSettings {
             resp3,
+            connect_timeout: self.settings.connect_timeout.saturating_add(patience),
             ..(*self.settings).clone()
         };
         match open_leased(addr, &settings, &self.cluster).await {

@@ -96,6 +96,40 @@ fn script_kill_reaches_the_busy_backend() {
     assert_eq!(c.cmd(&[b"SCRIPT", b"KILL"]), NOTBUSY);
 }
 
+/// SCRIPT KILL sent while a script has not yet run for `busy-reply-threshold` (the backend reads
+/// nothing until then, so a new connection's handshake waits) and no leased connection to that
+/// backend is open yet: it waits for the threshold, as at Redis, then kills the script (`+OK`)
+/// instead of failing the connect after `connect_timeout`.
+#[test]
+fn script_kill_before_the_busy_threshold_waits_for_it() {
+    let backends = servers(1);
+    assert_eq!(
+        backends[0]
+            .raw()
+            .cmd(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"1500"]),
+        b"+OK\r\n"
+    );
+    let respite = respite_over(&backends);
+    let mut script = respite.raw();
+    script.send(&[b"EVAL", b"while true do end", b"0"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let mut c = respite.raw();
+    assert_eq!(show(&c.cmd(&[b"SCRIPT", b"KILL"])), show(b"+OK\r\n"));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    let killed = script.read_reply();
+    assert!(
+        show(&killed).contains("Script killed by user"),
+        "{}",
+        show(&killed)
+    );
+    assert_eq!(c.cmd(&[b"SCRIPT", b"KILL"]), NOTBUSY);
+}
+
 /// FUNCTION STATS answers as one server would, idle and busy: byte for byte a redis-server's
 /// reply with the same library loaded (FUNCTION LOAD reached every backend); while a function
 /// spins on one of three backends, that backend's reply (the running function named), over a

@@ -115,6 +115,88 @@ fn transactions_answer_as_redis_does() {
     }
 }
 
+/// Queue-time errors that only the backend knows (here `-OOM` of a backend at its
+/// `maxmemory`) reach the client as Redis gives them, when the command is queued, and EXEC then
+/// answers Redis's `-EXECABORT`: a transaction's commands go to its backend as they are queued,
+/// both pipelined and one round trip at a time (where the client reads each `+QUEUED` before
+/// it sends the next command), with and without WATCH. Byte for byte as one redis-server in the same state; nothing runs.
+#[test]
+fn queue_time_errors_are_the_backends() {
+    let reference = RedisServer::start();
+    let backends = servers(2);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let tx: Vec<Vec<Vec<u8>>> = vec![
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", b"{o}k", b"v"]),
+        // Inside MULTI Redis refuses every command at maxmemory, PING too.
+        cmd(&[b"PING"]),
+        cmd(&[b"INCR", b"{o}n"]),
+        cmd(&[b"EXEC"]),
+    ];
+    let watched: Vec<Vec<Vec<u8>>> = std::iter::once(cmd(&[b"WATCH", b"{o}k"]))
+        .chain(tx.iter().cloned())
+        .collect();
+    let full = |on: bool| {
+        let value: &[u8] = if on { b"1" } else { b"0" };
+        for s in backends.iter().chain(std::iter::once(&reference)) {
+            let mut c = s.raw();
+            assert_eq!(c.cmd(&[b"CONFIG", b"SET", b"maxmemory", value]), OK);
+            assert_eq!(
+                c.cmd(&[b"CONFIG", b"SET", b"maxmemory-policy", b"noeviction"]),
+                OK
+            );
+        }
+    };
+    full(true);
+    for (i, t) in [&tx, &watched].into_iter().enumerate() {
+        let want = reference.raw().pipeline(t);
+        assert!(
+            want.iter().any(|r| r.starts_with(b"-OOM")),
+            "no OOM directly: {want:?}"
+        );
+        assert_eq!(
+            show(want.last().unwrap()),
+            show(EXECABORT),
+            "transaction {i}"
+        );
+        let got = respite.raw().pipeline(t);
+        assert_eq!(
+            got.iter().map(|r| show(r)).collect::<Vec<_>>(),
+            want.iter().map(|r| show(r)).collect::<Vec<_>>(),
+            "transaction {i}, pipelined: respite (left) vs redis (right)"
+        );
+        let mut one_by_one = respite.raw();
+        let got: Vec<Vec<u8>> = t
+            .iter()
+            .map(|c| {
+                let args: Vec<&[u8]> = c.iter().map(Vec::as_slice).collect();
+                one_by_one.cmd(&args)
+            })
+            .collect();
+        assert_eq!(
+            got.iter().map(|r| show(r)).collect::<Vec<_>>(),
+            want.iter().map(|r| show(r)).collect::<Vec<_>>(),
+            "transaction {i}, one round trip per command: respite (left) vs redis (right)"
+        );
+    }
+    full(false);
+    // A client that leaves after its queued commands reached the backend: nothing runs.
+    let mut gone = respite.raw();
+    assert_eq!(gone.cmd(&[b"MULTI"]), OK);
+    assert_eq!(gone.cmd(&[b"SET", b"{o}gone", b"1"]), b"+QUEUED\r\n");
+    drop(gone);
+    std::thread::sleep(Duration::from_millis(300));
+    for k in [&b"{o}k"[..], b"{o}n", b"{o}gone"] {
+        assert!(!exists_anywhere(&backends, k), "{}", show(k));
+    }
+    // The connection, and the leased ones, serve the next transaction.
+    let mut c = respite.raw();
+    assert_eq!(
+        c.pipeline(&tx).last().map(|r| show(r)),
+        Some(show(b"*3\r\n+OK\r\n+PONG\r\n:1\r\n"))
+    );
+}
+
 /// A transaction whose keys are on two backends is refused at the first key that goes
 /// elsewhere (`-CROSSSLOT`, as Redis Cluster answers) and EXEC runs nothing; so is one that
 /// mixes in a command Respite sends to every backend.
@@ -308,8 +390,9 @@ fn one_leased_connection(backends: &[RedisServer], op_timeout: &str) -> Respite 
     Respite::start(&cfg, port, admin)
 }
 
-/// With `max_leased_connections = 1`, a second client's EXEC waits while a WATCH holds the one
-/// connection, gets an error after `op_timeout` and runs nothing; once the WATCH ends the pool
+/// With `max_leased_connections = 1`, a second client's transaction waits while a WATCH holds
+/// the one connection: its first command gets an error after `op_timeout`, EXEC aborts and
+/// nothing runs; once the WATCH ends the pool
 /// serves again, reusing the connection (no new connect).
 #[test]
 fn exhausted_lease_pool_refuses_then_recovers() {
@@ -319,16 +402,16 @@ fn exhausted_lease_pool_refuses_then_recovers() {
     assert_eq!(holder.cmd(&[b"WATCH", b"held"]), OK);
     let mut other = respite.raw();
     assert_eq!(other.cmd(&[b"MULTI"]), OK);
-    assert_eq!(other.cmd(&[b"SET", b"waited", b"1"]), b"+QUEUED\r\n");
     let started = Instant::now();
-    let exec = other.cmd(&[b"EXEC"]);
+    let queued = other.cmd(&[b"SET", b"waited", b"1"]);
     let waited = started.elapsed();
     assert!(
-        exec.starts_with(b"-ERR no leased upstream connection became free"),
+        queued.starts_with(b"-ERR no leased upstream connection became free"),
         "{}",
-        show(&exec)
+        show(&queued)
     );
     assert!(waited >= Duration::from_millis(900), "{waited:?}");
+    assert_eq!(show(&other.cmd(&[b"EXEC"])), show(EXECABORT));
     assert!(!exists_on(&mut backends[0].raw(), b"waited"));
     assert_eq!(respite.stat("cluster.cache.leased_cx_pool_exhausted"), 1);
 

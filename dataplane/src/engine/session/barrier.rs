@@ -12,7 +12,7 @@ use crate::net::Notify;
 pub(super) struct Barrier {
     done: Cell<bool>,
     notify: Notify,
-    /// The WATCH lease coming back from the exchange, to keep.
+    /// The held connection (a WATCH's, an open transaction's) coming back from the exchange.
     watch: RefCell<Option<Watch>>,
     /// Set for a request that may block for long (BLPOP & co.): the session watches its client
     /// meanwhile and stops the exchange when it leaves.

@@ -220,6 +220,11 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
                 break;
             }
         }
+        if wait.is_none() && !session.mode.is_shared() {
+            // Inside MULTI: what this read queued goes to the backend now, which answers it.
+            session.send_queued();
+            wait = session.barrier.take();
+        }
         rx_held = move_gauge(&stats.rx_buffered, rx_held, buf.len() - start);
         if let Some(barrier) = wait {
             // Other tasks run while this one waits: the batch's clock and probe scope end here.
@@ -249,6 +254,8 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             resume = true;
         }
     }
+    // A transaction's commands still unsent will not go out: their slots are answered.
+    session.answer_unsent();
     move_gauge(&stats.rx_buffered, rx_held, 0);
     if worker.is_draining() {
         stats.cx_drain_close.inc();

@@ -11,7 +11,8 @@ pub(super) enum Mode {
     /// holds a leased connection meanwhile).
     #[default]
     Shared,
-    /// Inside MULTI: requests are queued for EXEC (see [`super::transaction`]).
+    /// Inside MULTI: requests are queued and sent to the transaction's backend (see
+    /// [`super::transaction`]).
     Multi(Box<Tx>),
 }
 

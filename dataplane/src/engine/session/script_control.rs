@@ -64,7 +64,11 @@ impl Session {
         for (pool, addr) in targets {
             let (request, replies, done) = (request.clone(), replies.clone(), done.clone());
             net::spawn(async move {
-                let reply = match pool.leases.lease_now(addr, resp3).await {
+                let reply = match pool
+                    .leases
+                    .lease_now(addr, resp3, BUSY_REPLY_THRESHOLD)
+                    .await
+                {
                     Err(e) => e.reply().to_vec(),
                     Ok(mut lease) => match lease
                         .exchange_blocking(

@@ -74,7 +74,11 @@ impl Session {
         let sink = self.sink.clone();
         let resp3 = self.conn.resp3;
         net::spawn(async move {
-            let reply = match pool.leases.lease_now(at.addr, resp3).await {
+            let reply = match pool
+                .leases
+                .lease_now(at.addr, resp3, std::time::Duration::ZERO)
+                .await
+            {
                 Err(e) => e.reply().to_vec(),
                 Ok(mut lease) => match lease.exchange(request, 1).await {
                     Ok(mut replies) => {
