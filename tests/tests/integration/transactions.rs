@@ -392,8 +392,8 @@ fn one_leased_connection(backends: &[RedisServer], op_timeout: &str) -> Respite 
 
 /// With `max_leased_connections = 1`, a second client's transaction waits while a WATCH holds
 /// the one connection: its first command gets an error after `op_timeout`, EXEC aborts and
-/// nothing runs; once the WATCH ends the pool
-/// serves again, reusing the connection (no new connect).
+/// nothing runs, not even the commands queued after the connection became free; once the WATCH
+/// ends the pool serves again, reusing the connection (no new connect).
 #[test]
 fn exhausted_lease_pool_refuses_then_recovers() {
     let backends = servers(1);
@@ -411,11 +411,28 @@ fn exhausted_lease_pool_refuses_then_recovers() {
         show(&queued)
     );
     assert!(waited >= Duration::from_millis(900), "{waited:?}");
-    assert_eq!(show(&other.cmd(&[b"EXEC"])), show(EXECABORT));
-    assert!(!exists_on(&mut backends[0].raw(), b"waited"));
-    assert_eq!(respite.stat("cluster.cache.leased_cx_pool_exhausted"), 1);
-
+    // The same, pipelined in one write by another client: EXEC aborts too.
+    let replies = respite.raw().pipeline(&[
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", b"waited", b"1"]),
+        cmd(&[b"EXEC"]),
+    ]);
+    assert!(
+        replies[1].starts_with(b"-ERR no leased upstream connection became free"),
+        "{}",
+        show(&replies[1])
+    );
+    assert_eq!(show(&replies[2]), show(EXECABORT));
+    assert_eq!(respite.stat("cluster.cache.leased_cx_pool_exhausted"), 2);
+    // The connection is free again before the first transaction's next command: that command
+    // must not open the transaction anew with only itself (half of it would run).
     assert_eq!(holder.cmd(&[b"UNWATCH"]), OK);
+    assert_eq!(other.cmd(&[b"SET", b"waited:later", b"1"]), b"+QUEUED\r\n");
+    assert_eq!(show(&other.cmd(&[b"EXEC"])), show(EXECABORT));
+    for k in [&b"waited"[..], b"waited:later"] {
+        assert!(!exists_on(&mut backends[0].raw(), k), "{}", show(k));
+    }
+    assert_eq!(respite.stat("cluster.cache.leased_cx_pool_exhausted"), 2);
     assert_eq!(other.cmd(&[b"MULTI"]), OK);
     assert_eq!(other.cmd(&[b"SET", b"waited", b"2"]), b"+QUEUED\r\n");
     assert_eq!(other.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use super::{Dest, Watch};
-use crate::engine::session::multi;
+use crate::engine::session::multi::{self, EXECABORT};
 use crate::engine::sink::Sink;
 use crate::engine::worker::ListenerRuntime;
 use crate::upstream::{Deliver, Lease, UPSTREAM_FAILURE};
@@ -71,7 +71,7 @@ impl Exchange {
             Some(w) => w,
             None => match self.dest.pool.leases.lease(addr, self.resp3).await {
                 Ok(lease) => Watch::new(lease, self.dest.clone(), self.runtime.clone()),
-                Err(e) => return self.refuse(e.reply()),
+                Err(e) => return self.refuse(e.reply(), false),
             },
         };
         let leases = &self.dest.pool.leases;
@@ -86,7 +86,7 @@ impl Exchange {
                     leases.note_multi(w.lease.addr(), false);
                     return self.multi_refused(w, &error).await;
                 }
-                Err(None) => return self.refuse(UPSTREAM_FAILURE),
+                Err(None) => return self.refuse(UPSTREAM_FAILURE, false),
             }
         }
         let mut request = Vec::with_capacity(MULTI.len() + self.unsent.len() + EXEC.len());
@@ -102,13 +102,13 @@ impl Exchange {
             Ok(r) => r.into_iter(),
             // Before EXEC, a closed connection discards the transaction at its host; after,
             // whether it ran is unknown, as for any write whose reply was lost.
-            Err(_) => return self.refuse(UPSTREAM_FAILURE),
+            Err(_) => return self.refuse(UPSTREAM_FAILURE, true),
         };
         if one_write && replies.next().as_deref() != Some(b"+OK\r\n") {
             // The host's user lost MULTI since (an ACL change): the commands ran alone.
             leases.note_multi(w.lease.addr(), false);
             w.lease.release(false);
-            return self.refuse(MULTI_LOST);
+            return self.refuse(MULTI_LOST, true);
         }
         w.multi = true;
         let mut replies: Vec<Vec<u8>> = replies.collect();
@@ -149,14 +149,14 @@ impl Exchange {
         }
         let lease = match self.dest.pool.leases.lease(to, self.resp3).await {
             Ok(l) => l,
-            Err(e) => return self.refuse(e.reply()),
+            Err(e) => return self.refuse(e.reply(), false),
         };
         let mut w = Watch::new(lease, self.dest.clone(), self.runtime.clone());
         w.retried = true;
         match begin(&mut w.lease, ask).await {
             Ok(()) => {}
             Err(Some(error)) => return self.multi_refused(w, &error).await,
-            Err(None) => return self.refuse(UPSTREAM_FAILURE),
+            Err(None) => return self.refuse(UPSTREAM_FAILURE, false),
         }
         w.multi = true;
         let mut request = self.queued.borrow().clone();
@@ -166,7 +166,7 @@ impl Exchange {
         let expected = self.count + usize::from(self.exec);
         let mut replies = match w.lease.exchange(request, expected).await {
             Ok(r) => r,
-            Err(_) => return self.refuse(UPSTREAM_FAILURE),
+            Err(_) => return self.refuse(UPSTREAM_FAILURE, true),
         };
         let exec_reply = if self.exec { replies.pop() } else { None };
         // The commands of earlier exchanges had their `+QUEUED` from the old node; if the new
@@ -193,14 +193,18 @@ impl Exchange {
         }
     }
 
-    /// The exchange failed with `reply` before the transaction could run: every command gets
-    /// it, and so does EXEC.
-    fn refuse(&self, reply: &[u8]) -> Outcome {
+    /// The exchange failed with `reply`: every command gets it. EXEC gets Redis's
+    /// `-EXECABORT` when it was never written and a command got the error (a queue-time error:
+    /// nothing ran), else `reply` (`sent`: whether it ran is unknown, as for any write whose
+    /// reply was lost).
+    fn refuse(&self, reply: &[u8], sent: bool) -> Outcome {
         self.answer_all(reply);
-        if self.exec {
-            Outcome::Exec(reply.to_vec())
-        } else {
+        if !self.exec {
             Outcome::Lost
+        } else if !sent && self.slots.iter().any(Option::is_some) {
+            Outcome::Exec(EXECABORT.to_vec())
+        } else {
+            Outcome::Exec(reply.to_vec())
         }
     }
 

@@ -402,6 +402,13 @@ impl Session {
         if !tx.slots.iter().any(Option::is_some) {
             return;
         }
+        if tx.opened && !self.watching.as_ref().is_some_and(|w| w.multi) {
+            // The transaction's connection was lost, or its MULTI refused, after earlier
+            // commands went out (their clients had the error): it must not open again with
+            // only the later ones. It is discarded, as at Redis after a queue-time error.
+            tx.discarded = true;
+            return tx.answer_unsent(&self.sink);
+        }
         let held = self.watching.take();
         let Some(dest) = held.as_ref().map(|w| w.dest.clone()).or(tx.dest.clone()) else {
             return;
