@@ -197,6 +197,45 @@ fn queue_time_errors_are_the_backends() {
     );
 }
 
+/// QUIT, or a protocol error, inside MULTI: one command queued in an earlier read (it reached
+/// the backend) and one in the same read as the QUIT. The replies are one redis-server's, byte
+/// for byte, the connection closes, and nothing of the transaction runs.
+#[test]
+fn quit_or_a_protocol_error_inside_multi_runs_nothing() {
+    use std::io::{Read, Write};
+    let reference = RedisServer::start();
+    let backends = servers(2);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let ends: [&[u8]; 2] = [b"*1\r\n$4\r\nQUIT\r\n", b"*1\r\n$x\r\n"];
+    for (i, end) in ends.into_iter().enumerate() {
+        let (sent, later) = (format!("{{q}}sent{i}"), format!("{{q}}later{i}"));
+        let run = |port: u16| {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut first = b"*1\r\n$5\r\nMULTI\r\n".to_vec();
+            first.extend(RawClient::encode(&[b"SET", sent.as_bytes(), b"1"]));
+            s.write_all(&first).unwrap();
+            let mut got = vec![0u8; b"+OK\r\n+QUEUED\r\n".len()];
+            s.read_exact(&mut got).unwrap();
+            let mut second = RawClient::encode(&[b"SET", later.as_bytes(), b"1"]);
+            second.extend_from_slice(end);
+            s.write_all(&second).unwrap();
+            s.read_to_end(&mut got).unwrap();
+            got
+        };
+        assert_eq!(
+            show(&run(respite.port)),
+            show(&run(reference.port)),
+            "end {i}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        for k in [&sent, &later] {
+            assert!(!exists_anywhere(&backends, k.as_bytes()), "{k}");
+        }
+    }
+    assert_eq!(respite.stat("cluster.cache.leased_cx_active"), 0);
+}
+
 /// A transaction whose keys are on two backends is refused at the first key that goes
 /// elsewhere (`-CROSSSLOT`, as Redis Cluster answers) and EXEC runs nothing; so is one that
 /// mixes in a command Respite sends to every backend.

@@ -69,8 +69,8 @@ impl Exchange {
     pub(super) async fn run(mut self, held: Option<Watch>, addr: SocketAddr) -> Outcome {
         let mut w = match held {
             Some(w) => w,
-            None => match self.dest.pool.leases.lease(addr, self.resp3).await {
-                Ok(lease) => Watch::new(lease, self.dest.clone(), self.runtime.clone()),
+            None => match Watch::lease(&self.dest, addr, self.resp3, &self.runtime).await {
+                Ok(w) => w,
                 Err(e) => return self.refuse(e.reply(), false),
             },
         };
@@ -127,7 +127,7 @@ impl Exchange {
             } else if !w.retried
                 && let Some((to, ask)) = self.dest.pool.lease_redirect(from, &redirect)
             {
-                return self.moved(w, to, ask, exec_reply.is_some()).await;
+                return self.moved(w, to, ask).await;
             }
         }
         self.deliver_each(&replies);
@@ -139,19 +139,18 @@ impl Exchange {
 
     /// Moves the transaction to Redis Cluster node `to` (`ask`: after `ASKING`) once: ends it
     /// at the old node, opens it at `to` and sends every command queued so far.
-    async fn moved(self, mut w: Watch, to: SocketAddr, ask: bool, exec_done: bool) -> Outcome {
-        if exec_done {
+    async fn moved(self, mut w: Watch, to: SocketAddr, ask: bool) -> Outcome {
+        if self.exec {
             // EXEC answered (EXECABORT: a queued command was redirected) and ended it.
             w.lease.release(true);
         } else {
             let ok = w.lease.exchange(DISCARD.to_vec(), 1).await.is_ok();
             w.lease.release(ok);
         }
-        let lease = match self.dest.pool.leases.lease(to, self.resp3).await {
-            Ok(l) => l,
+        let mut w = match Watch::lease(&self.dest, to, self.resp3, &self.runtime).await {
+            Ok(w) => w,
             Err(e) => return self.refuse(e.reply(), false),
         };
-        let mut w = Watch::new(lease, self.dest.clone(), self.runtime.clone());
         w.retried = true;
         match begin(&mut w.lease, ask).await {
             Ok(()) => {}

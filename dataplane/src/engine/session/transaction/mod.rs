@@ -37,7 +37,7 @@ use crate::engine::sink::NO_CMD;
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
 use crate::router::dispatch::{CROSSSLOT, Queued, Slots, TxDest, TxMirrors};
-use crate::upstream::{Deliver, Lease, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
+use crate::upstream::{Deliver, Lease, LeaseError, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
 use exchange::{DISCARD, Exchange, Outcome, UNWATCH};
 
 /// Where a transaction runs, in the worker's pools.
@@ -97,6 +97,13 @@ pub(super) struct Watch {
 }
 
 impl Tx {
+    /// True when the transaction went to its backend and is no longer open there (`held`: the
+    /// session's held connection): its connection was lost or its MULTI refused, and the
+    /// commands' clients had the error. It must not open again with only the later commands.
+    fn lost(&self, held: Option<&Watch>) -> bool {
+        self.opened && !held.is_some_and(|w| w.multi)
+    }
+
     /// The transaction ends (or its client does) before its latest commands went to the
     /// backend: they run nowhere, and their clients get the `+QUEUED` the session found valid
     /// (a queue-time error only the backend would give cannot matter to a transaction that
@@ -110,16 +117,25 @@ impl Tx {
 }
 
 impl Watch {
-    fn new(lease: Lease, dest: Dest, runtime: Rc<ListenerRuntime>) -> Watch {
-        Watch {
+    /// A new lease to `addr` of `dest`'s pool, holding nothing yet.
+    ///
+    /// Errors: as [`crate::upstream::LeasePool::lease`].
+    async fn lease(
+        dest: &Dest,
+        addr: std::net::SocketAddr,
+        resp3: bool,
+        runtime: &Rc<ListenerRuntime>,
+    ) -> Result<Watch, LeaseError> {
+        let lease = dest.pool.leases.lease(addr, resp3).await?;
+        Ok(Watch {
             lease,
-            dest,
-            runtime,
+            dest: dest.clone(),
+            runtime: runtime.clone(),
             watched: false,
             multi: false,
             moved: false,
             retried: false,
-        }
+        })
     }
 }
 
@@ -207,8 +223,8 @@ impl Session {
             sink.answered_before(seq).await;
             let mut w = match held {
                 Some(w) => w,
-                None => match dest.pool.leases.lease(addr, resp3).await {
-                    Ok(lease) => Watch::new(lease, dest, runtime),
+                None => match Watch::lease(&dest, addr, resp3, &runtime).await {
+                    Ok(w) => w,
                     Err(e) => {
                         sink.deliver(seq, 0, e.reply());
                         return barrier.open(None);
@@ -402,10 +418,8 @@ impl Session {
         if !tx.slots.iter().any(Option::is_some) {
             return;
         }
-        if tx.opened && !self.watching.as_ref().is_some_and(|w| w.multi) {
-            // The transaction's connection was lost, or its MULTI refused, after earlier
-            // commands went out (their clients had the error): it must not open again with
-            // only the later ones. It is discarded, as at Redis after a queue-time error.
+        if tx.lost(self.watching.as_ref()) {
+            // Discarded, as at Redis after a queue-time error.
             tx.discarded = true;
             return tx.answer_unsent(&self.sink);
         }
@@ -456,7 +470,7 @@ impl Session {
         let Mode::Multi(mut tx) = std::mem::take(&mut self.mode) else {
             return;
         };
-        let lost = tx.opened && !self.watching.as_ref().is_some_and(|w| w.multi);
+        let lost = tx.lost(self.watching.as_ref());
         if tx.discarded || lost {
             rt.stats.tx_aborted.inc();
             tx.answer_unsent(&self.sink);
