@@ -56,6 +56,9 @@ struct Pending {
     /// When the write batch holding the request was handed to the kernel (one clock read per
     /// batch): upstream request times run from here.
     sent: Option<Instant>,
+    /// A script whose `op_timeout` passed: counted among the timed-out entries (the expiry walk
+    /// moves past it) but still answered by its own reply, or by the connection's loss.
+    waived: bool,
 }
 
 /// `ASKING`, sent before a request redirected by `ASK` (Redis Cluster spec, "ASK redirection").
@@ -93,8 +96,10 @@ struct Inner {
     /// How many leading entries of `pending` have been written (and stamped with a deadline).
     written: usize,
     /// How many leading entries already timed out (answered with an error; their late replies are
-    /// discarded when they arrive).
+    /// discarded when they arrive), [`Pending::waived`] scripts included.
     timed_out: usize,
+    /// How many of the `timed_out` leading entries are waived scripts still waiting.
+    waived: usize,
     /// When the first byte of `out` was queued (for `buffer_flush_timeout`).
     first_queued: Option<Instant>,
     /// The bytes of every pending request, in order, kept only when a redirect handler is set:
@@ -105,6 +110,11 @@ struct Inner {
 }
 
 impl Inner {
+    /// True while some request still waits for its reply on this connection.
+    fn awaiting(&self) -> bool {
+        self.pending.len() > self.timed_out || self.waived > 0
+    }
+
     /// Drops retained request bytes nobody can need any more.
     fn compact_log(&mut self) {
         let end = self.log_base + self.log.len() as u64;
@@ -178,6 +188,7 @@ impl<H: HostState> Conn<H> {
                 pending: VecDeque::new(),
                 written: 0,
                 timed_out: 0,
+                waived: 0,
                 first_queued: None,
                 log: Vec::new(),
                 log_base: 0,
@@ -256,6 +267,7 @@ impl<H: HostState> Conn<H> {
                 retry,
                 log_at: log_end,
                 sent: None,
+                waived: false,
             });
         }
         inner.out.extend_from_slice(request);
@@ -269,6 +281,7 @@ impl<H: HostState> Conn<H> {
             retry,
             log_at: log_end,
             sent: None,
+            waived: false,
         });
         self.stats.rq_total.inc();
         self.stats.upstream_rq_total.inc();
@@ -297,10 +310,7 @@ impl<H: HostState> Conn<H> {
         if !self.retiring.get() {
             return;
         }
-        let idle = {
-            let inner = self.inner.borrow();
-            inner.timed_out == inner.pending.len()
-        };
+        let idle = !self.inner.borrow().awaiting();
         if idle {
             self.shutdown();
         }
@@ -334,7 +344,14 @@ impl<H: HostState> Conn<H> {
             let timed_out = inner.timed_out;
             inner.written = 0;
             inner.timed_out = 0;
-            let drained = inner.pending.drain(..).skip(timed_out).collect();
+            inner.waived = 0;
+            let drained = inner
+                .pending
+                .drain(..)
+                .enumerate()
+                .filter(|(i, p)| *i >= timed_out || p.waived)
+                .map(|(_, p)| p)
+                .collect();
             inner.compact_log();
             drained
         };
@@ -387,8 +404,11 @@ impl<H: HostState> Conn<H> {
             inner.written = inner.written.saturating_sub(1);
             if inner.timed_out > 0 {
                 inner.timed_out -= 1;
-                inner.compact_log();
-                return true;
+                if !p.waived {
+                    inner.compact_log();
+                    return true;
+                }
+                inner.waived -= 1;
             }
             // Only a redirect needs the request again: copy it out before the log moves on.
             let request = match (&self.redirect, &p.target) {
@@ -510,10 +530,7 @@ async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
                 read_loop(&conn, &stream).await;
                 // A close with a request waiting is a failure; an idle one is not (Redis's
                 // `timeout` closes idle clients, and the host answered everything it was asked).
-                let waiting = {
-                    let inner = conn.inner.borrow();
-                    inner.pending.len() > inner.timed_out
-                };
+                let waiting = conn.inner.borrow().awaiting();
                 if waiting && !conn.is_closed() && !conn.retiring.get() {
                     conn.streak.failure(&*conn.host);
                 }
@@ -798,6 +815,11 @@ async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, gene
 /// reconnects with backoff. So no request waits more than about 2 × op_timeout: up to one
 /// op_timeout queued behind a stuck write, then one for that write to expire. Envoy closes an
 /// upstream connection on any op timeout; this keeps a slow but live one.
+///
+/// Scripts (EVAL, FCALL, …) are the exception: Redis runs one until it returns or is killed,
+/// however long, so the script's own request is never answered `upstream failure` while it
+/// may still run and write; it keeps its place until its reply (or the connection's loss), and
+/// a host silent behind it is busy rather than hung.
 async fn expire_timeouts<H: HostState>(conn: Rc<Conn<H>>) {
     loop {
         if conn.is_closed() && conn.inner.borrow().pending.is_empty() {
@@ -824,20 +846,33 @@ async fn expire_timeouts<H: HostState>(conn: Rc<Conn<H>>) {
             let mut inner = conn.inner.borrow_mut();
             let idx = inner.timed_out;
             let now = Instant::now();
-            let expired = match inner.pending.get(idx) {
-                Some(p) if idx < inner.written && p.deadline.is_some_and(|d| d <= now) => {
+            let due = idx < inner.written;
+            let expired = match inner.pending.get_mut(idx) {
+                Some(p) if !due || p.deadline.is_none_or(|d| d > now) => None,
+                Some(p) if p.target.as_ref().is_some_and(|t| t.script) => {
+                    // A script runs as long as it runs, as at Redis (which only starts
+                    // answering others `-BUSY`): its client waits for its reply, so it never
+                    // hears `upstream failure` about a script that went on to run.
+                    p.waived = true;
+                    inner.waived += 1;
+                    inner.timed_out += 1;
+                    continue;
+                }
+                Some(p) => {
+                    let (target, reads_at_write, sent) =
+                        (p.target.clone(), p.reads_at_write, p.sent);
                     // A script still running ahead (EVAL, FCALL) keeps the host silent until it
                     // ends or passes `busy-reply-threshold`: busy, not hung.
                     let busy = inner
                         .pending
                         .iter()
-                        .take(idx + 1)
+                        .take(idx)
                         .any(|q| q.target.as_ref().is_some_and(|t| t.script));
                     Some((
-                        p.target.clone(),
-                        !busy && p.reads_at_write == conn.reads.get(),
+                        target,
+                        !busy && reads_at_write == conn.reads.get(),
                         busy,
-                        p.sent,
+                        sent,
                         now,
                     ))
                 }

@@ -181,3 +181,60 @@ fn function_stats_show_the_running_function() {
     let idle: &[&[u8]] = &[b"FUNCTION", b"STATS"];
     assert_eq!(show(&c.cmd(idle)), show(&reference.raw().cmd(idle)));
 }
+
+/// A script outlives `op_timeout` on the shared path and its client still gets the script's
+/// own reply, as from one redis-server, never `upstream failure` about a script that went on to
+/// run: one that returns after 1.2 s (op_timeout 300 ms) answers its value; one killed by
+/// SCRIPT KILL answers Redis's "killed by user" error, byte for byte; the shared connection
+/// stays open throughout and serves the next request.
+#[test]
+fn a_script_longer_than_op_timeout_answers_its_own_reply() {
+    let reference = RedisServer::start();
+    let backends = servers(1);
+    busy_after_200ms(&backends);
+    busy_after_200ms(std::slice::from_ref(&reference));
+    let (port, admin) = (free_port(), free_port());
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "")
+        .replace("op_timeout = \"1s\"", "op_timeout = \"300ms\"");
+    let respite = Respite::start(&cfg, port, admin);
+    let slow: &[&[u8]] = &[
+        b"EVAL",
+        b"local t0 = redis.call('TIME') \
+          while true do \
+            local t = redis.call('TIME') \
+            if (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 1200000 then break end \
+          end \
+          redis.call('SET', KEYS[1], 'ran') return 'done'",
+        b"1",
+        b"slow",
+    ];
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", b"warm", b"1"]), b"+OK\r\n");
+    let cx_before = respite.stat("cluster.cache.upstream_cx_total");
+    let started = Instant::now();
+    let through = c.cmd(slow);
+    assert!(started.elapsed() >= Duration::from_millis(1200));
+    assert_eq!(show(&through), show(&reference.raw().cmd(slow)));
+    assert_eq!(show(&through), show(b"$4\r\ndone\r\n"));
+    assert_eq!(c.cmd(&[b"GET", b"slow"]), b"$3\r\nran\r\n");
+
+    // Killed after op_timeout: the client reads what a direct client reads.
+    let endless: &[&[u8]] = &[b"EVAL", b"while true do end", b"1", b"spin"];
+    let killed = |target: &mut respite_tests::RawClient, killer: &mut respite_tests::RawClient| {
+        target.send(endless);
+        std::thread::sleep(Duration::from_millis(800));
+        assert_eq!(killer.cmd(&[b"SCRIPT", b"KILL"]), b"+OK\r\n");
+        target.read_reply()
+    };
+    let through = killed(&mut respite.raw(), &mut respite.raw());
+    let direct = killed(&mut reference.raw(), &mut reference.raw());
+    assert_eq!(show(&through), show(&direct));
+    assert!(
+        show(&through).contains("Script killed by user"),
+        "{}",
+        show(&through)
+    );
+    assert_eq!(c.cmd(&[b"GET", b"slow"]), b"$3\r\nran\r\n");
+    assert_eq!(respite.stat("cluster.cache.upstream_cx_total"), cx_before);
+    assert_eq!(respite.stat("cluster.cache.upstream_rq_timeout"), 0);
+}
