@@ -15,6 +15,9 @@ command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || need+=(nutcra
 command -v curl >/dev/null || need+=(curl)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v tclsh >/dev/null || need+=(tcl)
+# node + npm: tests/tests/integration/pubsub.rs runs ioredis subscribers (npm install ioredis).
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 # nft: tests/tests/integration/reconnect.rs drops a backend's packets to check TCP keepalive (root only;
 # the test is skipped, saying why, without root or nft).
 command -v nft >/dev/null || [ "$(id -u)" -ne 0 ] || need+=(nftables)

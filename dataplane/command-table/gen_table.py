@@ -67,6 +67,9 @@ FAN_OUT = {
     "function|delete": "AllOk",
     "function|flush": "AllOk",
     "function|restore": "AllOk",
+    "pubsub|channels": "Union",
+    "pubsub|shardchannels": "Union",
+    "pubsub|numpat": "MaxInteger",
 }
 
 # Answered by the proxy itself (`Local::<value>`).
@@ -81,6 +84,7 @@ LOCAL = {
     "client|getname": "Client",
     "client|id": "Client",
     "client|no-evict": "Client",
+    "client|reply": "Client",
     "command": "Command",
     "command|count": "Command",
     "command|info": "Command",
@@ -120,14 +124,25 @@ SCRIPT_CONTROL = {"script|kill", "function|kill", "function|stats"}
 # connection is found by that id and unblocked at its backend (`Kind::ClientUnblock`).
 CLIENT_UNBLOCK = {"client|unblock"}
 
+# Pub/sub: the session's subscriptions, held upstream once per worker and fanned out; PUBLISH
+# and the subscriber counts are answered by Redis and corrected for the proxy's own upstream
+# subscriptions (`Kind::PubSub(PubSub::<value>)`).
+PUBSUB = {
+    "subscribe": "Subscribe(Topic::Channel)",
+    "psubscribe": "Subscribe(Topic::Pattern)",
+    "ssubscribe": "Subscribe(Topic::Shard)",
+    "unsubscribe": "Unsubscribe(Topic::Channel)",
+    "punsubscribe": "Unsubscribe(Topic::Pattern)",
+    "sunsubscribe": "Unsubscribe(Topic::Shard)",
+    "publish": "Publish(Topic::Channel)",
+    "spublish": "Publish(Topic::Shard)",
+    "pubsub|numsub": "NumSub(Topic::Channel)",
+    "pubsub|shardnumsub": "NumSub(Topic::Shard)",
+}
+
 # Refused with a reason (`Reason::<value>`, whose sentence is in src/command/refused.rs).
 REFUSED = {}
 for _reason, _names in {
-    "PubSub": [
-        "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
-        "pubsub|channels", "pubsub|numpat", "pubsub|numsub", "pubsub|shardchannels",
-        "pubsub|shardnumsub",
-    ],
     "Replication": ["sync", "psync", "replconf", "replicaof", "slaveof", "failover", "role"],
     "Administration": [
         "monitor", "debug", "shutdown", "save", "bgsave", "bgrewriteaof", "memory|doctor",
@@ -139,7 +154,6 @@ for _reason, _names in {
     "Cluster": ["asking"],
     "KeyFlags": ["command|getkeysandflags"],
     "ClientCaching": ["client|caching", "client|tracking", "client|trackinginfo", "client|getredir"],
-    "ReplySuppression": ["client|reply"],
     "SharedConnections": [
         "client|info", "client|list", "client|kill", "client|pause", "client|unpause",
     ],
@@ -190,6 +204,8 @@ def kind(name, containers):
         return "Kind::ScriptControl"
     if name in CLIENT_UNBLOCK:
         return "Kind::ClientUnblock"
+    if name in PUBSUB:
+        return "Kind::PubSub(PubSub::%s)" % PUBSUB[name]
     if name in REFUSED:
         return "Kind::Refused(Reason::%s)" % REFUSED[name]
     container, bar, sub = name.partition("|")
@@ -344,7 +360,7 @@ TABLE_HEAD = """\
 //! Redis reports. The kind of each row (keyed, split, fan-out, local, scan, transaction, blocking,
 //! refused, container, …) is Respite's choice, made in the generator.
 
-use super::{CommandSpec, KeySpec, Kind, Local, Merge, Reason, Transaction};
+use super::{CommandSpec, KeySpec, Kind, Local, Merge, PubSub, Reason, Topic, Transaction};
 
 /// What `COMMAND INFO` / `COMMAND DOCS` report for a row, beyond [`CommandSpec`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,6 +16,8 @@
 //!   incomplete) or the same error; a reply generated from the input (every RESP2/RESP3 type,
 //!   nested) is found at exactly its length whatever follows, and all its prefixes are
 //!   incomplete.
+//!   A complete reply also goes through the pub/sub frame parser and count correction, and
+//!   the input's halves through Redis's pattern matching (none may panic).
 //! - [`split_merge`]: for every `Kind::Split` command with random keys/values over 1..4 shards,
 //!   `split` covers each key exactly once, on its shard, in order; each sub-request parses to the
 //!   command name plus its keys (and values); `merge` of valid, error, wrong-shape or missing
@@ -456,7 +458,13 @@ pub fn reply_scanner(data: &[u8]) {
     );
     if let Ok(Some(n)) = once {
         assert!(n > 0 && n <= data.len(), "scan found {n} of {}", data.len());
+        // A complete reply read from a subscriber connection: parsed or refused, never a panic.
+        let _ = resp::pubsub::parse_push(data.get(..n).unwrap_or_default());
+        let _ = resp::pubsub::add_to_counts(data.get(..n).unwrap_or_default(), &[1, -1, 3]);
     }
+    // Redis's glob matching of a pattern (first half) against a channel (second half).
+    let (pattern, channel) = data.split_at(data.len() / 2);
+    let _ = resp::pubsub::pattern_matches(pattern, channel);
     let (inc, at) = scan_prefixes(data);
     assert_eq!(inc, once, "prefix feeding differs from one scan");
     if let Ok(Some(n)) = once {
@@ -672,6 +680,9 @@ pub fn split_merge(data: &[u8]) {
         Merge::Info,
         Merge::AndArrays,
         Merge::Same,
+        Merge::Union,
+        Merge::MaxInteger,
+        Merge::SumPairs,
         Merge::ScanCursor {
             shard: b.below(4) as u32,
             shards: 4,

@@ -20,6 +20,11 @@ const NO_REPLY: &[u8] = b"-ERR no reply\r\n";
 ///   said 1); the first error passes through.
 /// - `Same`: the reply, once, if every shard gave the same bytes; the first error passes
 ///   through; else `-ERR shards gave different replies`.
+/// - `Union`: arrays joined, each element once, in first-seen order (PUBSUB CHANNELS); the
+///   first error passes through.
+/// - `MaxInteger`: the largest integer (PUBSUB NUMPAT); the first error passes through.
+/// - `SumPairs`: `[name, count, …]` arrays of one layout, counts summed by position (PUBSUB
+///   NUMSUB); the first error passes through.
 /// - `ScanCursor`: the single reply of one shard, cursor rewritten (see [`scan_cursor`]).
 /// - `Mget`/`Mset`/`SumIntegers` belong to [`super::split::merge`]; here the first reply passes.
 pub fn merge(merge: Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
@@ -46,15 +51,65 @@ pub fn merge(merge: Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
                 None => out.extend_from_slice(PROTOCOL_ERROR),
             }
         }
-        Merge::MinInteger | Merge::MinLastSave => {
+        Merge::MinInteger | Merge::MinLastSave | Merge::MaxInteger => {
             if let Some(e) = first_error {
                 return out.extend_from_slice(e);
             }
-            let min = replies
+            let pick = |a: i64, b: i64| {
+                if merge == Merge::MaxInteger {
+                    a.max(b)
+                } else {
+                    a.min(b)
+                }
+            };
+            let start = if merge == Merge::MaxInteger {
+                i64::MIN
+            } else {
+                i64::MAX
+            };
+            match replies
                 .iter()
-                .try_fold(i64::MAX, |a, r| Some(a.min(resp::integer_reply(r)?)));
-            match min {
+                .try_fold(start, |a, r| Some(pick(a, resp::integer_reply(r)?)))
+            {
                 Some(n) => encode::integer(out, n),
+                None => out.extend_from_slice(PROTOCOL_ERROR),
+            }
+        }
+        Merge::Union => {
+            if let Some(e) = first_error {
+                return out.extend_from_slice(e);
+            }
+            let mut seen: Vec<&[u8]> = Vec::new();
+            for r in replies {
+                let Some(elems) = resp::array_elements(r) else {
+                    return out.extend_from_slice(PROTOCOL_ERROR);
+                };
+                for e in elems {
+                    let Some(elem) = r.get(e) else {
+                        return out.extend_from_slice(PROTOCOL_ERROR);
+                    };
+                    if !seen.contains(&elem) {
+                        seen.push(elem);
+                    }
+                }
+            }
+            encode::array_header(out, seen.len());
+            for e in seen {
+                out.extend_from_slice(e);
+            }
+        }
+        Merge::SumPairs => {
+            if let Some(e) = first_error {
+                return out.extend_from_slice(e);
+            }
+            match sum_pairs(replies) {
+                Some(v) => {
+                    encode::array_header(out, v.len() * 2);
+                    for (name, n) in v {
+                        out.extend_from_slice(name);
+                        encode::integer(out, n);
+                    }
+                }
                 None => out.extend_from_slice(PROTOCOL_ERROR),
             }
         }
@@ -126,6 +181,35 @@ fn array_body(reply: &[u8]) -> Option<&[u8]> {
     reply.get(end + 2..)
 }
 
+/// `[name, count, …]` replies of one layout with the counts summed by position; `None` when a
+/// reply is not such an array or the layouts differ.
+fn sum_pairs<'r>(replies: &[&'r [u8]]) -> Option<Vec<(&'r [u8], i64)>> {
+    let mut acc: Option<Vec<(&[u8], i64)>> = None;
+    for r in replies {
+        let elems = resp::array_elements(r)?;
+        let mut v = Vec::with_capacity(elems.len() / 2);
+        for pair in elems.chunks(2) {
+            let [name, count] = pair else {
+                return None;
+            };
+            v.push((
+                r.get(name.clone())?,
+                resp::integer_reply(r.get(count.clone())?)?,
+            ));
+        }
+        acc = Some(match acc {
+            None => v,
+            Some(a) if a.len() == v.len() && a.iter().zip(&v).all(|(x, y)| x.0 == y.0) => a
+                .iter()
+                .zip(&v)
+                .map(|(x, y)| (x.0, x.1.saturating_add(y.1)))
+                .collect(),
+            Some(_) => return None,
+        });
+    }
+    acc
+}
+
 fn and_arrays(replies: &[&[u8]]) -> Option<Vec<bool>> {
     let mut acc: Option<Vec<bool>> = None;
     for r in replies {
@@ -181,19 +265,19 @@ pub fn scan_cursor(shard: usize, shards: usize, reply: &[u8], out: &mut Vec<u8>)
     out.extend_from_slice(keys);
 }
 
-/// The text of a bulk string reply.
 /// The text of a bulk string, or of a RESP3 verbatim string (`=<len>\r\ntxt:<text>`, what INFO
 /// answers a RESP3 connection).
 fn bulk_text(reply: &[u8]) -> Option<&[u8]> {
-    let (verbatim, rest) = match reply.first()? {
-        b'$' => (false, reply.get(1..)?),
-        b'=' => (true, reply.get(1..)?),
-        _ => return None,
-    };
-    let nl = rest.windows(2).position(|w| w == b"\r\n")?;
-    let n: usize = std::str::from_utf8(rest.get(..nl)?).ok()?.parse().ok()?;
-    let body = rest.get(nl + 2..nl + 2 + n)?;
-    if verbatim { body.get(4..) } else { Some(body) }
+    match reply.first()? {
+        b'$' => resp::bulk_body(reply),
+        b'=' => {
+            let rest = reply.get(1..)?;
+            let nl = rest.windows(2).position(|w| w == b"\r\n")?;
+            let n: usize = std::str::from_utf8(rest.get(..nl)?).ok()?.parse().ok()?;
+            rest.get(nl + 2..nl + 2 + n)?.get(4..)
+        }
+        _ => None,
+    }
 }
 
 /// `k:v` fields of a section, in order.

@@ -24,6 +24,7 @@ pub mod split;
 mod table;
 mod table_raw;
 
+pub use crate::resp::pubsub::Topic;
 pub use keys::{BlockTimeout, block_timeout, is_blocking};
 pub use refused::{Reason, refused_reply};
 
@@ -60,6 +61,10 @@ pub enum Kind {
     /// CLIENT UNBLOCK: the id is one Respite gave (CLIENT ID); the client it names is unblocked
     /// at the backend its blocking command waits on, over a leased connection of its own.
     ClientUnblock,
+    /// Pub/sub: the session's subscriptions (held upstream once per worker and fanned out), and
+    /// the commands whose counts Redis gives for the proxy's upstream subscriptions rather than
+    /// its clients.
+    PubSub(PubSub),
     /// Answered by the proxy itself.
     Local(Local),
     /// Sent unchanged to every shard; the replies are merged.
@@ -103,8 +108,27 @@ pub enum Merge {
     /// SCRIPT LOAD, FUNCTION LOAD: every shard must give the same reply, which is returned once;
     /// else the first error, else `-ERR shards gave different replies`.
     Same,
+    /// PUBSUB CHANNELS, SHARDCHANNELS: arrays joined, each element once, in first-seen order.
+    Union,
+    /// PUBSUB NUMPAT: the largest integer (each node holds the proxy's patterns).
+    MaxInteger,
+    /// PUBSUB NUMSUB, SHARDNUMSUB: `[name, count, …]` arrays with the counts summed by position.
+    SumPairs,
     /// SCAN's single part: rewrite the cursor of shard `shard` of `shards` (see [`scan`]).
     ScanCursor { shard: u32, shards: u32 },
+}
+
+/// The pub/sub commands the session handles itself (Redis `pubsub.c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PubSub {
+    /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE.
+    Subscribe(Topic),
+    /// UNSUBSCRIBE, PUNSUBSCRIBE, SUNSUBSCRIBE.
+    Unsubscribe(Topic),
+    /// PUBLISH, SPUBLISH: routed by the channel like a key; the receiver count is corrected.
+    Publish(Topic),
+    /// PUBSUB NUMSUB, PUBSUB SHARDNUMSUB: to every node, counts summed and corrected.
+    NumSub(Topic),
 }
 
 /// The transaction commands (Redis `multi.c`).
@@ -127,7 +151,7 @@ pub enum Local {
     Select,
     Hello,
     /// `CLIENT <sub>` rows carry the subcommand in [`CommandSpec::name`]: `client|setname`,
-    /// `client|getname`, `client|id`, `client|no-evict` (Redis 7.0.15 has no SETINFO/NO-TOUCH;
+    /// `client|getname`, `client|id`, `client|no-evict`, `client|reply` (Redis 7.0.15 has no SETINFO/NO-TOUCH;
     /// the other CLIENT subcommands are refused, `client|help` goes to shard 0).
     Client,
     /// `COMMAND [COUNT|INFO|DOCS|LIST|GETKEYS]`, answered from this table by [`command_reply`]

@@ -9,8 +9,6 @@ use super::CommandSpec;
 /// colon of the reply ([`refused_reply`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
-    /// SUBSCRIBE and the other pub/sub connection commands, PUBSUB introspection.
-    PubSub,
     /// SYNC, PSYNC, REPLICAOF, FAILOVER, ROLE, …
     Replication,
     /// MONITOR, DEBUG, SHUTDOWN, SAVE, CONFIG, ACL, MODULE, LATENCY, SLOWLOG, MEMORY DOCTOR, …
@@ -27,8 +25,6 @@ pub enum Reason {
     KeyFlags,
     /// CLIENT CACHING, TRACKING, TRACKINGINFO, GETREDIR.
     ClientCaching,
-    /// CLIENT REPLY.
-    ReplySuppression,
     /// CLIENT INFO, LIST, KILL, PAUSE, UNPAUSE, UNBLOCK.
     SharedConnections,
 }
@@ -37,7 +33,6 @@ impl Reason {
     /// The sentence saying why: lowercase, no final period, no CR or LF.
     pub const fn text(self) -> &'static str {
         match self {
-            Reason::PubSub => "pub/sub is not supported through a sharding proxy",
             Reason::Replication => "replication is managed on each Redis server directly",
             Reason::Administration => {
                 "server administration must be sent to each Redis server directly"
@@ -48,7 +43,6 @@ impl Reason {
             Reason::Migrate => "it moves keys between servers behind the proxy",
             Reason::KeyFlags => "key flags are not tracked by the proxy",
             Reason::ClientCaching => "client-side caching needs a dedicated upstream connection",
-            Reason::ReplySuppression => "reply suppression is not supported through a proxy",
             Reason::SharedConnections => {
                 "upstream client connections are shared and owned by the proxy"
             }

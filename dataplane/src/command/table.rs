@@ -8,7 +8,7 @@
 //! Redis reports. The kind of each row (keyed, split, fan-out, local, scan, transaction, blocking,
 //! refused, container, …) is Respite's choice, made in the generator.
 
-use super::{CommandSpec, KeySpec, Kind, Local, Merge, Reason, Transaction};
+use super::{CommandSpec, KeySpec, Kind, Local, Merge, PubSub, Reason, Topic, Transaction};
 
 /// What `COMMAND INFO` / `COMMAND DOCS` report for a row, beyond [`CommandSpec`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -418,7 +418,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::ReplySuppression),
+        Kind::Local(Local::Client),
         KeySpec::Range,
     ),
     c(
@@ -1678,7 +1678,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::PubSub(PubSub::Subscribe(Topic::Pattern)),
         KeySpec::Range,
     ),
     c(
@@ -1692,7 +1692,16 @@ const RAW: &[CommandSpec] = &[
         KeySpec::Range,
     ),
     c("pttl", 2, 1, 1, 1, false, Kind::Keyed, KeySpec::Range),
-    c("publish", 3, 1, 1, 1, false, Kind::Keyed, KeySpec::Range),
+    c(
+        "publish",
+        3,
+        1,
+        1,
+        1,
+        false,
+        Kind::PubSub(PubSub::Publish(Topic::Channel)),
+        KeySpec::Range,
+    ),
     c(
         "pubsub",
         -2,
@@ -1710,7 +1719,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::FanOut(Merge::Union),
         KeySpec::Range,
     ),
     c(
@@ -1730,7 +1739,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::FanOut(Merge::MaxInteger),
         KeySpec::Range,
     ),
     c(
@@ -1740,7 +1749,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::PubSub(PubSub::NumSub(Topic::Channel)),
         KeySpec::Range,
     ),
     c(
@@ -1750,7 +1759,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::FanOut(Merge::Union),
         KeySpec::Range,
     ),
     c(
@@ -1760,7 +1769,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::PubSub(PubSub::NumSub(Topic::Shard)),
         KeySpec::Range,
     ),
     c(
@@ -1770,7 +1779,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::PubSub(PubSub::Unsubscribe(Topic::Pattern)),
         KeySpec::Range,
     ),
     c(
@@ -2086,7 +2095,16 @@ const RAW: &[CommandSpec] = &[
     c("sort", -2, 1, 1, 1, true, Kind::Keyed, KeySpec::Sort),
     c("sort_ro", -2, 1, 1, 1, false, Kind::Keyed, KeySpec::Sort),
     c("spop", -2, 1, 1, 1, true, Kind::Keyed, KeySpec::Range),
-    c("spublish", 3, 1, 1, 1, false, Kind::Keyed, KeySpec::Range),
+    c(
+        "spublish",
+        3,
+        1,
+        1,
+        1,
+        false,
+        Kind::PubSub(PubSub::Publish(Topic::Shard)),
+        KeySpec::Range,
+    ),
     c(
         "srandmember",
         -2,
@@ -2106,7 +2124,7 @@ const RAW: &[CommandSpec] = &[
         -1,
         1,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::PubSub(PubSub::Subscribe(Topic::Shard)),
         KeySpec::Range,
     ),
     c("strlen", 2, 1, 1, 1, false, Kind::Keyed, KeySpec::Range),
@@ -2117,7 +2135,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::PubSub(PubSub::Subscribe(Topic::Channel)),
         KeySpec::Range,
     ),
     c("substr", 4, 1, 1, 1, false, Kind::Keyed, KeySpec::Range),
@@ -2139,7 +2157,7 @@ const RAW: &[CommandSpec] = &[
         -1,
         1,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::PubSub(PubSub::Unsubscribe(Topic::Shard)),
         KeySpec::Range,
     ),
     c(
@@ -2201,7 +2219,7 @@ const RAW: &[CommandSpec] = &[
         0,
         0,
         false,
-        Kind::Refused(Reason::PubSub),
+        Kind::PubSub(PubSub::Unsubscribe(Topic::Channel)),
         KeySpec::Range,
     ),
     c(

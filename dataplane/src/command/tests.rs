@@ -83,7 +83,7 @@ fn rows_follow_redis() {
         a
     });
     assert_eq!(counts[1], 6);
-    assert_eq!(counts[2], 26);
+    assert_eq!(counts[2], 27);
     assert!(counts[0] > 120);
 }
 
@@ -385,7 +385,10 @@ fn every_redis_7_0_15_command_has_a_row_with_its_values() {
     }
     // PUBLISH is routed by its channel, as Envoy does.
     let p = lookup(b"publish").expect("test value");
-    assert_eq!((p.first_key, p.kind), (1, Kind::Keyed));
+    assert_eq!(
+        (p.first_key, p.kind),
+        (1, Kind::PubSub(PubSub::Publish(Topic::Channel)))
+    );
 }
 
 #[test]
@@ -488,11 +491,29 @@ fn kinds_are_chosen_for_every_row() {
     ] {
         assert_eq!(kind(n), Kind::Transaction(t), "{n}");
     }
+    for (n, k) in [
+        ("subscribe", PubSub::Subscribe(Topic::Channel)),
+        ("psubscribe", PubSub::Subscribe(Topic::Pattern)),
+        ("ssubscribe", PubSub::Subscribe(Topic::Shard)),
+        ("unsubscribe", PubSub::Unsubscribe(Topic::Channel)),
+        ("punsubscribe", PubSub::Unsubscribe(Topic::Pattern)),
+        ("sunsubscribe", PubSub::Unsubscribe(Topic::Shard)),
+        ("publish", PubSub::Publish(Topic::Channel)),
+        ("spublish", PubSub::Publish(Topic::Shard)),
+        ("pubsub|numsub", PubSub::NumSub(Topic::Channel)),
+        ("pubsub|shardnumsub", PubSub::NumSub(Topic::Shard)),
+    ] {
+        assert_eq!(kind(n), Kind::PubSub(k), "{n}");
+    }
+    for (n, m) in [
+        ("pubsub|channels", Merge::Union),
+        ("pubsub|shardchannels", Merge::Union),
+        ("pubsub|numpat", Merge::MaxInteger),
+    ] {
+        assert_eq!(kind(n), Kind::FanOut(m), "{n}");
+    }
+    assert_eq!(kind("client|reply"), Kind::Local(Local::Client));
     for n in [
-        "subscribe",
-        "psubscribe",
-        "ssubscribe",
-        "unsubscribe",
         "monitor",
         "sync",
         "psync",
@@ -580,9 +601,9 @@ fn refused_replies_name_the_command_and_the_shared_reason() {
         String::from_utf8(refused_reply(spec, reason)).expect("test value")
     };
     assert_eq!(
-        reply("subscribe"),
-        "-ERR 'subscribe' is not supported by respite: pub/sub is not supported through a \
-         sharding proxy\r\n"
+        reply("monitor"),
+        "-ERR 'monitor' is not supported by respite: server administration must be sent to each \
+         Redis server directly\r\n"
     );
     assert_eq!(
         reply("client|kill"),

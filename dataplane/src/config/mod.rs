@@ -150,6 +150,32 @@ pub struct ListenerConfig {
     pub big_value_bytes: usize,
     /// `[listeners.access_log]`: one line per sampled request (absent = off, the default).
     pub access_log: Option<AccessLogConfig>,
+    /// `[listeners.client_output_buffer_limit_pubsub]`: when a subscribed client that does not
+    /// read its messages is disconnected. Default Redis's: 32 MiB hard, 8 MiB soft for 60s.
+    pub client_output_buffer_limit_pubsub: OutputBufferLimit,
+}
+
+/// An output-buffer limit (Redis `client-output-buffer-limit <class> <hard> <soft> <soft
+/// seconds>`): a client whose replies and messages not yet written pass `hard_limit` bytes, or
+/// stay past `soft_limit` bytes for `soft_limit_for`, is disconnected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct OutputBufferLimit {
+    /// Bytes; 0 = no hard limit.
+    pub hard_limit: usize,
+    /// Bytes; 0 = no soft limit.
+    pub soft_limit: usize,
+    /// How long the soft limit may be passed without a break.
+    #[serde(serialize_with = "dump::duration")]
+    pub soft_limit_for: Duration,
+}
+
+impl OutputBufferLimit {
+    /// Redis's default for pub/sub clients: `client-output-buffer-limit pubsub 32mb 8mb 60`.
+    pub const PUBSUB: OutputBufferLimit = OutputBufferLimit {
+        hard_limit: 32 * 1024 * 1024,
+        soft_limit: 8 * 1024 * 1024,
+        soft_limit_for: Duration::from_secs(60),
+    };
 }
 
 /// `[listeners.hot_keys]`: a bounded top-K of the most requested keys over a sliding window,

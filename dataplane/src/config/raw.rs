@@ -145,6 +145,9 @@ pub struct RawListener {
     /// `[listeners.access_log]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_log: Option<Spanned<RawAccessLog>>,
+    /// `[listeners.client_output_buffer_limit_pubsub]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_output_buffer_limit_pubsub: Option<Spanned<RawOutputBufferLimit>>,
 }
 
 impl RawListener {
@@ -171,6 +174,7 @@ impl RawListener {
             hot_keys: None,
             big_value_bytes: 0,
             access_log: None,
+            client_output_buffer_limit_pubsub: None,
         }
     }
 }
@@ -185,6 +189,21 @@ pub struct RawHotKeys {
     /// Counting window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<Spanned<RawDuration>>,
+}
+
+/// `[listeners.client_output_buffer_limit_pubsub]`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutputBufferLimit {
+    /// Bytes; 0 = none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hard_limit: Option<Spanned<usize>>,
+    /// Bytes; 0 = none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_limit: Option<Spanned<usize>>,
+    /// How long the soft limit may be passed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_limit_for: Option<Spanned<RawDuration>>,
 }
 
 /// `[listeners.access_log]`.

@@ -121,6 +121,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 hot_keys: None,
                 big_value_bytes: 0,
                 access_log: None,
+                client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
             },
             ListenerConfig {
                 name: "second".into(),
@@ -147,6 +148,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 hot_keys: None,
                 big_value_bytes: 0,
                 access_log: None,
+                client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
             },
         ],
         clusters: vec![
@@ -751,6 +753,54 @@ fn custom_commands_and_max_request_bytes_are_checked() {
         e.starts_with("t.toml:5:") && e.contains("listeners[0].max_request_bytes"),
         "{e}"
     );
+}
+
+#[test]
+fn pubsub_output_buffer_limit_defaults_to_redis_and_names_bad_keys() {
+    let base = |table: &str| {
+        format!(
+            "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:6380\"\nop_timeout = \"1s\"\n\
+             [listeners.prefix_routes.catch_all_route]\ncluster = \"c\"\n{table}\n\
+             [[clusters]]\nname = \"c\"\nhosts = [\"127.0.0.1:7001\"]\n"
+        )
+    };
+    let c = parse(&base(""), "t.toml").unwrap();
+    assert_eq!(
+        c.listeners[0].client_output_buffer_limit_pubsub,
+        OutputBufferLimit {
+            hard_limit: 32 << 20,
+            soft_limit: 8 << 20,
+            soft_limit_for: Duration::from_secs(60),
+        }
+    );
+    let c = parse(
+        &base("[listeners.client_output_buffer_limit_pubsub]\nhard_limit = 1024\nsoft_limit_for = \"5s\""),
+        "t.toml",
+    )
+    .unwrap();
+    let l = c.listeners[0].client_output_buffer_limit_pubsub;
+    assert_eq!(
+        (l.hard_limit, l.soft_limit, l.soft_limit_for),
+        (1024, 8 << 20, Duration::from_secs(5))
+    );
+    let e = parse(
+        &base("[listeners.client_output_buffer_limit_pubsub]\nsoft_limit_for = \"5\""),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("t.toml:8:")
+            && e.contains("client_output_buffer_limit_pubsub.soft_limit_for"),
+        "{e}"
+    );
+    let e = parse(
+        &base("[listeners.client_output_buffer_limit_pubsub]\nhard = 1"),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("hard"), "{e}");
 }
 
 #[test]

@@ -9,13 +9,14 @@ use toml::Spanned;
 use super::locate::Source;
 use super::raw::{
     RawAccessLog, RawAdmin, RawCluster, RawConfig, RawDuration, RawHealthCheck, RawHost,
-    RawHotKeys, RawListener, RawOutlierDetection, RawRuntime, RawTcpKeepalive,
+    RawHotKeys, RawListener, RawOutlierDetection, RawOutputBufferLimit, RawRuntime,
+    RawTcpKeepalive,
 };
 use super::routes::ClusterRef;
 use super::{
     AccessLogConfig, AdminConfig, ClusterConfig, ClusterType, Config, ConfigError,
     HealthCheckConfig, HostConfig, HotKeysConfig, LbPolicy, ListenerConfig, LogFormat, OnUnhealthy,
-    OutlierDetectionConfig, RedisClusterConfig, RuntimeConfig, TcpKeepalive,
+    OutlierDetectionConfig, OutputBufferLimit, RedisClusterConfig, RuntimeConfig, TcpKeepalive,
 };
 
 const DEFAULT_ADMIN_ADDRESS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
@@ -295,6 +296,11 @@ fn listener(
         Some(h) => Some(hot_keys(src, &format!("{path}.hot_keys"), h.into_inner())?),
         None => None,
     };
+    let client_output_buffer_limit_pubsub = output_buffer_limit(
+        src,
+        &format!("{path}.client_output_buffer_limit_pubsub"),
+        l.client_output_buffer_limit_pubsub,
+    )?;
     let access_log = match l.access_log {
         Some(a) => Some(access_log(
             src,
@@ -328,6 +334,28 @@ fn listener(
         hot_keys,
         big_value_bytes: l.big_value_bytes,
         access_log,
+        client_output_buffer_limit_pubsub,
+    })
+}
+
+/// `[listeners.client_output_buffer_limit_pubsub]`: absent keys keep Redis's defaults.
+fn output_buffer_limit(
+    src: &Source<'_>,
+    path: &str,
+    raw: Option<Spanned<RawOutputBufferLimit>>,
+) -> Result<OutputBufferLimit> {
+    let d = OutputBufferLimit::PUBSUB;
+    let Some(raw) = raw.map(Spanned::into_inner) else {
+        return Ok(d);
+    };
+    let soft_limit_for = match raw.soft_limit_for {
+        Some(w) => duration(src, &format!("{path}.soft_limit_for"), &w)?,
+        None => d.soft_limit_for,
+    };
+    Ok(OutputBufferLimit {
+        hard_limit: raw.hard_limit.map_or(d.hard_limit, Spanned::into_inner),
+        soft_limit: raw.soft_limit.map_or(d.soft_limit, Spanned::into_inner),
+        soft_limit_for,
     })
 }
 

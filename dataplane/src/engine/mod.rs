@@ -4,6 +4,7 @@
 pub mod access_log;
 mod blocked;
 mod observe;
+mod pubsub;
 mod session;
 mod sink;
 pub(crate) mod stats;
@@ -166,7 +167,7 @@ impl Engine {
             .map(|n| n.get())
             .unwrap_or(1);
         let mut workers = Vec::new();
-        let blocked = Arc::new(blocked::BlockedClients::default());
+        let process = worker::ProcessWide::default();
         for id in 0..config.runtime.workers {
             let cpu = config.runtime.pin_workers.then_some(id % ncpu);
             workers.push(worker::spawn(
@@ -175,7 +176,7 @@ impl Engine {
                 store.clone(),
                 registry.clone(),
                 hosts.clone(),
-                blocked.clone(),
+                process.clone(),
                 cpu,
             )?);
         }

@@ -20,7 +20,9 @@ use super::observe::Pending;
 use super::stats::ListenerStats;
 use crate::command::Merge;
 use crate::command::split::{Part, merge};
+use crate::config::OutputBufferLimit;
 use crate::net::{self, Notify};
+use crate::resp::pubsub::add_to_counts;
 use crate::router::dispatch::Slots;
 use crate::stats::clock;
 use crate::upstream::Deliver;
@@ -44,6 +46,9 @@ enum SlotState {
     /// The reply and whether it counts as a success.
     Ready(Vec<u8>, bool),
     Split(Box<SplitState>),
+    /// A pub/sub frame (a message), not a reply: it holds its place in the output, and counts
+    /// as no request.
+    Push(Vec<u8>),
 }
 
 struct SplitState {
@@ -72,6 +77,10 @@ struct Slot {
     /// Hot keys / big values / access log state of an observed request (engine/observe.rs).
     obs: Option<Box<Pending>>,
     hold: Hold,
+    /// Added to the counts of the reply (see [`Sink::adjust_next`]).
+    adjust: Option<Box<[i64]>>,
+    /// The reply is not written (CLIENT REPLY OFF or SKIP); it still takes its turn.
+    silent: bool,
 }
 
 #[derive(Default)]
@@ -94,10 +103,41 @@ struct Inner {
     next_obs: Option<Box<Pending>>,
     /// Hold for the next slot pushed ([`Sink::hold_next`]).
     next_hold: Option<Duration>,
+    /// Count corrections for the next slot pushed ([`Sink::adjust_next`]).
+    next_adjust: Option<Box<[i64]>>,
+    /// Whether the next slot pushed is silent ([`Sink::silence_next`]).
+    next_silent: bool,
     /// Set by [`Sink::cork`]: nothing is written until [`Sink::uncork`].
     corked: bool,
     /// The slot [`Sink::answered_before`] waits to see at the head.
     awaited: Option<u64>,
+    /// Bytes of pub/sub frames waiting in slots behind a reply.
+    queued_push: usize,
+    /// Bytes handed to the writer and not yet written.
+    in_flight: usize,
+    /// The client's output-buffer limit while it is subscribed (Redis's
+    /// `client-output-buffer-limit pubsub`), and since when it has been over the soft limit.
+    pubsub_limit: Option<OutputBufferLimit>,
+    over_soft_since: Option<Instant>,
+}
+
+/// True when `held` bytes break `limit` at `now` (`over_since`: when the soft limit was first
+/// passed, kept up to date).
+fn broken(
+    limit: &OutputBufferLimit,
+    held: usize,
+    now: Instant,
+    over_since: &mut Option<Instant>,
+) -> bool {
+    if limit.hard_limit > 0 && held >= limit.hard_limit {
+        return true;
+    }
+    if limit.soft_limit > 0 && held >= limit.soft_limit {
+        let since = *over_since.get_or_insert(now);
+        return now.saturating_duration_since(since) >= limit.soft_limit_for;
+    }
+    *over_since = None;
+    false
 }
 
 /// Reply queue shared by a session's reader, its writer and the upstream connections.
@@ -142,12 +182,16 @@ impl Sink {
             None => Hold::No,
             Some(d) => Hold::For(d),
         };
+        let adjust = inner.next_adjust.take();
+        let silent = std::mem::take(&mut inner.next_silent);
         inner.slots.push_back(Slot {
             cmd,
             start: clock::now(),
             state: SlotState::Waiting,
             obs,
             hold,
+            adjust,
+            silent,
         });
         drop(inner);
         self.add_active(1);
@@ -163,6 +207,19 @@ impl Sink {
     /// after it arrives: a DELAY fault, or an ERROR fault with a delay.
     pub fn hold_next(&self, delay: Duration) {
         self.inner.borrow_mut().next_hold = Some(delay);
+    }
+
+    /// Whether the reply of the next slot pushed (the request about to be handled) is written
+    /// (`silent` false) or dropped in its turn (Redis `CLIENT REPLY OFF|SKIP`).
+    pub fn silence_next(&self, silent: bool) {
+        self.inner.borrow_mut().next_silent = silent;
+    }
+
+    /// Adds `deltas` to the counts of the next slot's reply when it comes (see
+    /// [`crate::resp::pubsub::add_to_counts`]): Redis counted the proxy's upstream
+    /// subscriptions where clients want their own subscribers counted.
+    pub fn adjust_next(&self, deltas: Box<[i64]>) {
+        self.inner.borrow_mut().next_adjust = Some(deltas);
     }
 
     /// Turns the waiting slot `seq` into a split slot expecting one reply per part.
@@ -187,6 +244,74 @@ impl Sink {
         self.deliver(seq, 0, reply);
     }
 
+    /// Appends a pub/sub frame (`frame`, a RESP2 array as Redis sends it; a push `>` for a
+    /// RESP3 client) to the client's output: at once when no reply is awaited, else behind the
+    /// replies of the requests before it, so a message never overtakes the confirmation of its
+    /// subscription. It is not a request (no request stats). A client subscribed with an
+    /// output-buffer limit that this frame breaks is disconnected (`false`, as for a client
+    /// already gone).
+    pub fn push_message(&self, frame: &[u8], resp3: bool) -> bool {
+        let mut inner = self.inner.borrow_mut();
+        if inner.closed {
+            return false;
+        }
+        let mut copy = if inner.slots.is_empty() {
+            std::mem::take(&mut inner.out)
+        } else {
+            inner.spare.pop().unwrap_or_default()
+        };
+        match frame.split_first() {
+            Some((b'*', rest)) if resp3 => {
+                copy.push(b'>');
+                copy.extend_from_slice(rest);
+            }
+            _ => copy.extend_from_slice(frame),
+        }
+        if inner.slots.is_empty() {
+            inner.out = copy;
+            self.stats.tx_buffered.add(frame.len() as i64);
+        } else {
+            inner.queued_push += copy.len();
+            inner.slots.push_back(Slot {
+                cmd: NO_CMD,
+                start: clock::now(),
+                state: SlotState::Push(copy),
+                obs: None,
+                hold: Hold::No,
+                adjust: None,
+                silent: false,
+            });
+        }
+        if let Some(limit) = inner.pubsub_limit {
+            let held = inner.out.len() + inner.queued_push + inner.in_flight;
+            let mut since = inner.over_soft_since;
+            let broken = broken(&limit, held, Instant::now(), &mut since);
+            inner.over_soft_since = since;
+            if broken {
+                drop(inner);
+                tracing::warn!(
+                    held_bytes = held,
+                    hard_limit = limit.hard_limit,
+                    soft_limit = limit.soft_limit,
+                    "client disconnected: pub/sub output over its client-output-buffer-limit"
+                );
+                self.stats.pubsub_slow_close.inc();
+                self.close();
+                return false;
+            }
+        }
+        drop(inner);
+        self.writer.notify();
+        true
+    }
+
+    /// Sets the output-buffer limit of a subscribed client (`None` once it no longer is).
+    pub fn set_pubsub_limit(&self, limit: Option<OutputBufferLimit>) {
+        let mut inner = self.inner.borrow_mut();
+        inner.pubsub_limit = limit;
+        inner.over_soft_since = None;
+    }
+
     /// True if the reader may read more requests.
     pub fn has_capacity(&self) -> bool {
         let inner = self.inner.borrow();
@@ -205,12 +330,21 @@ impl Sink {
         let Some(slot) = inner.slots.pop_front() else {
             return;
         };
+        if matches!(slot.state, SlotState::Push(_)) {
+            inner.head_seq += 1;
+            inner.queued_push = inner.queued_push.saturating_sub(reply.len());
+            if !inner.closed {
+                self.stats.tx_buffered.add(reply.len() as i64);
+                inner.out.extend_from_slice(reply);
+            }
+            return;
+        }
         if let Some(obs) = slot.obs {
             obs.complete(reply, success);
         }
         inner.head_seq += 1;
         self.stats.record(slot.cmd, success, slot.start, now);
-        if inner.closed {
+        if inner.closed || slot.silent {
             drop_active(self, 1);
         } else {
             self.stats.tx_buffered.add(reply.len() as i64);
@@ -230,10 +364,11 @@ impl Sink {
             {
                 break;
             }
-            let SlotState::Ready(bytes, success) = &mut front.state else {
-                break;
+            let (mut bytes, success) = match &mut front.state {
+                SlotState::Ready(bytes, success) => (std::mem::take(bytes), *success),
+                SlotState::Push(bytes) => (std::mem::take(bytes), true),
+                _ => break,
             };
-            let (mut bytes, success) = (std::mem::take(bytes), *success);
             self.complete_head(inner, &bytes, success, now);
             if inner.spare.len() < MAX_SPARE_BUFFERS && bytes.capacity() <= MAX_SPARE_CAPACITY {
                 bytes.clear();
@@ -312,6 +447,7 @@ impl Sink {
             return Err(spare);
         }
         let n = std::mem::take(&mut inner.out_replies);
+        inner.in_flight = inner.out.len();
         Ok((std::mem::replace(&mut inner.out, spare), n))
     }
 
@@ -320,6 +456,7 @@ impl Sink {
         self.stats.tx_buffered.add(-(bytes as i64));
         drop_active(self, n as i64);
         let mut inner = self.inner.borrow_mut();
+        inner.in_flight = 0;
         if inner.reader_paused {
             inner.reader_paused = false;
             drop(inner);
@@ -415,6 +552,14 @@ impl Deliver for Sink {
         };
         // A held reply waits in its slot even at the head (not once the client is gone).
         let held = matches!(slot.hold, Hold::For(_)) && !closed;
+        let adjusted;
+        let reply = match (&slot.adjust, &slot.state) {
+            (Some(deltas), SlotState::Waiting) => {
+                adjusted = add_to_counts(reply, deltas);
+                &adjusted[..]
+            }
+            _ => reply,
+        };
         let (head, success): (Cow<'_, [u8]>, bool) = match &mut slot.state {
             SlotState::Waiting if idx == 0 && !held => (Cow::Borrowed(reply), !is_error(reply)),
             SlotState::Waiting => {
@@ -448,6 +593,9 @@ impl Deliver for Sink {
                     .collect();
                 let mut merged = Vec::new();
                 merge(st.merge, st.nkeys, &st.parts, &replies, &mut merged);
+                if let Some(deltas) = &slot.adjust {
+                    merged = add_to_counts(&merged, deltas);
+                }
                 let success = !is_error(&merged) && !replies.iter().any(|r| is_error(r));
                 if idx != 0 || held {
                     slot.state = SlotState::Ready(merged, success);
@@ -459,7 +607,7 @@ impl Deliver for Sink {
                 }
                 (Cow::Owned(merged), success)
             }
-            SlotState::Ready(..) => return,
+            SlotState::Ready(..) | SlotState::Push(_) => return,
         };
         let now = clock::now();
         self.complete_head(&mut inner, &head, success, now);

@@ -53,6 +53,11 @@ pub struct ListenerStats {
     pub tx_cross_slot: Arc<Counter>,
     /// Clients blocked now in a blocking command (Redis's `blocked_clients`).
     pub blocked_clients: Arc<Gauge>,
+    /// Channels, patterns and shard channels that this listener's clients subscribed to now
+    /// (one per client and name: Redis's `pubsub_channels` counted per subscriber).
+    pub pubsub_subscriptions: Arc<Gauge>,
+    /// Subscribed clients disconnected for passing their pub/sub output-buffer limit.
+    pub pubsub_slow_close: Arc<Counter>,
     /// `command.custom.*` of the listener's `custom_commands`, registered with the first one.
     custom: RefCell<Option<CommandStats>>,
     /// The listener's `latency_in_micros` (set at every config apply; a change mixes units in
@@ -93,6 +98,8 @@ impl ListenerStats {
             tx_aborted: c("tx_aborted"),
             tx_cross_slot: c("tx_cross_slot"),
             blocked_clients: g("blocked_clients"),
+            pubsub_subscriptions: g("pubsub_subscriptions"),
+            pubsub_slow_close: c("pubsub_slow_subscriber_close"),
             custom: RefCell::new(None),
             micros: Cell::new(false),
             commands: RefCell::new(Vec::new()),

@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use super::blocked::BlockedClients;
 use super::observe::Observer;
+use super::pubsub::{Counts, Hub};
 use super::session;
 use super::sink::Sink;
 use super::stats::ListenerStats;
@@ -65,6 +66,18 @@ pub struct WorkerShared {
     accepting: Cell<usize>,
     /// The blocked clients of every worker (CLIENT UNBLOCK finds them by client id).
     pub blocked_clients: Arc<BlockedClients>,
+    /// This worker's pub/sub: its upstream subscriptions and their local subscribers.
+    pub pubsub: Rc<Hub>,
+}
+
+/// What the workers of one process share. Each part has its own lock and is touched off the
+/// steady path (blocking commands, subscribes, PUBLISH while subscriptions exist).
+#[derive(Clone, Default)]
+pub struct ProcessWide {
+    /// Clients blocked in a blocking command, by client id.
+    pub blocked_clients: Arc<BlockedClients>,
+    /// Subscription counts, for the counts PUBLISH and PUBSUB NUMSUB answer.
+    pub pubsub_counts: Arc<Counts>,
 }
 
 impl WorkerShared {
@@ -182,7 +195,7 @@ pub fn spawn(
     store: Arc<Store>,
     registry: Arc<Registry>,
     hosts: Arc<HostRegistry>,
-    blocked_clients: Arc<BlockedClients>,
+    process: ProcessWide,
     cpu: Option<usize>,
 ) -> Result<(async_channel::Sender<Control>, std::thread::JoinHandle<()>), String> {
     let (tx, rx) = async_channel::unbounded::<Control>();
@@ -209,7 +222,8 @@ pub fn spawn(
                         closed_since_trim: Cell::new(0),
                         sessions: RefCell::new(HashMap::new()),
                         accepting: Cell::new(0),
-                        blocked_clients,
+                        blocked_clients: process.blocked_clients,
+                        pubsub: Hub::new(id, &store, process.pubsub_counts),
                     }),
                     pool_ctx: PoolContext {
                         store: store.clone(),

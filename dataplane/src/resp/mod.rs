@@ -6,12 +6,13 @@
 
 use std::ops::Range;
 
+pub mod pubsub;
 mod reply;
 mod request;
 
 pub use reply::{
-    Elements, array_elements, array_len, elements, integer_reply, is_error, is_null, is_ok,
-    reply_len,
+    Elements, array_elements, array_len, bulk_body, elements, integer_reply, is_error, is_null,
+    is_ok, reply_len,
 };
 pub(crate) use request::string2ll;
 

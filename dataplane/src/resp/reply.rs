@@ -228,6 +228,15 @@ pub fn integer_reply(reply: &[u8]) -> Option<i64> {
     super::request::string2ll(body)
 }
 
+/// The contents of a bulk string reply `$<n>\r\n<bytes>\r\n` (`None` for anything else,
+/// the null bulk `$-1` included).
+pub fn bulk_body(reply: &[u8]) -> Option<&[u8]> {
+    let rest = reply.strip_prefix(b"$")?;
+    let cr = rest.iter().position(|&b| b == b'\r')?;
+    let n = usize::try_from(parse_len(rest.get(..cr)?)?).ok()?;
+    rest.get(cr + 2..cr + 2 + n)
+}
+
 /// The number of elements of an array reply `*<n>` (`None` for `*-1` or a non-array).
 pub fn array_len(reply: &[u8]) -> Option<usize> {
     let rest = reply.strip_prefix(b"*")?;

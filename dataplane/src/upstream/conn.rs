@@ -678,26 +678,31 @@ pub(super) async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Resul
     }
 }
 
+/// Readies a read buffer whose first `start` bytes were consumed for the next read: drops
+/// them (a fully consumed buffer grown past [`KEEP_CAPACITY`] by a huge reply is given back)
+/// and makes room for at least 4 KiB more.
+pub(super) fn make_room(buf: &mut Vec<u8>, start: &mut usize) {
+    if *start == buf.len() {
+        if buf.capacity() > KEEP_CAPACITY {
+            *buf = Vec::with_capacity(16 * 1024);
+        }
+        buf.clear();
+    } else if *start > 0 {
+        buf.drain(..*start);
+    }
+    *start = 0;
+    if buf.capacity() - buf.len() < 4096 {
+        buf.reserve(buf.capacity().max(16 * 1024));
+    }
+}
+
 /// Reads replies and hands each to its pending request, until the connection fails.
 async fn read_loop<H: HostState>(conn: &Conn<H>, stream: &TcpStream) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut start = 0usize;
     let mut scanner = ReplyScanner::default();
     loop {
-        if start == buf.len() {
-            // Give back what a huge reply needed once it is delivered.
-            if buf.capacity() > KEEP_CAPACITY {
-                buf = Vec::with_capacity(16 * 1024);
-            }
-            buf.clear();
-            start = 0;
-        } else if start > 0 {
-            buf.drain(..start);
-            start = 0;
-        }
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(buf.capacity().max(16 * 1024));
-        }
+        make_room(&mut buf, &mut start);
         let BufResult(res, b) = net::read_append(stream, buf).await;
         buf = b;
         match res {

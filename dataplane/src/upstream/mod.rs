@@ -12,6 +12,7 @@ mod conn;
 mod host;
 mod lease;
 mod limit;
+mod subscriber;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ pub use conn::{Conn, SendError};
 pub use host::{HostState, Streak};
 pub use lease::{BlockedError, LEASE_EXHAUSTED, Lease, LeaseError, LeasePool, LeaseStats};
 pub use limit::ConnectLimiter;
+pub use subscriber::{Event, SubConn, Subscriber};
 
 use crate::config::{ClusterConfig, ListenerConfig, ReadPolicy, TcpKeepalive};
 use crate::stats::{Counter, Gauge, LocalHistogram, Store};

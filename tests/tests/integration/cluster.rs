@@ -1810,6 +1810,134 @@ fn transactions_across_a_slot_move(cluster: &RedisCluster) {
     assert_eq!(cmd(&mut c, &["GET", &key]), bulk("2"));
 }
 
+/// Pub/sub over the cluster (part of `blocked_client_across_slot_migration_and_failover`,
+/// sharing its cluster): a shard channel subscribed through Respite keeps receiving after its
+/// slot moved to another primary (Redis ends the subscription with `sunsubscribe`; Respite
+/// subscribes at the new owner, and the client sees nothing of it) and after that primary fails
+/// over; classic channels and patterns reach their subscribers wherever published; the counts
+/// of SPUBLISH, PUBLISH and PUBSUB NUMSUB are the local subscribers'.
+fn pubsub_across_a_slot_move_and_a_failover(cluster: &RedisCluster) {
+    let respite = respite_over(cluster, "primary", "");
+    let ranges = cluster.slot_ranges();
+    // Neither node owns slot 0, which the tests after this one move and fail over.
+    let (&(slot, _), (from, _)) = ranges.iter().nth(1).expect("a second slot range");
+    let from = from.clone();
+    let to = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| *p != from && *p != cluster.slot_owner(0))
+        .expect("a third primary");
+    let chan = (0..)
+        .map(|i| format!("sch:{i}"))
+        .find(|k| key_slot(k.as_bytes()) == slot)
+        .expect("a channel of the slot");
+    let mut sub = respite.raw();
+    let confirm = |word: &str, name: &str, n: usize| {
+        format!(
+            "*3\r\n${}\r\n{word}\r\n${}\r\n{name}\r\n:{n}\r\n",
+            word.len(),
+            name.len()
+        )
+        .into_bytes()
+    };
+    let smessage = |name: &str, payload: &str| {
+        format!(
+            "*3\r\n$8\r\nsmessage\r\n${}\r\n{name}\r\n${}\r\n{payload}\r\n",
+            name.len(),
+            payload.len()
+        )
+        .into_bytes()
+    };
+    assert_eq!(
+        sub.cmd(&[b"SSUBSCRIBE", chan.as_bytes()]),
+        confirm("ssubscribe", &chan, 1)
+    );
+    let mut classic = respite.raw();
+    assert_eq!(
+        classic.cmd(&[b"SUBSCRIBE", b"news"]),
+        confirm("subscribe", "news", 1)
+    );
+    assert_eq!(
+        classic.cmd(&[b"PSUBSCRIBE", b"ne*"]),
+        confirm("psubscribe", "ne*", 2)
+    );
+    let mut publisher = respite.raw();
+    assert_eq!(
+        cmd(&mut publisher, &["SPUBLISH", &chan, "one"]),
+        Reply::Int(1)
+    );
+    assert_eq!(sub.read_reply(), smessage(&chan, "one"));
+    assert_eq!(
+        cmd(&mut publisher, &["PUBLISH", "news", "n1"]),
+        Reply::Int(2)
+    );
+    assert!(classic.read_reply().ends_with(b"$2\r\nn1\r\n"));
+    assert!(classic.read_reply().ends_with(b"$2\r\nn1\r\n"));
+    // Classic pub/sub lives on one node (slot 0's primary). Published straight at another
+    // node, a message still reaches both subscriptions (Redis Cluster delivers it everywhere).
+    assert_eq!(
+        query(&cluster.slot_owner(0), &["PUBSUB", "NUMPAT"]),
+        Reply::Int(1)
+    );
+    let elsewhere = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| *p != cluster.slot_owner(0))
+        .expect("a second primary");
+    assert_eq!(query(&elsewhere, &["PUBLISH", "news", "n2"]), Reply::Int(0));
+    assert!(classic.read_reply().ends_with(b"$2\r\nn2\r\n"));
+    assert!(classic.read_reply().ends_with(b"$2\r\nn2\r\n"));
+    assert_eq!(
+        cmd(&mut publisher, &["PUBSUB", "SHARDNUMSUB", &chan]),
+        Reply::Array(Some(vec![bulk(&chan), Reply::Int(1)]))
+    );
+
+    // The slot moves: the subscription follows, unseen.
+    cluster.reshard(&from, &to, 1);
+    assert_eq!(cluster.slot_owner(slot), to);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cmd(&mut publisher, &["SPUBLISH", &chan, "probe"]) != Reply::Int(1) {
+        assert!(
+            Instant::now() < deadline,
+            "never subscribed at the new owner"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(sub.read_reply(), smessage(&chan, "probe"));
+    assert_eq!(
+        query(&to, &["PUBSUB", "SHARDNUMSUB", &chan]),
+        Reply::Array(Some(vec![bulk(&chan), Reply::Int(1)]))
+    );
+    assert_eq!(
+        cmd(&mut publisher, &["SPUBLISH", &chan, "two"]),
+        Reply::Int(1)
+    );
+    assert_eq!(sub.read_reply(), smessage(&chan, "two"));
+    assert!(respite.stat("pubsub.upstream_resubscribe") >= 1);
+
+    // The new owner fails over: its replica takes the slot, and the subscription with it.
+    let replica = cluster
+        .replicas_of(&to)
+        .into_iter()
+        .next()
+        .expect("a replica");
+    cluster.failover(&replica);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Reply::Int(1)) = try_cmd(&mut publisher, &["SPUBLISH", &chan, "probe2"]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never subscribed after the failover"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(sub.read_reply(), smessage(&chan, "probe2"));
+    // Still subscribed, as far as the client knows.
+    assert_eq!(sub.cmd(&[b"PING"]), b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+}
+
 /// A client blocked in BLPOP through Respite while its slot moves to another primary (Redis
 /// answers the blocked client `MOVED`) is blocked again at the new owner, without seeing the
 /// move, and is served there exactly once. After a failover of that primary Redis unblocks its
@@ -1819,6 +1947,7 @@ fn transactions_across_a_slot_move(cluster: &RedisCluster) {
 fn blocked_client_across_slot_migration_and_failover() {
     let cluster = RedisCluster::start();
     transactions_across_a_slot_move(&cluster);
+    pubsub_across_a_slot_move_and_a_failover(&cluster);
     let respite = respite_over(&cluster, "primary", "");
     // The lowest slot of a primary: what `reshard … 1` moves.
     let ranges = cluster.slot_ranges();

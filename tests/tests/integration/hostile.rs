@@ -1309,8 +1309,8 @@ fn refused_and_unknown_commands_keep_the_connection_and_reach_no_backend() {
     assert_eq!(c.cmd(&[b"SET", b"k", b"v"]), OK);
     let before: Vec<_> = backends.iter().map(commandstats).collect();
     let refused: Vec<(Vec<Vec<u8>>, &str)> = vec![
-        (cmd(&[b"SUBSCRIBE", b"ch"]), "subscribe"),
-        (cmd(&[b"PSUBSCRIBE", b"c*"]), "psubscribe"),
+        (cmd(&[b"CLIENT", b"LIST"]), "client|list"),
+        (cmd(&[b"SWAPDB", b"0", b"1"]), "swapdb"),
         (cmd(&[b"MONITOR"]), "monitor"),
         (cmd(&[b"CONFIG", b"GET", b"*"]), "config|get"),
         (cmd(&[b"DEBUG", b"SLEEP", b"10"]), "debug"),

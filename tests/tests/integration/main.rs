@@ -36,6 +36,7 @@ mod migration;
 mod mirror;
 mod observability_deploy;
 mod proxy;
+mod pubsub;
 mod reconnect;
 mod redis_suite;
 mod regressions;

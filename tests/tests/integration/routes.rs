@@ -533,3 +533,61 @@ cluster = "{mirror}"
     assert_eq!(respite.stat("cluster.old.mirror_rq_error"), 0);
     assert_eq!(respite.stat("cluster.new.mirror_rq_error"), 0);
 }
+
+/// Pub/sub follows prefix routes: a channel is subscribed on the cluster its prefix names (with
+/// `remove_prefix`, under the stripped name, while the client reads the name it gave), and
+/// PUBLISH meets it there; a route's mirror gets every PUBLISH, like a write, but no
+/// subscription.
+#[test]
+fn pubsub_follows_routes_and_mirrors_publish() {
+    let b = servers(3);
+    let routes = r#"[listeners.prefix_routes]
+[[listeners.prefix_routes.routes]]
+prefix = "a:"
+cluster = "ca"
+remove_prefix = true
+[listeners.prefix_routes.catch_all_route]
+cluster = "main"
+[[listeners.prefix_routes.catch_all_route.request_mirror_policy]]
+cluster = "mirror"
+"#;
+    let respite = start(
+        routes,
+        &[
+            ("ca", vec![b[0].addr()]),
+            ("main", vec![b[1].addr()]),
+            ("mirror", vec![b[2].addr()]),
+        ],
+    );
+    let mut sub = respite.raw();
+    assert_eq!(
+        sub.cmd(&[b"SUBSCRIBE", b"a:news", b"other"]),
+        b"*3\r\n$9\r\nsubscribe\r\n$6\r\na:news\r\n:1\r\n"
+    );
+    assert_eq!(
+        sub.read_reply(),
+        b"*3\r\n$9\r\nsubscribe\r\n$5\r\nother\r\n:2\r\n"
+    );
+    let channels = |s: &RedisServer| s.raw().cmd(&[b"PUBSUB", b"CHANNELS"]);
+    assert_eq!(channels(&b[0]), b"*1\r\n$4\r\nnews\r\n");
+    assert_eq!(channels(&b[1]), b"*1\r\n$5\r\nother\r\n");
+    assert_eq!(channels(&b[2]), b"*0\r\n");
+    // A client of the mirror cluster itself sees what is published through the route.
+    let mut on_mirror = b[2].raw();
+    assert_eq!(
+        on_mirror.cmd(&[b"SUBSCRIBE", b"other"]),
+        b"*3\r\n$9\r\nsubscribe\r\n$5\r\nother\r\n:1\r\n"
+    );
+    let mut publisher = respite.raw();
+    assert_eq!(publisher.cmd(&[b"PUBLISH", b"a:news", b"hi"]), int(1));
+    assert_eq!(
+        sub.read_reply(),
+        b"*3\r\n$7\r\nmessage\r\n$6\r\na:news\r\n$2\r\nhi\r\n"
+    );
+    assert_eq!(publisher.cmd(&[b"PUBLISH", b"other", b"copied"]), int(1));
+    let message = b"*3\r\n$7\r\nmessage\r\n$5\r\nother\r\n$6\r\ncopied\r\n";
+    assert_eq!(sub.read_reply(), message);
+    assert_eq!(on_mirror.read_reply(), message);
+    assert_eq!(calls(&b[2], "publish"), 1);
+    assert_eq!(calls(&b[0], "publish"), 1);
+}

@@ -15,19 +15,22 @@ mod blocking;
 mod mode;
 mod multi;
 mod script_control;
+mod subscribe;
 mod transaction;
 mod unblock;
 
 use barrier::Barrier;
 use mode::Mode;
+use subscribe::Subscriptions;
 use transaction::Watch;
 
 use super::blocked::BlockedClients;
+use super::pubsub::Hub;
 use super::sink::{NO_CMD, Sink};
 use super::stats::CUSTOM_CMD;
 use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
 use crate::command::Request;
-use crate::command::{self, Kind, Local, ResolveError};
+use crate::command::{self, Kind, Local, PubSub, ResolveError};
 use crate::net::{self, BufResult, TcpStream};
 use crate::resp::{Limits, Parsed, RequestParser, encode};
 use crate::router::dispatch::{self, Client, Dispatch, Scratch, Upstream};
@@ -61,6 +64,10 @@ struct Session {
     barrier: Option<Rc<Barrier>>,
     /// The process's blocked clients, where a blocking request registers.
     blocked_clients: std::sync::Arc<BlockedClients>,
+    /// The client's channels, patterns and shard channels (`None`: it never subscribed).
+    subs: Option<Box<Subscriptions>>,
+    /// The worker's pub/sub, which holds them upstream.
+    hub: Rc<Hub>,
 }
 
 /// Keeps a session registered with its worker until both its reader and its writer are done
@@ -114,6 +121,8 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
         watching: None,
         barrier: None,
         blocked_clients: worker.blocked_clients.clone(),
+        subs: None,
+        hub: worker.pubsub.clone(),
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -256,6 +265,7 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
     }
     // A transaction's commands still unsent will not go out: their slots are answered.
     session.answer_unsent();
+    session.unsubscribe_all(&handle.current());
     move_gauge(&stats.rx_buffered, rx_held, 0);
     if worker.is_draining() {
         stats.cx_drain_close.inc();
@@ -411,6 +421,9 @@ impl Session {
         {
             self.sink.observe_next(p);
         }
+        // CLIENT REPLY OFF or SKIP: the reply takes its turn but is not written.
+        let silent = self.conn.replies.silences_next_command();
+        self.sink.silence_next(silent);
         let req = if self.mode.is_shared() {
             req
         } else {
@@ -449,6 +462,16 @@ impl Session {
         };
         let req = req.with_spec(spec);
         rt.stats.request(spec.id);
+        // Pub/sub confirmations are written whatever CLIENT REPLY says (Redis pushes them), and
+        // CLIENT REPLY ON answers.
+        if silent
+            && (matches!(
+                spec.kind,
+                Kind::PubSub(PubSub::Subscribe(_) | PubSub::Unsubscribe(_))
+            ) || spec.name == "client|reply")
+        {
+            self.sink.silence_next(false);
+        }
         let gate_exempt = matches!(
             spec.kind,
             Kind::Local(Local::Auth | Local::Quit | Local::Hello | Local::Reset)
@@ -457,6 +480,12 @@ impl Session {
             return self
                 .sink
                 .push_local(spec.id, b"-NOAUTH Authentication required.\r\n");
+        }
+        if let Some(reply) = self.refused_while_subscribed(spec) {
+            return self.sink.push_local(spec.id, &reply);
+        }
+        if let Kind::PubSub(which) = spec.kind {
+            return self.pubsub(rt, &req, spec, which);
         }
         if command::is_blocking(spec, req.argc(), req.argv()) {
             return self.blocking(rt, &req, spec);
@@ -478,8 +507,10 @@ impl Session {
         match spec.kind {
             Kind::Local(which) => {
                 if which == Local::Reset {
-                    // RESET ends a WATCH (and a MULTI, which ended before this).
+                    // RESET ends a WATCH (and a MULTI, which ended before this) and every
+                    // subscription.
                     self.end_watch();
+                    self.unsubscribe_all(rt);
                 }
                 let mut reply = Vec::new();
                 local::answer(
@@ -492,6 +523,9 @@ impl Session {
                     &mut reply,
                 );
                 self.sink.push_local(spec.id, &reply);
+                if matches!(which, Local::Hello | Local::Reset) {
+                    self.protocol_changed();
+                }
             }
             Kind::Transaction(which) => self.tx_command(rt, &req, spec, which),
             Kind::Refused(reason) => self

@@ -16,6 +16,18 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// command with no key (EVAL with numkeys 0) takes the catch-all route's shard 0, so scripts
     /// that touch no key always run on the same backend.
     pub fn keyed(&mut self, req: &Request<'_>, spec: &'static CommandSpec) {
+        self.keyed_pinned(req, spec, false)
+    }
+
+    /// `PUBLISH` (`classic`) and `SPUBLISH`: routed by the channel as [`Dispatch::keyed`] routes
+    /// a key, except that classic pub/sub goes where its pool keeps it
+    /// ([`Pool::classic_pubsub`]: one node of a Redis Cluster), where its subscribers are.
+    pub fn publish(&mut self, req: &Request<'_>, spec: &'static CommandSpec, classic: bool) {
+        self.keyed_pinned(req, spec, classic)
+    }
+
+    /// [`Dispatch::keyed`]; `classic`: placed by [`Pool::classic_pubsub`] where the pool has one.
+    fn keyed_pinned(&mut self, req: &Request<'_>, spec: &'static CommandSpec, classic: bool) {
         let arg = req.argv();
         let argc = req.argc();
         self.scratch.key_idx.clear();
@@ -40,9 +52,9 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         }
         let read = command::is_read(spec);
         if !route.rewrites() {
-            return self.keyed_to(spec.id, read, route, req, first_key);
+            return self.keyed_to(spec.id, read, route, req, first_key, classic);
         }
-        self.rewrite_and_send(spec.id, read, route, req, first_key);
+        self.rewrite_and_send(spec.id, read, route, req, first_key, classic);
     }
 
     /// A listener `custom_commands` entry of table id `cmd`: a single-key command routed by
@@ -54,9 +66,9 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         self.scratch.key_idx.clear();
         self.scratch.key_idx.push(1);
         if !route.rewrites() {
-            return self.keyed_to(cmd, false, route, req, Some(key));
+            return self.keyed_to(cmd, false, route, req, Some(key), false);
         }
-        self.rewrite_and_send(cmd, false, route, req, Some(key));
+        self.rewrite_and_send(cmd, false, route, req, Some(key), false);
     }
 
     /// [`Dispatch::keyed_to`] of `req` with its keys (at `scratch.key_idx`) rewritten by
@@ -68,9 +80,10 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         route: &RouteRuntime<P>,
         req: &Request<'_>,
         client_key: Option<&[u8]>,
+        classic: bool,
     ) {
         self.with_rewritten(route, req, |d, fwd| {
-            d.keyed_to(cmd, read, route, fwd, client_key)
+            d.keyed_to(cmd, read, route, fwd, client_key, classic)
         });
     }
 
@@ -103,7 +116,8 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
 
     /// Sends a keyed command (keys at `scratch.key_idx`, already in their forwarded form) to its
     /// shard of `route`'s pool, then its copies to the route's mirrors. `client_key`: the first
-    /// key as the client sent it, which decides the mirrors' `runtime_fraction`.
+    /// key as the client sent it, which decides the mirrors' `runtime_fraction`. `classic`: a
+    /// classic `PUBLISH`, placed by [`Pool::classic_pubsub`] where the pool has one.
     fn keyed_to(
         &mut self,
         cmd: u16,
@@ -111,9 +125,15 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         route: &RouteRuntime<P>,
         req: &Request<'_>,
         client_key: Option<&[u8]>,
+        classic: bool,
     ) {
         let pool = route.pool_for(read);
-        let Ok(place) = self.shard_of_keys(pool, req) else {
+        let pinned = if classic { pool.classic_pubsub() } else { None };
+        let place = match pinned {
+            Some(shard) => Ok(Some(shard)),
+            None => self.shard_of_keys(pool, req),
+        };
+        let Ok(place) = place else {
             return self.slots.local(cmd, CROSSSLOT);
         };
         self.send_one(cmd, read, pool, place, req);

@@ -70,6 +70,13 @@ pub trait Pool {
     fn place(&self, key: &[u8]) -> Option<usize>;
     /// How many nodes a fan-out command goes to ([`Dest::Node`] `0..nodes()`).
     fn nodes(&self) -> usize;
+    /// Where every classic pub/sub channel lives when the pool keeps them in one place (a
+    /// [`Dest::Key`] value): a Redis Cluster delivers classic messages to every node, so one
+    /// node can hold every subscription and take every `PUBLISH`, which then keeps its order
+    /// and counts as on one server. `None`: a channel is placed like a key.
+    fn classic_pubsub(&self) -> Option<usize> {
+        None
+    }
     /// Queues `request` for `dest`; its reply goes to `target`. `read`: a read command, which a
     /// pool may send to a replica.
     ///
@@ -113,7 +120,8 @@ impl Upstream {
             | Kind::Container
             | Kind::Blocking
             | Kind::ScriptControl
-            | Kind::ClientUnblock => None,
+            | Kind::ClientUnblock
+            | Kind::PubSub(_) => None,
         }
     }
 }

@@ -16,6 +16,12 @@ impl Pool for ClusterPool {
         self.fanout_len()
     }
 
+    /// Slot 0 (its primary) on a Redis Cluster.
+    #[inline]
+    fn classic_pubsub(&self) -> Option<usize> {
+        self.is_redis_cluster().then_some(0)
+    }
+
     #[inline]
     fn send(
         &self,

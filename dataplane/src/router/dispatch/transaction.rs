@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::rc::Rc;
 
 use super::{CROSSSLOT, Dispatch, Pool, Slots};
-use crate::command::{self, CommandSpec, Kind, Local, Request};
+use crate::command::{self, CommandSpec, Kind, Local, PubSub, Request};
 use crate::upstream::NO_UPSTREAM_HOST;
 
 /// The backend of a transaction: shard `shard` (a [`crate::cluster::Dest::Key`] value) of
@@ -74,6 +74,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             // Blocking commands never block inside MULTI (Redis runs them as their non-blocking
             // form), so they are queued like any keyed command.
             Some((_, Kind::Keyed | Kind::Split(_) | Kind::Blocking))
+            | Some((_, Kind::PubSub(PubSub::Publish(_))))
             | Some((_, Kind::Local(Local::Ping | Local::Echo | Local::Time))) => {
                 if let Some(spec) = spec
                     && let Err(reply) =

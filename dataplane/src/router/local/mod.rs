@@ -28,6 +28,39 @@ pub struct ConnState {
     pub resp3: bool,
     /// The address the client connected to (what `CLUSTER SLOTS` reports as the node).
     pub local_addr: std::net::SocketAddr,
+    /// The client has a channel, pattern or shard channel: a RESP2 client is in Redis's
+    /// subscribed mode, where PING answers `[pong, arg]`.
+    pub subscribed: bool,
+    /// `CLIENT REPLY`: which replies the client reads.
+    pub replies: Replies,
+}
+
+/// Which replies a client reads (Redis `CLIENT REPLY ON|OFF|SKIP`). Pub/sub frames
+/// (confirmations and messages) are not replies: they are always written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Replies {
+    /// Every reply.
+    #[default]
+    On,
+    /// None, until `CLIENT REPLY ON`.
+    Off,
+    /// Not the next command's (set by `CLIENT REPLY SKIP`).
+    SkipNext,
+}
+
+impl Replies {
+    /// Whether the reply of the command now starting is dropped; moves past a SKIP.
+    #[inline]
+    pub fn silences_next_command(&mut self) -> bool {
+        match *self {
+            Replies::On => false,
+            Replies::Off => true,
+            Replies::SkipNext => {
+                *self = Replies::On;
+                true
+            }
+        }
+    }
 }
 
 impl ConnState {
@@ -44,6 +77,8 @@ impl ConnState {
             name: None,
             quit: false,
             resp3: false,
+            subscribed: false,
+            replies: Replies::On,
         }
     }
 }
@@ -61,6 +96,12 @@ pub fn answer<'a>(
     out: &mut Vec<u8>,
 ) {
     match local {
+        // Subscribed RESP2 clients read PING's answer among messages (Redis `pingCommand`).
+        Local::Ping if conn.subscribed && !conn.resp3 && argc <= 2 => {
+            encode::array_header(out, 2);
+            encode::bulk(out, b"pong");
+            encode::bulk(out, if argc == 2 { arg(1) } else { b"" });
+        }
         Local::Ping => match argc {
             1 => out.extend_from_slice(b"+PONG\r\n"),
             2 => encode::bulk(out, arg(1)),
@@ -82,6 +123,7 @@ pub fn answer<'a>(
         Local::Command => command::command_reply(argc, arg, out),
         Local::Cluster => cluster::answer(spec.name, arg, conn.local_addr, conn.resp3, out),
         Local::Reset => {
+            conn.replies = Replies::On;
             conn.name = None;
             conn.resp3 = false;
             conn.authed = listener.downstream_auth_passwords.is_empty();
@@ -280,6 +322,17 @@ fn client<'a>(
                 out.extend_from_slice(b"'\r\n");
             }
         }
+        // Redis `clientCommand`: ON answers +OK; OFF and SKIP answer nothing.
+        "reply" => match arg(2).to_ascii_lowercase().as_slice() {
+            b"on" => {
+                conn.replies = Replies::On;
+                out.extend_from_slice(b"+OK\r\n");
+            }
+            b"off" => conn.replies = Replies::Off,
+            b"skip" if conn.replies == Replies::Off => {}
+            b"skip" => conn.replies = Replies::SkipNext,
+            _ => out.extend_from_slice(b"-ERR syntax error\r\n"),
+        },
         "no-evict" | "no-touch" => {
             let v = arg(2).to_ascii_lowercase();
             if argc == 3 && (v == b"on" || v == b"off") {

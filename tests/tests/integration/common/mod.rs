@@ -363,20 +363,93 @@ pub fn python_module(module: &str, package: &str) -> String {
 
 /// Runs `script` with `python3 -` and `args`, killed after `seconds`.
 pub fn run_python(script: &str, args: &[String], seconds: u32) -> Output {
-    let mut child = Command::new("timeout")
-        .arg(seconds.to_string())
-        .args(["python3", "-"])
+    run_stdin(
+        Command::new("timeout")
+            .arg(seconds.to_string())
+            .args(["python3", "-"]),
+        script,
+        args,
+    )
+}
+
+/// Runs `command` with `args`, `script` on its standard input; its output.
+fn run_stdin(command: &mut Command, script: &str, args: &[String]) -> Output {
+    let mut child = command
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn python3");
+        .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
     child
         .stdin
         .take()
         .unwrap()
         .write_all(script.as_bytes())
         .unwrap();
-    child.wait_with_output().expect("python3 output")
+    child.wait_with_output().expect("script output")
+}
+
+/// Panics unless `out`'s standard output says `ok`, showing both outputs.
+pub fn assert_printed_ok(out: &Output, what: &str) {
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ok"),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---- node --------------------------------------------------------------------------------
+
+/// Makes sure the npm package `package` is installed under `target/npm` (installing it from the
+/// npm registry if it is not); returns the `node_modules` directory for `NODE_PATH`. Panics
+/// with a clear message without `node`/`npm` or the registry.
+pub fn node_module(package: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("npm");
+    let modules = root.join("node_modules");
+    if modules.join(package).join("package.json").exists() {
+        return modules;
+    }
+    std::fs::create_dir_all(&root).expect("create target/npm");
+    let out = Command::new("timeout")
+        .args([
+            "300",
+            "npm",
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--prefix",
+        ])
+        .arg(&root)
+        .arg(package)
+        .output()
+        .expect("run npm (is npm installed? apt-get install nodejs npm)");
+    assert!(
+        out.status.success() && modules.join(package).exists(),
+        "npm install {package} failed (is the npm registry reachable?): {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    modules
+}
+
+/// Runs `script` with `node -` (modules from `node_modules`) and `args`, killed after `seconds`.
+pub fn run_node(
+    script: &str,
+    node_modules: &std::path::Path,
+    args: &[String],
+    seconds: u32,
+) -> Output {
+    run_stdin(
+        Command::new("timeout")
+            .arg(seconds.to_string())
+            .args(["node", "-"])
+            .env("NODE_PATH", node_modules),
+        script,
+        args,
+    )
 }
