@@ -225,6 +225,7 @@ mod tests {
             stats_fetches_per_s: None,
             threads: None,
             leased: None,
+            pubsub: None,
         }
     }
 

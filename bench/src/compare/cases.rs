@@ -1,5 +1,6 @@
 //! The case list of a comparison: main cases, open-loop, the scaling sweeps, and the stateful
-//! cases (transactions, blocking commands) that run only when `--cases` names them.
+//! cases (transactions, blocking commands) and pub/sub fan-out cases that run only when
+//! `--cases` names them.
 
 /// Which table a case belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -16,6 +17,9 @@ pub enum Group {
     /// Transactions and blocking commands (closed loop, one unit = one transaction or one
     /// BLPOP); run only when `--cases` names them (or is `all`).
     Stateful,
+    /// Pub/sub fan-out: one publisher, N subscribers on one channel (one unit = one message
+    /// delivered to one subscriber); run only when `--cases` names them (or is `all`).
+    PubSub,
 }
 
 /// What one unit of load is.
@@ -31,6 +35,10 @@ pub enum Workload {
     /// `LPUSH {pN}l x`, and the next round starts when both replied (one element in flight per
     /// pair); a unit is a completed BLPOP.
     PingPong,
+    /// One connection PUBLISHes `value_size`-byte payloads to one channel (`pipeline` in
+    /// flight), the other `connections - 1` are subscribed to it; a unit is one message read by
+    /// one subscriber (see `pubsub.rs`).
+    PubSub,
 }
 
 /// One load shape, run against every target.
@@ -54,7 +62,7 @@ pub struct Case {
     /// What a unit of load is.
     pub workload: Workload,
     /// Targets that cannot run the case (twemproxy refuses MULTI and blocking commands and
-    /// closes the connection): not run, shown as `n/a`.
+    /// closes the connection, and has no pub/sub): not run, shown as `n/a`.
     pub not_on: &'static [&'static str],
 }
 
@@ -152,7 +160,29 @@ pub fn all_cases() -> Vec<Case> {
                 1,
             )
         },
+        pubsub("pubsub-1", "PUBLISH → 1 subscriber", 1),
+        pubsub("pubsub-100", "PUBLISH → 100 subscribers", 100),
+        pubsub("pubsub-1000", "PUBLISH → 1 000 subscribers", 1000),
     ]
+}
+
+/// A pub/sub fan-out case: one publisher (16 PUBLISH in flight) and `subscribers` subscribers
+/// of one channel, [`super::pubsub::PAYLOAD`]-byte payloads; twemproxy has no
+/// pub/sub.
+const fn pubsub(id: &'static str, label: &'static str, subscribers: usize) -> Case {
+    Case {
+        workload: Workload::PubSub,
+        value_size: super::pubsub::PAYLOAD,
+        not_on: &["twemproxy"],
+        ..case(
+            id,
+            label,
+            Group::PubSub,
+            "PUBLISH ch <seq+time> | SUBSCRIBE ch",
+            subscribers + 1,
+            16,
+        )
+    }
 }
 
 /// Cases of `--quick`.
@@ -167,9 +197,9 @@ pub const QUICK: &[&str] = &[
     "conns-1000",
 ];
 
-/// Selects cases: `main` is `all` or a comma list of main/open-loop/stateful ids, `scaling` is
-/// `all`, `none` or a comma list of scaling ids. Without `main` the stateful cases are left out
-/// and `quick` starts from [`QUICK`] instead of everything else.
+/// Selects cases: `main` is `all` or a comma list of main/open-loop/stateful/pub/sub ids,
+/// `scaling` is `all`, `none` or a comma list of scaling ids. Without `main` the stateful and
+/// pub/sub cases are left out and `quick` starts from [`QUICK`] instead of everything else.
 pub fn select(quick: bool, main: Option<&str>, scaling: Option<&str>) -> Result<Vec<Case>, String> {
     let all = all_cases();
     for list in [main, scaling].into_iter().flatten() {
@@ -181,12 +211,13 @@ pub fn select(quick: bool, main: Option<&str>, scaling: Option<&str>) -> Result<
         }
     }
     let wanted = |c: &Case| {
-        let is_main = matches!(c.group, Group::Main | Group::OpenLoop | Group::Stateful);
+        let named_only = matches!(c.group, Group::Stateful | Group::PubSub);
+        let is_main = named_only || matches!(c.group, Group::Main | Group::OpenLoop);
         let list = if is_main { main } else { scaling };
         match list {
             Some("all") => true,
             Some(l) => l.split(',').any(|id| id.trim() == c.id),
-            None => c.group != Group::Stateful && (!quick || QUICK.contains(&c.id)),
+            None => !named_only && (!quick || QUICK.contains(&c.id)),
         }
     };
     Ok(all.into_iter().filter(|c| wanted(c)).collect())
@@ -203,9 +234,14 @@ mod tests {
             .filter(|c| c.group == Group::Stateful)
             .count();
         assert_eq!(stateful, 2);
+        let pubsub = all_cases()
+            .iter()
+            .filter(|c| c.group == Group::PubSub)
+            .count();
+        assert_eq!(pubsub, 3);
         assert_eq!(
             select(false, None, None).unwrap().len(),
-            all_cases().len() - stateful
+            all_cases().len() - stateful - pubsub
         );
         assert_eq!(
             select(false, Some("all"), Some("all")).unwrap().len(),
@@ -215,6 +251,33 @@ mod tests {
         assert!(
             s.iter()
                 .all(|c| c.group == Group::Stateful && c.not_on == ["twemproxy"])
+        );
+        let s = select(true, Some("pubsub-1,pubsub-100,pubsub-1000"), Some("none")).unwrap();
+        let shape: Vec<_> = s
+            .iter()
+            .map(|c| (c.id, c.group, c.workload, c.connections, c.pipeline))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("pubsub-1", Group::PubSub, Workload::PubSub, 2, 16),
+                ("pubsub-100", Group::PubSub, Workload::PubSub, 101, 16),
+                ("pubsub-1000", Group::PubSub, Workload::PubSub, 1001, 16),
+            ]
+        );
+        assert!(s.iter().all(|c| c.not_on == ["twemproxy"]));
+        // Named alone, without the scaling list: only the pub/sub case.
+        let ids: Vec<_> = select(false, Some("pubsub-100"), Some("none"))
+            .unwrap()
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(ids, ["pubsub-100"]);
+        assert!(
+            select(true, None, None)
+                .unwrap()
+                .iter()
+                .all(|c| c.group != Group::PubSub)
         );
         let q = select(true, None, None).unwrap();
         assert_eq!(q.len(), QUICK.len());

@@ -226,6 +226,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
         medians,
         memory: Vec::new(),
         blocked_memory: Vec::new(),
+        pubsub_memory: Vec::new(),
         baseline: Vec::new(),
         failures,
     };

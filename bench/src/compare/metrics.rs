@@ -116,6 +116,9 @@ pub struct RunRecord {
     /// Stateful runs against Respite: leased upstream connections opened and open.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leased: Option<super::stateful::LeasedConnects>,
+    /// Pub/sub runs: published and delivered messages, order checks, Respite's fan-out stats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pubsub: Option<super::pubsub::FanOutRun>,
 }
 
 /// Medians over the repetitions of one case × target.

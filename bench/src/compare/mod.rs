@@ -4,6 +4,7 @@
 //! `--cluster`: a cluster-aware client vs Respite over a Redis Cluster (see `cluster.rs`);
 //! `--baseline-bin`: also a baseline Respite build, compared with the current one (`baseline.rs`).
 //! `--cases tx-c50,blpop-pingpong`: transactions and blocking commands (`stateful.rs`).
+//! `--cases pubsub-1,pubsub-100,pubsub-1000`: pub/sub fan-out to N subscribers (`pubsub.rs`).
 
 mod baseline;
 mod cases;
@@ -12,6 +13,7 @@ mod memory;
 mod metrics;
 mod plot;
 mod procs;
+mod pubsub;
 mod sockmap;
 mod sockmap_ctl;
 mod stateful;
@@ -59,10 +61,12 @@ pub struct CompareArgs {
     #[arg(long, conflicts_with_all = ["scaling", "memory_conns", "redis_servers"])]
     cluster: bool,
     /// Main cases: `all` or a comma list of ids (get-p1, set-p1, get-p16, set-p16, mget10-p1,
-    /// mset10-p1, mget10-p16, mset10-p16, mix1k-p1, open-loop; and the stateful tx-c50:
-    /// MULTI+SET+INCR+EXEC at 50 clients, blpop-pingpong: BLPOP/LPUSH ping-pong over 25 pairs,
-    /// which twemproxy cannot run) [default: all but the stateful ones, or --quick's; with
-    /// --cluster: get-p1, set-p1, get-p16, set-p16].
+    /// mset10-p1, mget10-p16, mset10-p16, mix1k-p1, open-loop; the stateful tx-c50:
+    /// MULTI+SET+INCR+EXEC at 50 clients, blpop-pingpong: BLPOP/LPUSH ping-pong over 25 pairs;
+    /// and the pub/sub fan-out pubsub-1, pubsub-100, pubsub-1000: one publisher, 1/100/1000
+    /// subscribers on one channel; twemproxy can run neither kind) [default: all but the
+    /// stateful and pub/sub ones, or --quick's; with --cluster: get-p1, set-p1, get-p16,
+    /// set-p16].
     #[arg(long, value_name = "IDS")]
     cases: Option<String>,
     /// Scaling cases: `all`, `none` or a comma list (conns-10, conns-100, conns-1000,
@@ -76,6 +80,11 @@ pub struct CompareArgs {
     /// (Respite 1 worker and Redis direct); 0 skips it [default: 1000; --quick: 100].
     #[arg(long, value_name = "K")]
     blocked_clients: Option<usize>,
+    /// With pubsub-* cases: clients subscribed to one channel for the memory-per-subscriber
+    /// probe (RSS of Redis direct's redis-server and of every Respite with K subscribers minus
+    /// without them); 0 skips it [default: the largest N of the selected pubsub cases].
+    #[arg(long, value_name = "K")]
+    pubsub_memory: Option<usize>,
     /// Number of redis-servers behind the proxies (the first one is also "direct").
     #[arg(long, default_value_t = 2, value_name = "N")]
     redis_servers: usize,
@@ -132,6 +141,8 @@ struct Settings {
     memory_connections: usize,
     /// Clients of the memory-per-blocked-client probe (0: not run).
     blocked_clients: usize,
+    /// Subscribers of the memory-per-subscriber probe (0: not run).
+    pubsub_memory_subscribers: usize,
     keyspace: u64,
     /// Load generator threads: 1, except 2 for the 10 000-connection case.
     client_threads: &'static str,
@@ -173,6 +184,9 @@ pub struct Output {
     /// Memory per client blocked in BLPOP (with blpop-pingpong).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     blocked_memory: Vec<stateful::BlockedMemory>,
+    /// Memory per pub/sub subscriber (with pubsub-* cases).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pubsub_memory: Vec<pubsub::SubscriberMemory>,
     /// `--baseline-bin`: current vs baseline per case.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     baseline: Vec<baseline::Pair>,
@@ -248,6 +262,7 @@ fn setup(
         redis_servers,
         memory_connections,
         blocked_clients: 0,
+        pubsub_memory_subscribers: 0,
         keyspace: KEYSPACE,
         client_threads: if args.cluster {
             "1"
@@ -325,6 +340,15 @@ fn run(args: &CompareArgs) -> Result<(), String> {
             .blocked_clients
             .unwrap_or(if quick { 100 } else { 1000 });
     }
+    // The largest fan-out selected: N subscribers + the publisher.
+    let most_subscribers = cases
+        .iter()
+        .filter(|c| c.workload == Workload::PubSub)
+        .map(|c| c.connections - 1)
+        .max();
+    if let Some(n) = most_subscribers {
+        settings.pubsub_memory_subscribers = args.pubsub_memory.unwrap_or(n);
+    }
     // Stateful cases hold a leased upstream connection per client (a transaction while it
     // executes, BLPOP while it blocks): the per-worker, per-host bound must not make them wait.
     let max_leased = cases
@@ -337,7 +361,11 @@ fn run(args: &CompareArgs) -> Result<(), String> {
     let most_conns = cases
         .iter()
         .map(|c| c.connections)
-        .chain([settings.memory_connections, settings.blocked_clients])
+        .chain([
+            settings.memory_connections,
+            settings.blocked_clients,
+            settings.pubsub_memory_subscribers,
+        ])
         .max()
         .unwrap_or(0);
     if (most_conns as u64) + 200 > nofile {
@@ -460,6 +488,26 @@ fn run(args: &CompareArgs) -> Result<(), String> {
             }
         }
     }
+    let mut pubsub_memory = Vec::new();
+    if settings.pubsub_memory_subscribers > 0 {
+        let k = settings.pubsub_memory_subscribers;
+        // Redis direct and every Respite process (the stats-reader target is respite-1w again).
+        for t in targets
+            .iter()
+            .filter(|t| t.name != "twemproxy" && t.stats_reader.is_none())
+        {
+            let pid = t.proxy_pid.unwrap_or(procs.redis[0].pid);
+            eprintln!("memory: {} with {k} subscribers of one channel...", t.name);
+            let admin = t.admin.map(|p| ([127, 0, 0, 1], p).into());
+            match pubsub::memory_probe(t.name, t.port, pid, k, admin) {
+                Ok(m) => pubsub_memory.push(m),
+                Err(e) => {
+                    eprintln!("  failed: {e}");
+                    memory_failures.push(format!("subscriber memory {e}"));
+                }
+            }
+        }
+    }
     let total = settings.reps
         * cases
             .iter()
@@ -472,12 +520,13 @@ fn run(args: &CompareArgs) -> Result<(), String> {
             .sum::<usize>();
     let mut runner = Runner::new(&settings, &procs.redis, total, memory_failures);
     // Closed-loop main cases, then the open-loop case (its rate needs GET P1), then scaling,
-    // then transactions and blocking commands.
-    let phases: [&[Group]; 4] = [
+    // then transactions and blocking commands, then pub/sub fan-out.
+    let phases: [&[Group]; 5] = [
         &[Group::Main],
         &[Group::OpenLoop],
         &[Group::Connections, Group::Pipeline],
         &[Group::Stateful],
+        &[Group::PubSub],
     ];
     let mut open_loop_rate = None;
     for groups in phases {
@@ -511,6 +560,7 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         medians,
         memory,
         blocked_memory,
+        pubsub_memory,
         baseline,
         failures,
     };
@@ -707,11 +757,27 @@ impl<'a> Runner<'a> {
             .stats_reader
             .map(|p| stats_reader::StatsReader::start(([127, 0, 0, 1], p).into()));
         let mut leased = None;
+        let mut fan_out = None;
         let report = self.config(case, t, rate).and_then(|cfg| {
             if case.workload == Workload::Mix {
                 return load::run(cfg).map_err(|e| e.to_string());
             }
             let admin = t.admin.map(|p| ([127, 0, 0, 1], p).into());
+            if case.workload == Workload::PubSub {
+                let (report, f) = pubsub::run(cfg, case, admin).map_err(|e| e.to_string())?;
+                eprint!(
+                    "[{:.0} published/s, {} window waits, {} order errors{}] ",
+                    f.published_per_s,
+                    f.window_waits,
+                    f.order_errors(),
+                    f.respite.map_or_else(String::new, |r| format!(
+                        "; upstream cx {}, channels {}",
+                        r.upstream_cx_active, r.upstream_channels
+                    ))
+                );
+                fan_out = Some(f);
+                return Ok(report);
+            }
             let (report, l) = stateful::run(cfg, case, admin).map_err(|e| e.to_string())?;
             if let Some(l) = l {
                 eprint!(
@@ -775,6 +841,7 @@ impl<'a> Runner<'a> {
                     stats_fetches_per_s: reader.map(|r| r.fetches_per_s),
                     threads,
                     leased,
+                    pubsub: fan_out,
                 });
             }
             Err(e) => {

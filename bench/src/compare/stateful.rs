@@ -379,7 +379,7 @@ pub struct BlockedMemory {
 
 /// Sends `req` on a blocking connection and reads `n` replies (5 s read timeout), returning
 /// the raw bytes.
-fn exchange(s: &mut StdTcpStream, req: &[u8], n: usize) -> Result<Vec<u8>, String> {
+pub(super) fn exchange(s: &mut StdTcpStream, req: &[u8], n: usize) -> Result<Vec<u8>, String> {
     s.write_all(req).map_err(|e| format!("write: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;

@@ -1,4 +1,4 @@
-//! The Markdown report: main cases, scaling sweeps, stateful cases, memory.
+//! The Markdown report: main cases, scaling sweeps, stateful cases, pub/sub, memory.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -280,6 +280,7 @@ pub fn render(o: &Output) -> String {
     ));
     s.push_str(&super::stats_reader::render(o));
     s.push_str(&super::stateful::render(o));
+    s.push_str(&super::pubsub::render(o));
     if !o.memory.is_empty() {
         let _ = writeln!(s, "## Memory per idle client connection\n");
         s.push_str(&memory_table(&o.memory));

@@ -5,6 +5,7 @@
 mod common;
 
 mod cluster_compare;
+mod pubsub_compare;
 mod sockmap_compare;
 mod standalone_compare;
 mod stateful_compare;
