@@ -77,8 +77,10 @@ struct Slot {
     /// Hot keys / big values / access log state of an observed request (engine/observe.rs).
     obs: Option<Box<Pending>>,
     hold: Hold,
-    /// Added to the counts of the reply (see [`Sink::adjust_next`]).
-    adjust: Option<Box<[i64]>>,
+    /// Added to the counts of the reply (see [`Sink::adjust_next`]); boxed twice so that a
+    /// slot that has none (every request but PUBLISH and PUBSUB NUMSUB while subscriptions
+    /// exist) carries one thin pointer.
+    adjust: Option<Box<Box<[i64]>>>,
     /// The reply is not written (CLIENT REPLY OFF or SKIP); it still takes its turn.
     silent: bool,
 }
@@ -104,7 +106,7 @@ struct Inner {
     /// Hold for the next slot pushed ([`Sink::hold_next`]).
     next_hold: Option<Duration>,
     /// Count corrections for the next slot pushed ([`Sink::adjust_next`]).
-    next_adjust: Option<Box<[i64]>>,
+    next_adjust: Option<Box<Box<[i64]>>>,
     /// Whether the next slot pushed is silent ([`Sink::silence_next`]).
     next_silent: bool,
     /// Set by [`Sink::cork`]: nothing is written until [`Sink::uncork`].
@@ -219,7 +221,7 @@ impl Sink {
     /// [`crate::resp::pubsub::add_to_counts`]): Redis counted the proxy's upstream
     /// subscriptions where clients want their own subscribers counted.
     pub fn adjust_next(&self, deltas: Box<[i64]>) {
-        self.inner.borrow_mut().next_adjust = Some(deltas);
+        self.inner.borrow_mut().next_adjust = Some(Box::new(deltas));
     }
 
     /// Turns the waiting slot `seq` into a split slot expecting one reply per part.

@@ -590,4 +590,19 @@ cluster = "mirror"
     assert_eq!(on_mirror.read_reply(), message);
     assert_eq!(calls(&b[2], "publish"), 1);
     assert_eq!(calls(&b[0], "publish"), 1);
+    // A pattern under the route: subscribed stripped, its messages named as the client names.
+    assert_eq!(
+        sub.cmd(&[b"PSUBSCRIBE", b"a:n*"]),
+        b"*3\r\n$10\r\npsubscribe\r\n$4\r\na:n*\r\n:3\r\n"
+    );
+    assert_eq!(b[0].raw().cmd(&[b"PUBSUB", b"NUMPAT"]), int(1));
+    assert_eq!(publisher.cmd(&[b"PUBLISH", b"a:news", b"both"]), int(2));
+    assert_eq!(
+        sub.read_reply(),
+        b"*3\r\n$7\r\nmessage\r\n$6\r\na:news\r\n$4\r\nboth\r\n"
+    );
+    assert_eq!(
+        sub.read_reply(),
+        b"*4\r\n$8\r\npmessage\r\n$4\r\na:n*\r\n$6\r\na:news\r\n$4\r\nboth\r\n"
+    );
 }

@@ -119,8 +119,18 @@ struct Home {
     confirmed: bool,
 }
 
-/// A local subscriber of an entry, and the name it subscribed under when a route rewrote it.
-type Subscribed = (Rc<Member>, Option<Box<[u8]>>);
+/// A local subscriber of an entry, and how it named it when a route rewrote the name.
+type Subscribed = (Rc<Member>, Option<Box<Renamed>>);
+
+/// A name as the client gave it, where a route forwards it otherwise (`remove_prefix`,
+/// `key_formatter`): its frames carry the client's names.
+pub struct Renamed {
+    /// The channel or pattern as the client named it.
+    pub name: Box<[u8]>,
+    /// What `remove_prefix` took off the front: a pattern's messages name their channel with
+    /// it put back (empty under a `key_formatter`, whose channels are shown as forwarded).
+    pub prefix: Box<[u8]>,
+}
 
 /// An upstream subscription being unsubscribed, by host: Redis counts it until it confirms
 /// (a `PUBLISH` may reach Redis before the `UNSUBSCRIBE`), and the client whose unsubscribe
@@ -261,7 +271,7 @@ impl Hub {
         &self,
         topic: Topic,
         name: &[u8],
-        client_name: Option<Box<[u8]>>,
+        client_name: Option<Box<Renamed>>,
         pool: &Rc<ClusterPool>,
         hashtags: bool,
         member: &Rc<Member>,
@@ -537,7 +547,7 @@ impl Hub {
         else {
             return;
         };
-        let mut renamed = Vec::new();
+        let (mut renamed, mut full_channel) = (Vec::new(), Vec::new());
         let mut written = 0u64;
         for (m, client_name) in &entry.members {
             let resp3 = m.resp3.get();
@@ -545,11 +555,29 @@ impl Hub {
                 None => m.sink.push_message(frame, resp3),
                 Some(as_named) => {
                     renamed.clear();
-                    let (p, c) = match pattern {
-                        Some(_) => (Some(&as_named[..]), channel),
-                        None => (None, &as_named[..]),
-                    };
-                    crate::resp::pubsub::message(&mut renamed, false, topic, p, c, payload);
+                    match pattern {
+                        Some(_) => {
+                            full_channel.clear();
+                            full_channel.extend_from_slice(&as_named.prefix);
+                            full_channel.extend_from_slice(channel);
+                            crate::resp::pubsub::message(
+                                &mut renamed,
+                                false,
+                                topic,
+                                Some(&as_named.name),
+                                &full_channel,
+                                payload,
+                            );
+                        }
+                        None => crate::resp::pubsub::message(
+                            &mut renamed,
+                            false,
+                            topic,
+                            None,
+                            &as_named.name,
+                            payload,
+                        ),
+                    }
                     m.sink.push_message(&renamed, resp3)
                 }
             };

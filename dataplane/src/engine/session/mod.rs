@@ -423,7 +423,9 @@ impl Session {
         }
         // CLIENT REPLY OFF or SKIP: the reply takes its turn but is not written.
         let silent = self.conn.replies.silences_next_command();
-        self.sink.silence_next(silent);
+        if silent {
+            self.sink.silence_next(true);
+        }
         let req = if self.mode.is_shared() {
             req
         } else {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::Session;
 use crate::command::{CommandSpec, PubSub, Request, Topic};
-use crate::engine::pubsub::{Confirm, Member, Reach, place};
+use crate::engine::pubsub::{Confirm, Member, Reach, Renamed, place};
 use crate::engine::worker::ListenerRuntime;
 use crate::resp::encode;
 use crate::resp::pubsub::confirmation;
@@ -180,7 +180,13 @@ impl Session {
                 let held = rt.router.route(name).map(|(_, route)| {
                     forwarded.clear();
                     route.rewrite(name, &mut forwarded);
-                    let renamed = (forwarded.as_slice() != name).then(|| Box::<[u8]>::from(name));
+                    let renamed = (forwarded.as_slice() != name).then(|| {
+                        let prefix = name.strip_suffix(forwarded.as_slice()).unwrap_or_default();
+                        Box::new(Renamed {
+                            name: name.into(),
+                            prefix: prefix.into(),
+                        })
+                    });
                     hub.join(
                         topic,
                         &forwarded,
