@@ -81,7 +81,15 @@ pub struct RuntimeConfig {
     /// Log line format: `"text"` (default, human-readable) or `"json"` (one JSON object per
     /// line, for log shippers). Takes effect at start.
     pub log_format: LogFormat,
+    /// Bytes the process's clients may hold (Redis 7 `maxmemory-clients`): replies buffered for
+    /// them plus the replies asked for on their behalf, split evenly among the workers. At it,
+    /// sessions stop reading requests; past it, the clients holding the most are disconnected
+    /// (`evicted_clients`). 0 = no limit. Default 1 GiB. Applies on reload.
+    pub maxmemory_clients: usize,
 }
+
+/// `runtime.maxmemory_clients` when absent (bytes).
+pub const DEFAULT_MAXMEMORY_CLIENTS: usize = 1024 * 1024 * 1024;
 
 /// `runtime.log_format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -153,6 +161,10 @@ pub struct ListenerConfig {
     /// `[listeners.client_output_buffer_limit_pubsub]`: when a subscribed client that does not
     /// read its messages is disconnected. Default Redis's: 32 MiB hard, 8 MiB soft for 60s.
     pub client_output_buffer_limit_pubsub: OutputBufferLimit,
+    /// `[listeners.client_output_buffer_limit]`: when any other client that does not read its
+    /// replies is disconnected. Default 1 GiB hard (above the largest value Redis stores by
+    /// default, `proto-max-bulk-len` 512 MiB), 64 MiB soft for 60s.
+    pub client_output_buffer_limit: OutputBufferLimit,
 }
 
 /// An output-buffer limit (Redis `client-output-buffer-limit <class> <hard> <soft> <soft
@@ -170,6 +182,14 @@ pub struct OutputBufferLimit {
 }
 
 impl OutputBufferLimit {
+    /// Respite's default for clients not subscribed. Redis sets none (`normal 0 0 0`); a proxy
+    /// shared by many applications bounds each, above any single reply Redis sends by default.
+    pub const NORMAL: OutputBufferLimit = OutputBufferLimit {
+        hard_limit: 1024 * 1024 * 1024,
+        soft_limit: 64 * 1024 * 1024,
+        soft_limit_for: Duration::from_secs(60),
+    };
+
     /// Redis's default for pub/sub clients: `client-output-buffer-limit pubsub 32mb 8mb 60`.
     pub const PUBSUB: OutputBufferLimit = OutputBufferLimit {
         hard_limit: 32 * 1024 * 1024,

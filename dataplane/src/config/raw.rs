@@ -82,6 +82,9 @@ pub struct RawRuntime {
     /// `"text"` or `"json"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<Spanned<LogFormat>>,
+    /// Bytes the clients may hold; 0 = no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maxmemory_clients: Option<Spanned<usize>>,
 }
 
 /// `[[listeners]]` ([`super::ListenerConfig`]).
@@ -148,6 +151,9 @@ pub struct RawListener {
     /// `[listeners.client_output_buffer_limit_pubsub]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_output_buffer_limit_pubsub: Option<Spanned<RawOutputBufferLimit>>,
+    /// `[listeners.client_output_buffer_limit]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_output_buffer_limit: Option<Spanned<RawOutputBufferLimit>>,
 }
 
 impl RawListener {
@@ -175,6 +181,7 @@ impl RawListener {
             big_value_bytes: 0,
             access_log: None,
             client_output_buffer_limit_pubsub: None,
+            client_output_buffer_limit: None,
         }
     }
 }
@@ -191,7 +198,7 @@ pub struct RawHotKeys {
     pub window: Option<Spanned<RawDuration>>,
 }
 
-/// `[listeners.client_output_buffer_limit_pubsub]`.
+/// `[listeners.client_output_buffer_limit_pubsub]`, `[listeners.client_output_buffer_limit]`.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawOutputBufferLimit {

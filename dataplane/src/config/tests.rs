@@ -94,6 +94,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
             drain_timeout: Duration::from_secs(60),
             log_level: Some("respite=debug,warn".into()),
             log_format: LogFormat::Text,
+            maxmemory_clients: crate::config::DEFAULT_MAXMEMORY_CLIENTS,
         },
         listeners: vec![
             ListenerConfig {
@@ -122,6 +123,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 big_value_bytes: 0,
                 access_log: None,
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
+                client_output_buffer_limit: OutputBufferLimit::NORMAL,
             },
             ListenerConfig {
                 name: "second".into(),
@@ -149,6 +151,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 big_value_bytes: 0,
                 access_log: None,
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
+                client_output_buffer_limit: OutputBufferLimit::NORMAL,
             },
         ],
         clusters: vec![
@@ -225,6 +228,7 @@ fn defaults() {
             drain_timeout: Duration::from_secs(10),
             log_level: None,
             log_format: LogFormat::Text,
+            maxmemory_clients: 1 << 30,
         }
     );
     let l = &c.listeners[0];
@@ -801,6 +805,51 @@ fn pubsub_output_buffer_limit_defaults_to_redis_and_names_bad_keys() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("hard"), "{e}");
+}
+
+#[test]
+fn normal_output_buffer_limit_and_maxmemory_clients() {
+    let base = |head: &str, table: &str| {
+        format!(
+            "{head}[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:6380\"\nop_timeout = \"1s\"\n\
+             [listeners.prefix_routes.catch_all_route]\ncluster = \"c\"\n{table}\n\
+             [[clusters]]\nname = \"c\"\nhosts = [\"127.0.0.1:7001\"]\n"
+        )
+    };
+    let c = parse(&base("", ""), "t.toml").unwrap();
+    assert_eq!(
+        c.listeners[0].client_output_buffer_limit,
+        OutputBufferLimit {
+            hard_limit: 1 << 30,
+            soft_limit: 64 << 20,
+            soft_limit_for: Duration::from_secs(60),
+        }
+    );
+    assert_eq!(c.runtime.maxmemory_clients, 1 << 30);
+    let c = parse(
+        &base(
+            "[runtime]\nmaxmemory_clients = 0\n",
+            "[listeners.client_output_buffer_limit]\nhard_limit = 65536\nsoft_limit = 0",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    let l = c.listeners[0].client_output_buffer_limit;
+    assert_eq!((l.hard_limit, l.soft_limit), (65536, 0));
+    assert_eq!(c.runtime.maxmemory_clients, 0);
+    let e = parse(
+        &base(
+            "",
+            "[listeners.client_output_buffer_limit]\nsoft_limit_for = \"x\"",
+        ),
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("client_output_buffer_limit.soft_limit_for"),
+        "{e}"
+    );
 }
 
 #[test]

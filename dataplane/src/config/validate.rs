@@ -15,8 +15,9 @@ use super::raw::{
 use super::routes::ClusterRef;
 use super::{
     AccessLogConfig, AdminConfig, ClusterConfig, ClusterType, Config, ConfigError,
-    HealthCheckConfig, HostConfig, HotKeysConfig, LbPolicy, ListenerConfig, LogFormat, OnUnhealthy,
-    OutlierDetectionConfig, OutputBufferLimit, RedisClusterConfig, RuntimeConfig, TcpKeepalive,
+    DEFAULT_MAXMEMORY_CLIENTS, HealthCheckConfig, HostConfig, HotKeysConfig, LbPolicy,
+    ListenerConfig, LogFormat, OnUnhealthy, OutlierDetectionConfig, OutputBufferLimit,
+    RedisClusterConfig, RuntimeConfig, TcpKeepalive,
 };
 
 const DEFAULT_ADMIN_ADDRESS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
@@ -138,6 +139,7 @@ fn runtime(src: &Source<'_>, raw: Option<RawRuntime>) -> Result<RuntimeConfig> {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             log_level: None,
             log_format: LogFormat::default(),
+            maxmemory_clients: DEFAULT_MAXMEMORY_CLIENTS,
         });
     };
     let workers = match raw.workers {
@@ -179,6 +181,9 @@ fn runtime(src: &Source<'_>, raw: Option<RawRuntime>) -> Result<RuntimeConfig> {
         drain_timeout,
         log_level,
         log_format: raw.log_format.map(Spanned::into_inner).unwrap_or_default(),
+        maxmemory_clients: raw
+            .maxmemory_clients
+            .map_or(DEFAULT_MAXMEMORY_CLIENTS, Spanned::into_inner),
     })
 }
 
@@ -300,6 +305,13 @@ fn listener(
         src,
         &format!("{path}.client_output_buffer_limit_pubsub"),
         l.client_output_buffer_limit_pubsub,
+        OutputBufferLimit::PUBSUB,
+    )?;
+    let client_output_buffer_limit = output_buffer_limit(
+        src,
+        &format!("{path}.client_output_buffer_limit"),
+        l.client_output_buffer_limit,
+        OutputBufferLimit::NORMAL,
     )?;
     let access_log = match l.access_log {
         Some(a) => Some(access_log(
@@ -335,16 +347,18 @@ fn listener(
         big_value_bytes: l.big_value_bytes,
         access_log,
         client_output_buffer_limit_pubsub,
+        client_output_buffer_limit,
     })
 }
 
-/// `[listeners.client_output_buffer_limit_pubsub]`: absent keys keep Redis's defaults.
+/// `[listeners.client_output_buffer_limit_pubsub]`, `[listeners.client_output_buffer_limit]`:
+/// absent keys keep the class's defaults `d`.
 fn output_buffer_limit(
     src: &Source<'_>,
     path: &str,
     raw: Option<Spanned<RawOutputBufferLimit>>,
+    d: OutputBufferLimit,
 ) -> Result<OutputBufferLimit> {
-    let d = OutputBufferLimit::PUBSUB;
     let Some(raw) = raw.map(Spanned::into_inner) else {
         return Ok(d);
     };

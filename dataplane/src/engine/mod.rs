@@ -3,6 +3,7 @@
 
 pub mod access_log;
 mod blocked;
+mod budget;
 mod observe;
 mod pubsub;
 mod session;

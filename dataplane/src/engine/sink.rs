@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use super::budget::{self, Budget};
 use super::observe::Pending;
 use super::stats::ListenerStats;
 use crate::command::Merge;
@@ -29,8 +30,12 @@ use crate::upstream::Deliver;
 
 /// Slots a session may have waiting before it stops reading (back-pressure).
 const MAX_PENDING_SLOTS: usize = 256;
-/// Output bytes a session may hold for a slow reader before it stops reading.
+/// Reply bytes a session may hold for a slow reader before it stops reading.
 const MAX_OUT_BYTES: usize = 4 * 1024 * 1024;
+/// Reply bytes a session may have asked for and not received (its requests in flight times its
+/// average reply) before it stops reading: a pipeline of large values goes out a few at a time,
+/// so neither Respite nor Redis's output buffer for Respite holds more than this per session.
+const MAX_ASKED_BYTES: usize = 4 * 1024 * 1024;
 
 /// Reply buffers kept for reuse by a session (replies that arrive before the head's).
 const MAX_SPARE_BUFFERS: usize = 16;
@@ -115,6 +120,17 @@ struct Inner {
     awaited: Option<u64>,
     /// Bytes of pub/sub frames waiting in slots behind a reply.
     queued_push: usize,
+    /// Bytes of replies waiting in slots for an earlier one (ready and split parts).
+    queued: usize,
+    /// Decaying maximum of this session's reply sizes (bytes, [`budget::next_estimate`]):
+    /// what a request in flight is expected to bring back.
+    estimate: usize,
+    /// The (held, asked) bytes last reported to the worker's budget.
+    charged: (usize, usize),
+    /// The most bytes this session held at once (the trim task's hint once it closes).
+    peak: usize,
+    /// The client's output-buffer limit (Redis `client-output-buffer-limit normal`).
+    limit: Option<OutputBufferLimit>,
     /// Bytes handed to the writer and not yet written.
     in_flight: usize,
     /// The client's output-buffer limit while it is subscribed (Redis's
@@ -154,18 +170,116 @@ pub struct Sink {
     stats: Rc<ListenerStats>,
     /// Requests of this worker not yet fully answered (drain waits for zero).
     active: Rc<Cell<i64>>,
+    /// The worker's memory budget for its clients, which this session's bytes count against.
+    budget: Rc<Budget>,
+    /// The client connection, shut when the client is disconnected for its memory (a write
+    /// the client never reads would otherwise wait for ever, holding its bytes).
+    stream: RefCell<Option<std::rc::Weak<net::TcpStream>>>,
 }
 
 impl Sink {
-    /// A new, empty queue.
-    pub fn new(stats: Rc<ListenerStats>, active: Rc<Cell<i64>>) -> Sink {
+    /// A new, empty queue whose bytes count against `budget`.
+    pub fn new(stats: Rc<ListenerStats>, active: Rc<Cell<i64>>, budget: Rc<Budget>) -> Sink {
+        let inner = Inner {
+            estimate: budget.initial_estimate(),
+            ..Inner::default()
+        };
         Sink {
-            inner: RefCell::new(Inner::default()),
+            inner: RefCell::new(inner),
             writer: Notify::default(),
             reader: Notify::default(),
             head_moved: Notify::default(),
             stats,
             active,
+            budget,
+            stream: RefCell::new(None),
+        }
+    }
+
+    /// The client connection, shut if the client is disconnected for its memory, and the
+    /// client's output-buffer limit (Redis `client-output-buffer-limit normal`).
+    pub fn attach(&self, stream: &Rc<net::TcpStream>, limit: OutputBufferLimit) {
+        *self.stream.borrow_mut() = Some(Rc::downgrade(stream));
+        self.inner.borrow_mut().limit = Some(limit);
+    }
+
+    /// Reply bytes held for this client: its output buffer, the write in progress, replies
+    /// and messages waiting behind an earlier reply.
+    pub fn held(&self) -> usize {
+        held(&self.inner.borrow())
+    }
+
+    /// Reports the session's bytes to the worker's budget and checks its output-buffer limit.
+    /// Returns the limit it broke (the caller disconnects the client, outside the borrow).
+    #[inline]
+    fn settle(&self, inner: &mut Inner) -> Option<Broken> {
+        if inner.closed {
+            let old = std::mem::take(&mut inner.charged);
+            self.budget.update(old, (0, 0));
+            return None;
+        }
+        let held = held(inner);
+        let asked = inner.slots.len().saturating_mul(inner.estimate);
+        let old = std::mem::replace(&mut inner.charged, (held, asked));
+        self.budget.update(old, (held, asked));
+        inner.peak = inner.peak.max(held);
+        let (limit, kind) = match (inner.pubsub_limit, inner.limit) {
+            (Some(l), _) => (l, Broken::PubSub),
+            (None, Some(l)) => (l, Broken::Normal),
+            (None, None) => return None,
+        };
+        let hard = limit.hard_limit > 0 && held >= limit.hard_limit;
+        let soft = limit.soft_limit > 0 && held >= limit.soft_limit;
+        if !hard && !soft {
+            inner.over_soft_since = None;
+            return None;
+        }
+        let mut since = inner.over_soft_since;
+        let broken = broken(&limit, held, Instant::now(), &mut since);
+        inner.over_soft_since = since;
+        broken.then_some(kind)
+    }
+
+    /// Disconnects the client for a broken output-buffer limit (logged, counted).
+    #[cold]
+    fn disconnect(&self, kind: Broken) {
+        let held = self.held();
+        match kind {
+            Broken::PubSub => {
+                tracing::warn!(
+                    held_bytes = held,
+                    "client disconnected: pub/sub output over its client-output-buffer-limit"
+                );
+                self.stats.pubsub_slow_close.inc();
+            }
+            Broken::Normal => {
+                tracing::warn!(
+                    held_bytes = held,
+                    "client disconnected: replies not read over its client-output-buffer-limit"
+                );
+            }
+        }
+        self.stats.output_buffer_limit_close.inc();
+        self.close();
+        self.shut();
+    }
+
+    /// Disconnects the client to bring the worker back under its memory budget (Redis
+    /// `maxmemory-clients` client eviction); its outstanding replies are dropped as they come.
+    pub fn evict(&self) {
+        self.stats.evicted_clients.inc();
+        self.close();
+        self.shut();
+    }
+
+    fn shut(&self) {
+        let stream = self
+            .stream
+            .borrow()
+            .as_ref()
+            .and_then(std::rc::Weak::upgrade);
+        if let Some(stream) = stream {
+            net::shutdown(&stream);
         }
     }
 
@@ -195,6 +309,7 @@ impl Sink {
             adjust,
             silent,
         });
+        self.settle(&mut inner);
         drop(inner);
         self.add_active(1);
         seq
@@ -284,23 +399,10 @@ impl Sink {
                 silent: false,
             });
         }
-        if let Some(limit) = inner.pubsub_limit {
-            let held = inner.out.len() + inner.queued_push + inner.in_flight;
-            let mut since = inner.over_soft_since;
-            let broken = broken(&limit, held, Instant::now(), &mut since);
-            inner.over_soft_since = since;
-            if broken {
-                drop(inner);
-                tracing::warn!(
-                    held_bytes = held,
-                    hard_limit = limit.hard_limit,
-                    soft_limit = limit.soft_limit,
-                    "client disconnected: pub/sub output over its client-output-buffer-limit"
-                );
-                self.stats.pubsub_slow_close.inc();
-                self.close();
-                return false;
-            }
+        if let Some(kind) = self.settle(&mut inner) {
+            drop(inner);
+            self.disconnect(kind);
+            return false;
         }
         drop(inner);
         self.writer.notify();
@@ -314,15 +416,29 @@ impl Sink {
         inner.over_soft_since = None;
     }
 
-    /// True if the reader may read more requests.
+    /// True if the reader may handle another request: the session has fewer than
+    /// [`MAX_PENDING_SLOTS`] requests waiting, holds less than [`MAX_OUT_BYTES`] for its client,
+    /// has asked for less than [`MAX_ASKED_BYTES`] (one request is always allowed), and the
+    /// worker's budget has room.
+    #[inline]
     pub fn has_capacity(&self) -> bool {
         let inner = self.inner.borrow();
-        inner.slots.len() < MAX_PENDING_SLOTS && inner.out.len() < MAX_OUT_BYTES
+        let waiting = inner.slots.len();
+        let held = held(&inner);
+        let asked = waiting.saturating_mul(inner.estimate);
+        waiting < MAX_PENDING_SLOTS
+            && held < MAX_OUT_BYTES
+            && (waiting == 0 || asked < MAX_ASKED_BYTES)
+            && self.budget.has_room(held + asked <= budget::LIGHT)
     }
 
-    /// Marks the reader as waiting for capacity (so the writer wakes it).
-    pub fn pause_reader(&self) {
+    /// Marks the reader as waiting for capacity: the writer wakes it as output drains, the
+    /// budget as the worker's bytes fall.
+    pub fn pause_reader(self: &Rc<Self>) {
         self.inner.borrow_mut().reader_paused = true;
+        if !self.budget.has_room(false) {
+            self.budget.wait(Rc::downgrade(self));
+        }
     }
 
     /// Moves the completed head slot's reply into the output buffer. `success`: no error came
@@ -367,7 +483,11 @@ impl Sink {
                 break;
             }
             let (mut bytes, success) = match &mut front.state {
-                SlotState::Ready(bytes, success) => (std::mem::take(bytes), *success),
+                SlotState::Ready(bytes, success) => {
+                    let bytes = std::mem::take(bytes);
+                    inner.queued = inner.queued.saturating_sub(bytes.len());
+                    (bytes, *success)
+                }
                 SlotState::Push(bytes) => (std::mem::take(bytes), true),
                 _ => break,
             };
@@ -456,9 +576,11 @@ impl Sink {
     /// Called by the writer after `n` replies (`bytes` long) reached the kernel, or failed to.
     pub fn written(&self, n: usize, bytes: usize) {
         self.stats.tx_buffered.add(-(bytes as i64));
+        self.budget.wrote(bytes);
         drop_active(self, n as i64);
         let mut inner = self.inner.borrow_mut();
         inner.in_flight = 0;
+        self.settle(&mut inner);
         if inner.reader_paused {
             inner.reader_paused = false;
             drop(inner);
@@ -490,6 +612,16 @@ impl Sink {
         self.drain_ready(&mut inner, Instant::now());
         let n = std::mem::take(&mut inner.out_replies);
         let dropped = std::mem::take(&mut inner.out).len();
+        // Replies still to come are dropped as they arrive: what waits in slots goes now.
+        for slot in inner.slots.iter_mut() {
+            if let SlotState::Ready(bytes, _) | SlotState::Push(bytes) = &mut slot.state {
+                *bytes = Vec::new();
+            }
+        }
+        inner.queued = 0;
+        inner.queued_push = 0;
+        self.settle(&mut inner);
+        self.budget.released(inner.peak);
         drop(inner);
         self.stats.tx_buffered.add(-(dropped as i64));
         drop_active(self, n as i64);
@@ -501,6 +633,19 @@ impl Sink {
     pub fn is_closed(&self) -> bool {
         self.inner.borrow().closed
     }
+}
+
+/// Which output-buffer limit a client broke.
+#[derive(Clone, Copy)]
+enum Broken {
+    Normal,
+    PubSub,
+}
+
+/// Reply bytes a session holds for its client (see [`Sink::held`]).
+#[inline]
+fn held(inner: &Inner) -> usize {
+    inner.out.len() + inner.in_flight + inner.queued + inner.queued_push
 }
 
 /// A held slot's reply arrived: its hold runs from now (Envoy starts the delay timer in
@@ -549,12 +694,18 @@ impl Deliver for Sink {
         };
         let idx = idx as usize;
         let closed = inner.closed;
+        if !is_error(reply) {
+            inner.estimate =
+                budget::next_estimate(inner.estimate, reply.len(), budget::SESSION_DECAY);
+            self.budget.observe_reply(reply.len());
+        }
         let Some(slot) = inner.slots.get_mut(idx) else {
             return;
         };
         // A held reply waits in its slot even at the head (not once the client is gone).
         let held = matches!(slot.hold, Hold::For(_)) && !closed;
         let adjusted;
+        let mut freed = 0;
         let reply = match (&slot.adjust, &slot.state) {
             (Some(deltas), SlotState::Waiting) => {
                 adjusted = add_to_counts(reply, deltas);
@@ -564,15 +715,28 @@ impl Deliver for Sink {
         };
         let (head, success): (Cow<'_, [u8]>, bool) = match &mut slot.state {
             SlotState::Waiting if idx == 0 && !held => (Cow::Borrowed(reply), !is_error(reply)),
+            SlotState::Waiting if closed => {
+                // Nobody will read it: the slot is answered with nothing held.
+                if let Some(slot) = inner.slots.get_mut(idx) {
+                    slot.state = SlotState::Ready(Vec::new(), !is_error(reply));
+                }
+                self.settle(&mut inner);
+                return;
+            }
             SlotState::Waiting => {
                 let mut copy = inner.spare.pop().unwrap_or_default();
                 copy.extend_from_slice(reply);
+                inner.queued += copy.len();
                 if let Some(slot) = inner.slots.get_mut(idx) {
                     slot.state = SlotState::Ready(copy, !is_error(reply));
                     if held {
                         start_hold(&mut slot.hold);
                         self.writer.notify();
                     }
+                }
+                if let Some(kind) = self.settle(&mut inner) {
+                    drop(inner);
+                    self.disconnect(kind);
                 }
                 return;
             }
@@ -583,9 +747,16 @@ impl Deliver for Sink {
                 if r.is_some() {
                     return;
                 }
-                *r = Some(reply.to_vec());
+                *r = Some(if closed { Vec::new() } else { reply.to_vec() });
                 st.remaining -= 1;
                 if st.remaining > 0 {
+                    if !closed {
+                        inner.queued += reply.len();
+                    }
+                    if let Some(kind) = self.settle(&mut inner) {
+                        drop(inner);
+                        self.disconnect(kind);
+                    }
                     return;
                 }
                 let replies: Vec<&[u8]> = st
@@ -593,6 +764,11 @@ impl Deliver for Sink {
                     .iter()
                     .map(|r| r.as_deref().unwrap_or(b""))
                     .collect();
+                // The earlier parts were held in the slot; this one was not.
+                freed = replies.iter().map(|r| r.len()).sum::<usize>();
+                if !closed {
+                    freed = freed.saturating_sub(reply.len());
+                }
                 let mut merged = Vec::new();
                 merge(st.merge, st.nkeys, &st.parts, &replies, &mut merged);
                 if let Some(deltas) = &slot.adjust {
@@ -600,10 +776,16 @@ impl Deliver for Sink {
                 }
                 let success = !is_error(&merged) && !replies.iter().any(|r| is_error(r));
                 if idx != 0 || held {
+                    let len = merged.len();
                     slot.state = SlotState::Ready(merged, success);
                     if held {
                         start_hold(&mut slot.hold);
                         self.writer.notify();
+                    }
+                    inner.queued = inner.queued.saturating_sub(freed) + len;
+                    if let Some(kind) = self.settle(&mut inner) {
+                        drop(inner);
+                        self.disconnect(kind);
                     }
                     return;
                 }
@@ -613,8 +795,13 @@ impl Deliver for Sink {
         };
         let now = clock::now();
         self.complete_head(&mut inner, &head, success, now);
+        inner.queued = inner.queued.saturating_sub(freed);
         self.drain_ready(&mut inner, now);
+        let broken = self.settle(&mut inner);
         drop(inner);
+        if let Some(kind) = broken {
+            self.disconnect(kind);
+        }
         self.writer.notify();
     }
 }

@@ -58,6 +58,12 @@ pub struct ListenerStats {
     pub pubsub_subscriptions: Arc<Gauge>,
     /// Subscribed clients disconnected for passing their pub/sub output-buffer limit.
     pub pubsub_slow_close: Arc<Counter>,
+    /// Clients disconnected for passing their output-buffer limit, normal or pub/sub (Redis
+    /// INFO `client_output_buffer_limit_disconnections`).
+    pub output_buffer_limit_close: Arc<Counter>,
+    /// Clients disconnected to bring their worker back under `runtime.maxmemory_clients`
+    /// (Redis INFO `evicted_clients`).
+    pub evicted_clients: Arc<Counter>,
     /// `command.custom.*` of the listener's `custom_commands`, registered with the first one.
     custom: RefCell<Option<CommandStats>>,
     /// The listener's `latency_in_micros` (set at every config apply; a change mixes units in
@@ -100,6 +106,8 @@ impl ListenerStats {
             blocked_clients: g("blocked_clients"),
             pubsub_subscriptions: g("pubsub_subscriptions"),
             pubsub_slow_close: c("pubsub_slow_subscriber_close"),
+            output_buffer_limit_close: c("client_output_buffer_limit_disconnections"),
+            evicted_clients: c("evicted_clients"),
             custom: RefCell::new(None),
             micros: Cell::new(false),
             commands: RefCell::new(Vec::new()),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use super::blocked::BlockedClients;
+use super::budget::{self, Budget};
 use super::observe::Observer;
 use super::pubsub::{Counts, Hub};
 use super::session;
@@ -68,6 +69,8 @@ pub struct WorkerShared {
     pub blocked_clients: Arc<BlockedClients>,
     /// This worker's pub/sub: its upstream subscriptions and their local subscribers.
     pub pubsub: Rc<Hub>,
+    /// The bytes this worker's clients hold, against its share of `maxmemory_clients`.
+    pub budget: Rc<Budget>,
 }
 
 /// What the workers of one process share. Each part has its own lock and is touched off the
@@ -224,6 +227,7 @@ pub fn spawn(
                         accepting: Cell::new(0),
                         blocked_clients: process.blocked_clients,
                         pubsub: Hub::new(id, &store, process.pubsub_counts),
+                        budget: Rc::new(Budget::default()),
                     }),
                     pool_ctx: PoolContext {
                         store: store.clone(),
@@ -239,6 +243,7 @@ pub fn spawn(
                     mirror_stats: HashMap::new(),
                 };
                 net::spawn(trim_memory(worker.shared.clone()));
+                net::spawn(evict_clients(worker.shared.clone()));
                 net::spawn(flush_stats());
                 let first = worker.apply(&config);
                 let ok = first.is_ok();
@@ -434,6 +439,10 @@ impl Worker {
         // Listeners left in `self.listeners` were removed: dropping them stops accepting.
         self.listeners = listeners;
         self.pools = pools;
+        let workers = config.runtime.workers.max(1);
+        self.shared
+            .budget
+            .set_limit(config.runtime.maxmemory_clients / workers);
         Ok(())
     }
 
@@ -517,6 +526,7 @@ impl Worker {
 /// stay at its peak. Checked off the request path, a moment after the closes.
 async fn trim_memory(shared: Rc<WorkerShared>) {
     let mut seen = 0;
+    let mut released = 0usize;
     loop {
         net::sleep(TRIM_CHECK_EVERY).await;
         let closed = shared.closed_since_trim.get();
@@ -524,13 +534,74 @@ async fn trim_memory(shared: Rc<WorkerShared>) {
         // of it; under endless churn, trim anyway every 16 thresholds' worth.
         let settled = closed == seen;
         seen = closed;
-        if closed >= TRIM_AFTER_CLOSED && (settled || closed >= 16 * TRIM_AFTER_CLOSED) {
+        // A few clients that held large replies count as many: their buffers were large.
+        released = released.saturating_add(shared.budget.take_released());
+        let big = released >= TRIM_AFTER_RELEASED && settled;
+        if big || (closed >= TRIM_AFTER_CLOSED && (settled || closed >= 16 * TRIM_AFTER_CLOSED)) {
             shared.closed_since_trim.set(0);
             seen = 0;
+            released = 0;
             net::release_free_memory();
         }
     }
 }
+
+/// Reply bytes of closed sessions (their peaks) after which memory is handed back at once.
+const TRIM_AFTER_RELEASED: usize = 8 * 1024 * 1024;
+
+/// Disconnects the clients holding the most whenever this worker's clients hold more than its
+/// share of `maxmemory_clients`, or sessions wait for room while it is mostly their replies and
+/// they are not draining (less than a sixty-fourth of it written per half [`budget::STALL`], for
+/// [`budget::STALL`]) (Redis 7 client eviction): a client that asks and never
+/// reads is cut off before the process runs out of memory or other clients wait for room. One
+/// log line per wave of evictions.
+async fn evict_clients(shared: Rc<WorkerShared>) {
+    let tick = budget::STALL / 2;
+    let mut written = 0;
+    let mut stalled_ticks = 0;
+    let (mut unlogged, mut logged) = (0usize, None);
+    loop {
+        let _ = net::timeout(tick, shared.budget.over.notified()).await;
+        let b = &shared.budget;
+        // Progress is the held bytes draining, not a light client's few bytes: a sixty-fourth
+        // of the limit written per tick.
+        let progress = b.written().wrapping_sub(written) >= (b.limit() / 64) as u64;
+        written = b.written();
+        stalled_ticks = if b.stuck() && !progress {
+            stalled_ticks + 1
+        } else {
+            0
+        };
+        let stalled = stalled_ticks >= 2;
+        if !b.over_limit() && !stalled {
+            continue;
+        }
+        stalled_ticks = 0;
+        let sessions: Vec<Rc<Sink>> = shared
+            .sessions
+            .borrow()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let held = shared.budget.held();
+        unlogged += shared.budget.evict(&sessions, stalled);
+        // One line for the first eviction, then one summary per interval while they go on.
+        if unlogged > 0 && logged.is_none_or(|t: Instant| t.elapsed() >= EVICTION_LOG_EVERY) {
+            warn!(
+                worker = shared.id,
+                evicted = unlogged,
+                held_bytes = held,
+                limit_bytes = shared.budget.limit(),
+                "clients evicted: their replies not read filled maxmemory_clients"
+            );
+            unlogged = 0;
+            logged = Some(Instant::now());
+        }
+    }
+}
+
+/// At most one eviction log line per worker per this interval (the count says how many).
+const EVICTION_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Publishes this worker's thread-local stats (latency histograms, hot keys) every
 /// [`crate::stats::histogram::FLUSH_INTERVAL`] (the staleness of those reads); `try_lock` only,

@@ -1388,3 +1388,198 @@ fn refused_and_unknown_commands_keep_the_connection_and_reach_no_backend() {
     }
     assert_eq!(c.cmd(&[b"GET", b"k"]), bulk(b"v"));
 }
+
+/// `used_memory` of a redis-server, in bytes (INFO memory).
+fn used_memory(server: &RedisServer) -> u64 {
+    let info = server.raw().cmd(&[b"INFO", b"memory"]);
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no used_memory in {}", show(&info)))
+}
+
+/// Opens `n` connections that each pipeline `requests` copies of `request` and never read a
+/// byte. Returns them (still open) and the writer threads (done when Respite stops reading or
+/// closes the connection).
+fn never_reading(
+    addr: &str,
+    n: usize,
+    request: &[u8],
+    requests: usize,
+) -> (Vec<TcpStream>, Vec<std::thread::JoinHandle<()>>) {
+    let pipeline: Arc<Vec<u8>> = Arc::new(request.repeat(requests));
+    let mut conns = Vec::new();
+    let mut writers = Vec::new();
+    for _ in 0..n {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let p = pipeline.clone();
+        writers.push(std::thread::spawn(move || {
+            for chunk in p.chunks(64 * 1024) {
+                if w.write_all(chunk).is_err() {
+                    break;
+                }
+            }
+        }));
+        conns.push(s);
+    }
+    (conns, writers)
+}
+
+/// (3) 200 connections each pipelining 10 000 `GET` of a 64 KiB value (125 GB of replies asked
+/// for) and never reading, against `maxmemory_clients = 32 MiB`: Respite's RSS stays within the
+/// budget plus a margin, so does the backend's memory (Respite asks Redis for no more than it
+/// may hold; a fresh worker's first guess of reply sizes is 16 KiB, so up to four times the
+/// budget at first), well-behaved clients of the same and of the other backend are answered
+/// within op_timeout, attackers are evicted and counted while they keep the budget full (each
+/// one left holds at most a few MiB), and once they are gone Respite's RSS is back near its
+/// idle baseline.
+#[test]
+fn clients_that_ask_and_never_read_are_held_to_the_budget_and_evicted() {
+    let _g = serial();
+    const ATTACKERS: usize = 200;
+    const BUDGET_MIB: u64 = 32;
+    let backends = servers(2);
+    let addrs = addrs(&backends);
+    let placement = Placement::new(&addrs);
+    let (big, near, far) = (
+        placement.key_on(0, "big"),
+        placement.key_on(0, "near"),
+        placement.key_on(1, "far"),
+    );
+    let (port, admin) = (free_port(), free_port());
+    let cfg = simple_config(port, admin, &addrs, 1, "").replace(
+        "drain_timeout = \"5s\"",
+        &format!(
+            "drain_timeout = \"5s\"\nmaxmemory_clients = {}",
+            BUDGET_MIB << 20
+        ),
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let pid = respite.pid();
+    let mut c = respite.raw();
+    let value = vec![b'v'; 64 * 1024];
+    assert_eq!(c.cmd(&[b"SET", big.as_bytes(), &value]), OK);
+    assert_eq!(c.cmd(&[b"SET", near.as_bytes(), b"n"]), OK);
+    assert_eq!(c.cmd(&[b"SET", far.as_bytes(), b"f"]), OK);
+    std::thread::sleep(Duration::from_millis(300));
+    let (base_rss, base_used) = (rss_kib(pid), used_memory(&backends[0]));
+    let probers = [
+        Prober::start(&respite.addr(), near.as_bytes(), b"n"),
+        Prober::start(&respite.addr(), far.as_bytes(), b"f"),
+    ];
+
+    let request = RawClient::encode(&[b"GET", big.as_bytes()]);
+    let (conns, writers) = never_reading(&respite.addr(), ATTACKERS, &request, 10_000);
+    let (mut peak_rss, mut peak_used) = (base_rss, base_used);
+    let evicted = "redis.main.evicted_clients";
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) {
+        peak_rss = peak_rss.max(rss_kib(pid));
+        peak_used = peak_used.max(used_memory(&backends[0]));
+        if t.elapsed() > Duration::from_secs(6) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lat: Vec<LatencySummary> = probers.into_iter().map(Prober::finish).collect();
+    let rss_growth_mib = peak_rss.saturating_sub(base_rss) / 1024;
+    let used_growth_mib = peak_used.saturating_sub(base_used) >> 20;
+    eprintln!(
+        "{ATTACKERS} never-reading clients: respite RSS {base_rss} KiB -> peak {peak_rss} KiB \
+         (+{rss_growth_mib} MiB), backend used_memory +{used_growth_mib} MiB, evicted {}, \
+         probers {lat:?}",
+        respite.stat(evicted)
+    );
+    // Every attacker is either evicted or still connected (the probers' connections closed).
+    let accounted = || {
+        let s = respite.stats();
+        let (evicted, active) = (s[evicted], s["redis.main.downstream_cx_active"]);
+        evicted + active - 1 == ATTACKERS as i64
+    };
+    assert!(
+        wait_until(Duration::from_secs(3), accounted),
+        "{:?}",
+        respite.stats()
+    );
+    assert!(
+        respite.stat(evicted) >= 20,
+        "evicted {}",
+        respite.stat(evicted)
+    );
+    assert!(
+        rss_growth_mib < BUDGET_MIB + 96,
+        "respite grew {rss_growth_mib} MiB with a {BUDGET_MIB} MiB budget"
+    );
+    assert!(
+        used_growth_mib < 4 * BUDGET_MIB + 64,
+        "the backend grew {used_growth_mib} MiB holding replies for respite"
+    );
+    for (what, s) in ["same backend", "other backend"].iter().zip(&lat) {
+        assert!(
+            s.p99 < Duration::from_secs(1),
+            "{what}: p99 {:?} past op_timeout ({s:?})",
+            s.p99
+        );
+    }
+    // The evicted attackers find their connections closed; the others go.
+    drop(conns);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let active = "redis.main.downstream_cx_active";
+    assert!(
+        wait_until(Duration::from_secs(10), || respite.stat(active) == 1),
+        "{active} = {}",
+        respite.stat(active)
+    );
+    // Memory goes back: within a few MiB of the idle baseline a few seconds later.
+    let back = wait_until(Duration::from_secs(5), || {
+        rss_kib(pid) < base_rss + 12 * 1024
+    });
+    let after = rss_kib(pid);
+    eprintln!("after the attackers left: respite RSS {after} KiB (baseline {base_rss} KiB)");
+    assert!(back, "RSS {after} KiB, baseline {base_rss} KiB");
+    assert_eq!(c.cmd(&[b"GET", near.as_bytes()]), bulk(b"n"));
+}
+
+/// (3) A client whose replies not read pass its `client_output_buffer_limit` hard limit is
+/// disconnected and counted; the replies still coming for it are dropped and another client of
+/// the same connection pool is answered throughout.
+#[test]
+fn a_client_past_its_output_buffer_limit_is_disconnected() {
+    let _g = serial();
+    let backends = servers(1);
+    let respite = respite_with(
+        &addrs(&backends),
+        1,
+        "1s",
+        "[listeners.client_output_buffer_limit]\nhard_limit = 1048576\nsoft_limit = 0\n",
+    );
+    let mut c = respite.raw();
+    let value = vec![b'v'; 64 * 1024];
+    assert_eq!(c.cmd(&[b"SET", b"big", &value]), OK);
+    let request = RawClient::encode(&[b"GET", b"big"]);
+    let (mut conns, writers) = never_reading(&respite.addr(), 1, &request, 1000);
+    let closed = "redis.main.client_output_buffer_limit_disconnections";
+    assert!(
+        wait_until(Duration::from_secs(10), || respite.stat(closed) == 1),
+        "{closed} = {}",
+        respite.stat(closed)
+    );
+    let mut s = conns.remove(0);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(got.len() < 1000 * value.len(), "{} bytes", got.len());
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(respite.stat("redis.main.evicted_clients"), 0);
+    for _ in 0..100 {
+        assert_eq!(c.cmd(&[b"GET", b"big"]), bulk(&value));
+    }
+    assert_eq!(respite.stat(closed), 1);
+}

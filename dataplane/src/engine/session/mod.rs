@@ -90,7 +90,12 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
     let stats = first.stats.clone();
     stats.cx_total.inc();
     stats.cx_active.inc();
-    let sink = Rc::new(Sink::new(stats.clone(), worker.active.clone()));
+    let sink = Rc::new(Sink::new(
+        stats.clone(),
+        worker.active.clone(),
+        worker.budget.clone(),
+    ));
+    sink.attach(&stream, first.config.client_output_buffer_limit);
     let id = worker.next_session_id();
     worker.session_opened(id, &sink);
     let open = Rc::new(Open {
@@ -148,6 +153,9 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
         }
         if start == buf.len() {
             if buf.capacity() > READ_KEEP {
+                // A large request went through: its buffer's memory goes back to the kernel
+                // once the worker's trim task sees enough of it released.
+                worker.budget.released(buf.capacity());
                 buf = Vec::with_capacity(READ_INITIAL);
             }
             buf.clear();
@@ -226,6 +234,12 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             }
             if let Some(b) = session.barrier.take() {
                 wait = Some(b);
+                break;
+            }
+            if !sink.has_capacity() {
+                // The rest of the batch waits for room (replies written, the worker's budget):
+                // one read of pipelined requests must not ask for more than the limits allow.
+                resume = true;
                 break;
             }
         }
