@@ -58,6 +58,11 @@ pub struct ListenerStats {
     pub pubsub_subscriptions: Arc<Gauge>,
     /// Subscribed clients disconnected for passing their pub/sub output-buffer limit.
     pub pubsub_slow_close: Arc<Counter>,
+    /// AUTH and `HELLO … AUTH` answered `-WRONGPASS` (Envoy's redis_proxy counts none; the name
+    /// follows its `downstream_` stats).
+    pub auth_failure: Arc<Counter>,
+    /// AUTH and `HELLO … AUTH` refused unchecked during a back-off after repeated failures.
+    pub auth_throttled: Arc<Counter>,
     /// `command.custom.*` of the listener's `custom_commands`, registered with the first one.
     custom: RefCell<Option<CommandStats>>,
     /// The listener's `latency_in_micros` (set at every config apply; a change mixes units in
@@ -100,6 +105,8 @@ impl ListenerStats {
             blocked_clients: g("blocked_clients"),
             pubsub_subscriptions: g("pubsub_subscriptions"),
             pubsub_slow_close: c("pubsub_slow_subscriber_close"),
+            auth_failure: c("downstream_auth_failure"),
+            auth_throttled: c("downstream_auth_throttled"),
             custom: RefCell::new(None),
             micros: Cell::new(false),
             commands: RefCell::new(Vec::new()),
