@@ -18,6 +18,13 @@
 //! | GET | `/hot_keys` | `format=text\|json` | per listener, the most requested keys and the latest big values ([`hot_keys`]) |
 //! | POST | `/drain_listeners` | | `200 OK draining pid=<pid>`, then the process drains and exits as on SIGTERM (Envoy's endpoint name; Envoy only drains listeners, here the whole process goes, as hot restart needs) |
 //!
+//! **Trust.** The admin port has no authentication: whoever can connect to it reads every stat
+//! and the config (passwords redacted) and may fail health checks, change the log filter and
+//! drain the process. It binds `127.0.0.1:9901` by default, for local processes only. A
+//! request that changes state (any method but `GET`/`HEAD`) is refused with `403` when a
+//! browser page may have sent it: it carries an `Origin` header, or its `Host` is not
+//! `localhost`, a loopback address or the admin address ([`origin`]).
+//!
 //! `filter` is a regex ([`regex`] crate syntax) searched anywhere in the Envoy (dotted) stat
 //! name, as Envoy's `std::regex_search`; an invalid one is a `400` with the regex error.
 //!
@@ -33,6 +40,7 @@ mod config_dump;
 pub mod control_socket;
 pub mod hot_keys;
 mod logging;
+pub mod origin;
 mod query;
 mod server;
 pub mod stats;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{AdminContext, DRAIN_PATH, Reply, route, text};
+use super::{AdminContext, DRAIN_PATH, Reply, origin, route, text};
 
 /// How often [`spawn_or_retry`] retries a bind refused with `EADDRINUSE`: the process being
 /// replaced releases the admin port as soon as it starts draining, so the gap stays this short.
@@ -61,7 +61,7 @@ pub fn spawn(addr: SocketAddr, ctx: Arc<AdminContext>) -> io::Result<AdminServer
             .name("respite-admin".to_owned())
             .spawn(move || {
                 yield_to_workers();
-                serve(&server, &stop, &ctx)
+                serve(&server, &stop, &ctx, addr)
             })?
     };
     Ok(AdminServer {
@@ -199,11 +199,22 @@ static WRITERS: AtomicUsize = AtomicUsize::new(0);
 /// crowd of clients that do not read cannot pile up threads.
 const MAX_WRITERS: usize = 32;
 
-fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext) {
+fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext, admin: SocketAddr) {
     loop {
         match server.recv() {
             Ok(req) => {
-                let (reply, drain) = answer(&req, ctx);
+                let (reply, drain) = match from_a_browser(&req, admin) {
+                    Some(refused) => {
+                        tracing::debug!(
+                            method = %req.method(),
+                            url = req.url(),
+                            peer = ?req.remote_addr(),
+                            "admin: refused a request a browser page may have sent"
+                        );
+                        (refused, false)
+                    }
+                    None => answer(&req, ctx),
+                };
                 respond(req, reply, drain);
             }
             Err(e) => {
@@ -214,6 +225,22 @@ fn serve(server: &tiny_http::Server, stop: &AtomicBool, ctx: &AdminContext) {
             }
         }
     }
+}
+
+/// The `403` for a request that may change state and that a browser page may have sent
+/// ([`origin`]); `admin` is the configured admin address.
+fn from_a_browser(req: &tiny_http::Request, admin: SocketAddr) -> Option<Reply> {
+    let is_get = matches!(
+        req.method(),
+        tiny_http::Method::Get | tiny_http::Method::Head
+    );
+    let header = |name: &'static str| {
+        req.headers()
+            .iter()
+            .filter(move |h| h.field.equiv(name))
+            .map(|h| h.value.as_str())
+    };
+    origin::refused(is_get, header("Origin").next(), header("Host"), admin)
 }
 
 /// The admin reply to `req`, and whether it started a drain (a `200` to `POST

@@ -64,6 +64,11 @@ pub struct ListenerStats {
     /// Clients disconnected to bring their worker back under `runtime.maxmemory_clients`
     /// (Redis INFO `evicted_clients`).
     pub evicted_clients: Arc<Counter>,
+    /// AUTH and `HELLO … AUTH` answered `-WRONGPASS` (Envoy's redis_proxy counts none; the name
+    /// follows its `downstream_` stats).
+    pub auth_failure: Arc<Counter>,
+    /// AUTH and `HELLO … AUTH` refused unchecked during a back-off after repeated failures.
+    pub auth_throttled: Arc<Counter>,
     /// `command.custom.*` of the listener's `custom_commands`, registered with the first one.
     custom: RefCell<Option<CommandStats>>,
     /// The listener's `latency_in_micros` (set at every config apply; a change mixes units in
@@ -108,6 +113,8 @@ impl ListenerStats {
             pubsub_slow_close: c("pubsub_slow_subscriber_close"),
             output_buffer_limit_close: c("client_output_buffer_limit_disconnections"),
             evicted_clients: c("evicted_clients"),
+            auth_failure: c("downstream_auth_failure"),
+            auth_throttled: c("downstream_auth_throttled"),
             custom: RefCell::new(None),
             micros: Cell::new(false),
             commands: RefCell::new(Vec::new()),

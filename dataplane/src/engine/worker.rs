@@ -509,7 +509,13 @@ impl Worker {
             match net::accept_queued(&l.socket) {
                 Ok(Some(stream)) => {
                     n += 1;
-                    net::spawn(session::run(stream, l.handle.clone(), self.shared.clone()));
+                    let peer = stream.peer_addr().ok();
+                    net::spawn(session::run(
+                        stream,
+                        peer,
+                        l.handle.clone(),
+                        self.shared.clone(),
+                    ));
                 }
                 Ok(None) => return n,
                 Err(e) => {
@@ -628,7 +634,12 @@ async fn accept_loop(
     let _accepting = Accepting(shared.clone());
     loop {
         match net::accept(&listener).await {
-            Ok((stream, _peer)) => net::spawn(session::run(stream, handle.clone(), shared.clone())),
+            Ok((stream, peer)) => net::spawn(session::run(
+                stream,
+                Some(peer),
+                handle.clone(),
+                shared.clone(),
+            )),
             // A drain stopped the listener; connections accepted before that are served above.
             Err(_) if shared.is_draining() => return,
             Err(e) => {

@@ -1,7 +1,7 @@
 //! The admin endpoints against the release binary and real redis-servers: `/clusters`
 //! follows a backend killed and restarted; `/healthcheck/fail|ok` drive `/ready`;
 //! `/config_dump` never shows a password; `/logging` changes the live log filter; `/stats`
-//! filters by regex and answers JSON.
+//! filters by regex and answers JSON; requests a browser page may have sent change nothing.
 
 use crate::common;
 
@@ -192,6 +192,130 @@ fn healthcheck_fail_makes_ready_503_and_ok_undoes_it() {
             "{p} not in /help:\n{help}"
         );
     }
+}
+
+/// Sends `head` (request line and headers, without the blank line) over a fresh TCP connection
+/// to the admin port, as a browser or curl would; returns (status, body).
+fn raw_http(port: u16, head: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{head}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (top, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = top.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+/// A request that changes state and that a browser page may have sent (an `Origin` header, or a
+/// `Host` that is not local: DNS rebinding) is refused with 403 and changes nothing; the same
+/// requests from a local tool, and every read, still work.
+#[test]
+fn browser_requests_cannot_change_state() {
+    let backend = RedisServer::start();
+    let respite = Respite::over(&[backend.addr()], 1);
+    let admin = respite.admin_port;
+    let local = format!("Host: 127.0.0.1:{admin}");
+    let evil_origin = "Origin: https://evil.example";
+    let rebound = format!("Host: evil.example:{admin}");
+    let refused = |head: &str, why: &str| {
+        let (status, body) = raw_http(admin, head);
+        assert_eq!(status, 403, "{head}: {body}");
+        assert!(
+            body.starts_with("forbidden: ") && body.contains(why),
+            "{head}: {body}"
+        );
+    };
+    for path in [
+        "/healthcheck/fail",
+        "/healthcheck/ok",
+        "/logging?level=debug",
+        "/drain_listeners",
+    ] {
+        refused(
+            &format!("POST {path} HTTP/1.1\r\n{local}\r\n{evil_origin}"),
+            "Origin",
+        );
+        refused(
+            &format!("POST {path} HTTP/1.1\r\n{local}\r\nOrigin: null"),
+            "Origin",
+        );
+        refused(&format!("POST {path} HTTP/1.1\r\n{rebound}"), "Host");
+    }
+    // Other methods are checked before the 405.
+    refused(
+        &format!("PUT /ready HTTP/1.1\r\n{local}\r\n{evil_origin}"),
+        "Origin",
+    );
+    assert_eq!(
+        raw_http(admin, &format!("PUT /ready HTTP/1.1\r\n{local}")).0,
+        405
+    );
+    // Nothing changed: still ready, same log filter, still serving.
+    assert_eq!(respite.admin_get("/ready"), (200, "LIVE\n".into()));
+    let (_, filter) = respite.admin_get("/logging");
+    assert!(!filter.contains("debug"), "{filter}");
+    assert_eq!(respite.raw().cmd(&[b"PING"]), b"+PONG\r\n");
+
+    // Reads are not checked.
+    let (status, body) = raw_http(
+        admin,
+        &format!("GET /stats?filter=downstream_cx_total HTTP/1.1\r\n{rebound}\r\n{evil_origin}"),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("redis.main.downstream_cx_total: "), "{body}");
+
+    // Local requests change state: by IP, as localhost, as [::1], and without Host (HTTP/1.0).
+    assert_eq!(
+        raw_http(
+            admin,
+            &format!("POST /healthcheck/fail HTTP/1.1\r\n{local}")
+        ),
+        (200, "OK\n".into())
+    );
+    assert_eq!(respite.admin_get("/ready").0, 503);
+    assert_eq!(
+        raw_http(
+            admin,
+            &format!("POST /healthcheck/ok HTTP/1.1\r\nHost: localhost:{admin}")
+        ),
+        (200, "OK\n".into())
+    );
+    assert_eq!(respite.admin_get("/ready").0, 200);
+    assert_eq!(
+        raw_http(
+            admin,
+            &format!("POST /healthcheck/fail HTTP/1.1\r\nHost: [::1]:{admin}")
+        )
+        .0,
+        200
+    );
+    assert_eq!(raw_http(admin, "POST /healthcheck/ok HTTP/1.0").0, 200);
+    assert_eq!(respite.admin_get("/ready").0, 200);
+    // curl (installed by .ci/run), as an operator would run it, and as a page would send it.
+    let curl = |extra: &[&str], path: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST"])
+            .args(extra)
+            .arg(format!("http://127.0.0.1:{admin}{path}"))
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl(&[], "/healthcheck/fail"), "200");
+    assert_eq!(respite.admin_get("/ready").0, 503);
+    assert_eq!(
+        curl(&["-H", "Origin: https://evil.example"], "/healthcheck/ok"),
+        "403"
+    );
+    assert_eq!(respite.admin_get("/ready").0, 503);
+    assert_eq!(curl(&[], "/healthcheck/ok"), "200");
+    assert_eq!(respite.admin_get("/ready").0, 200);
 }
 
 #[test]

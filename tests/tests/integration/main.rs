@@ -14,6 +14,7 @@
 mod common;
 
 mod admin;
+mod auth;
 mod blocking;
 mod chaos;
 mod clients;

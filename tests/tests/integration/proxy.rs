@@ -470,7 +470,7 @@ fn downstream_auth() {
     );
     assert_eq!(
         show(&c.cmd(&[b"AUTH", b"nope"])),
-        show(b"-ERR invalid password\r\n")
+        show(b"-WRONGPASS invalid username-password pair or user is disabled.\r\n")
     );
     assert_eq!(
         show(&c.cmd(&[b"GET", b"a"])),
@@ -494,12 +494,15 @@ fn downstream_auth() {
     let owner = placement.owner(b"a");
     assert_eq!(backends[owner].raw().cmd(&[b"GET", b"a"]), bulk(b"1"));
 
-    // No password configured: AUTH is an error.
+    // No password configured: AUTH with a password alone is an error (Redis 7.0's text).
     let open = Respite::over(&addrs(&backends), 1);
     let mut c3 = open.raw();
     assert_eq!(
         show(&c3.cmd(&[b"AUTH", b"pw"])),
-        show(b"-ERR Client sent AUTH, but no password is set\r\n")
+        show(
+            b"-ERR AUTH <password> called without any password configured for the default \
+              user. Are you sure your configuration is correct?\r\n"
+        )
     );
     assert_eq!(show(&c3.cmd(&[b"GET", b"a"])), show(&bulk(b"1")));
 }

@@ -12,6 +12,8 @@ use respite_tests::respite::simple_config;
 use respite_tests::{RawClient, Respite, free_port};
 
 const OK: &[u8] = b"+OK\r\n";
+/// Redis 7.0's reply to wrong credentials.
+const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
 
 /// A reload that replaces a cluster's pool (here: a changed connect_timeout) must not fail the
 /// requests already in flight on the old pool: they finish there, then it closes.
@@ -95,18 +97,12 @@ fn auth_with_username_configured_needs_the_username() {
         "downstream_auth_passwords = [\"pw\"]\ndownstream_auth_username = \"app\"",
     );
     let mut c = respite.raw();
-    assert_eq!(
-        c.cmd(&[b"AUTH", b"pw"]),
-        b"-WRONGPASS invalid username-password pair\r\n"
-    );
+    assert_eq!(c.cmd(&[b"AUTH", b"pw"]), WRONGPASS);
     assert_eq!(
         c.cmd(&[b"GET", b"k"]),
         b"-NOAUTH Authentication required.\r\n"
     );
-    assert_eq!(
-        c.cmd(&[b"AUTH", b"default", b"pw"]),
-        b"-WRONGPASS invalid username-password pair\r\n"
-    );
+    assert_eq!(c.cmd(&[b"AUTH", b"default", b"pw"]), WRONGPASS);
     assert_eq!(c.cmd(&[b"AUTH", b"app", b"pw"]), OK);
     assert_eq!(c.cmd(&[b"GET", b"k"]), b"$-1\r\n");
 }

@@ -83,8 +83,13 @@ impl Drop for Open {
     }
 }
 
-/// Serves one client connection until it closes.
-pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<WorkerShared>) {
+/// Serves one client connection, from `peer` (as accept gave it), until it closes.
+pub async fn run(
+    stream: TcpStream,
+    peer: Option<std::net::SocketAddr>,
+    handle: Rc<ListenerHandle>,
+    worker: Rc<WorkerShared>,
+) {
     let stream = Rc::new(stream);
     let first = handle.current();
     let stats = first.stats.clone();
@@ -115,13 +120,10 @@ pub async fn run(stream: TcpStream, handle: Rc<ListenerHandle>, worker: Rc<Worke
             worker.client_id(id),
             &first.config,
             stream.local_addr().ok(),
+            peer.map(|p| p.ip()),
         ),
         scratch: Scratch::default(),
-        peer: first
-            .observer
-            .as_ref()
-            .filter(|o| o.wants_peer())
-            .and_then(|_| stream.peer_addr().ok()),
+        peer: first.observer.as_ref().filter(|o| o.wants_peer()).and(peer),
         mode: Mode::Shared,
         watching: None,
         barrier: None,
@@ -529,7 +531,7 @@ impl Session {
                     self.unsubscribe_all(rt);
                 }
                 let mut reply = Vec::new();
-                local::answer(
+                let outcome = local::answer(
                     &mut self.conn,
                     &rt.config,
                     spec,
@@ -538,6 +540,11 @@ impl Session {
                     req.argv(),
                     &mut reply,
                 );
+                match outcome {
+                    local::Outcome::Answered => {}
+                    local::Outcome::AuthFailed => rt.stats.auth_failure.inc(),
+                    local::Outcome::AuthThrottled => rt.stats.auth_throttled.inc(),
+                }
                 self.sink.push_local(spec.id, &reply);
                 if matches!(which, Local::Hello | Local::Reset) {
                     self.protocol_changed();

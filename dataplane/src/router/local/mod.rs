@@ -1,9 +1,14 @@
 //! Commands about the connection itself, answered by the proxy: PING, ECHO, QUIT, AUTH, SELECT,
 //! HELLO, CLIENT, COMMAND, CLUSTER, RESET, TIME, READONLY/READWRITE. Reply texts are Redis 7.0's
-//! (`networking.c`, `server.c`) unless Envoy defines the wording (AUTH).
+//! (`networking.c`, `server.c`, `acl.c`), byte for byte. AUTH and `HELLO … AUTH` answer as a
+//! Redis 7.0 whose `default` user has the listener's `downstream_auth_passwords` (none: `nopass`)
+//! would, or, with `downstream_auth_username`, as one with that user and the `default` user off;
+//! failures are counted and throttled ([`auth`]).
 
+use std::net::IpAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod auth;
 mod cluster;
 
 use crate::command::{self, CommandSpec, Local};
@@ -33,6 +38,21 @@ pub struct ConnState {
     pub subscribed: bool,
     /// `CLIENT REPLY`: which replies the client reads.
     pub replies: Replies,
+    /// The client's address, which AUTH failures are counted against ([`auth::SourceThrottle`]).
+    pub peer: Option<IpAddr>,
+    /// This connection's AUTH failures and back-off ([`auth::PER_CONNECTION`]).
+    pub auth_failures: auth::Backoff,
+}
+
+/// What a local answer did that the listener's stats count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing to count beyond the command itself.
+    Answered,
+    /// AUTH or `HELLO … AUTH` with wrong credentials (`downstream_auth_failure`).
+    AuthFailed,
+    /// AUTH or `HELLO … AUTH` refused unchecked during a back-off (`downstream_auth_throttled`).
+    AuthThrottled,
 }
 
 /// Which replies a client reads (Redis `CLIENT REPLY ON|OFF|SKIP`). Pub/sub frames
@@ -64,11 +84,13 @@ impl Replies {
 }
 
 impl ConnState {
-    /// A fresh connection of a listener: authenticated when no password is configured.
+    /// A fresh connection of a listener from `peer`: authenticated when no password is
+    /// configured.
     pub fn new(
         client_id: u64,
         listener: &ListenerConfig,
         local_addr: Option<std::net::SocketAddr>,
+        peer: Option<IpAddr>,
     ) -> ConnState {
         ConnState {
             local_addr: local_addr.unwrap_or(listener.address),
@@ -79,13 +101,15 @@ impl ConnState {
             resp3: false,
             subscribed: false,
             replies: Replies::On,
+            peer,
+            auth_failures: auth::Backoff::default(),
         }
     }
 }
 
 /// Appends the reply to a local command to `out`; `listener` is the config of the listener the
 /// client reached (its credentials), `conn` the connection's state, which AUTH, HELLO, CLIENT,
-/// QUIT and RESET change.
+/// QUIT and RESET change. Returns what the stats count of it.
 pub fn answer<'a>(
     conn: &mut ConnState,
     listener: &ListenerConfig,
@@ -94,8 +118,10 @@ pub fn answer<'a>(
     argc: usize,
     arg: impl Fn(usize) -> &'a [u8],
     out: &mut Vec<u8>,
-) {
+) -> Outcome {
     match local {
+        Local::Auth => return auth(conn, listener, argc, &arg, out),
+        Local::Hello => return hello(conn, listener, argc, &arg, out),
         // Subscribed RESP2 clients read PING's answer among messages (Redis `pingCommand`).
         Local::Ping if conn.subscribed && !conn.resp3 && argc <= 2 => {
             encode::array_header(out, 2);
@@ -117,8 +143,6 @@ pub fn answer<'a>(
             Some(_) => out.extend_from_slice(b"-ERR DB index is out of range\r\n"),
             None => out.extend_from_slice(b"-ERR value is not an integer or out of range\r\n"),
         },
-        Local::Auth => auth(conn, listener, argc, &arg, out),
-        Local::Hello => hello(conn, listener, argc, &arg, out),
         Local::Client => client(conn, spec, argc, &arg, out),
         Local::Command => command::command_reply(argc, arg, out),
         Local::Cluster => cluster::answer(spec.name, arg, conn.local_addr, conn.resp3, out),
@@ -139,51 +163,81 @@ pub fn answer<'a>(
         }
         Local::Ok => out.extend_from_slice(b"+OK\r\n"),
     }
+    Outcome::Answered
 }
 
-/// True if `user`/`password` are the listener's downstream credentials. As in Redis, a password
-/// alone means the `default` user: with `downstream_auth_username` set, that is not enough.
-fn credentials_ok(cfg: &ListenerConfig, user: Option<&[u8]>, password: &[u8]) -> bool {
-    let given = user.unwrap_or(b"default");
-    let user_ok = match cfg.downstream_auth_username.as_deref() {
-        Some(u) => u.as_bytes() == given,
-        None => given == b"default",
-    };
-    user_ok
-        && cfg
-            .downstream_auth_passwords
-            .iter()
-            .any(|p| p.as_bytes() == password)
+/// Redis 7.0's reply to wrong credentials, AUTH's and HELLO's alike (`acl.c`).
+const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+
+/// Checks `user`/`password` (a password alone names Redis's `default` user) against `cfg`,
+/// through the throttle; on success the connection is authenticated. Writes only the failure's
+/// reply, so AUTH answers `+OK` and HELLO its map on success.
+fn authenticate(
+    conn: &mut ConnState,
+    cfg: &ListenerConfig,
+    user: Option<&[u8]>,
+    password: &[u8],
+    out: &mut Vec<u8>,
+) -> Outcome {
+    if cfg.downstream_auth_passwords.is_empty() {
+        // Redis's `default` user with `nopass`: any password is right for it, and no other
+        // user exists.
+        return if user.is_none_or(|u| u == b"default") {
+            conn.authed = true;
+            Outcome::Answered
+        } else {
+            out.extend_from_slice(WRONGPASS);
+            Outcome::AuthFailed
+        };
+    }
+    let sources = &*auth::SOURCES;
+    let now = sources.now_ms();
+    let source = conn.peer.map(|ip| (ip, sources.state(ip)));
+    if conn.auth_failures.blocked(now) || source.is_some_and(|(_, s)| s.blocked(now)) {
+        out.extend_from_slice(auth::THROTTLED);
+        return Outcome::AuthThrottled;
+    }
+    if auth::credentials_ok(cfg, user, password) {
+        conn.authed = true;
+        conn.auth_failures = auth::Backoff::default();
+        return Outcome::Answered;
+    }
+    conn.auth_failures = conn.auth_failures.failed(now, &auth::PER_CONNECTION);
+    if let Some((ip, _)) = source {
+        sources.failed(ip, now);
+    }
+    out.extend_from_slice(WRONGPASS);
+    Outcome::AuthFailed
 }
 
-/// `AUTH [username] password` (Envoy `downstream_auth_passwords` / `downstream_auth_username`).
+/// `AUTH [username] password` (Redis 7.0 `authCommand`).
 fn auth<'a>(
     conn: &mut ConnState,
     cfg: &ListenerConfig,
     argc: usize,
     arg: &impl Fn(usize) -> &'a [u8],
     out: &mut Vec<u8>,
-) {
-    if cfg.downstream_auth_passwords.is_empty() {
-        out.extend_from_slice(b"-ERR Client sent AUTH, but no password is set\r\n");
-        return;
-    }
+) -> Outcome {
     let (user, password) = match argc {
         2 => (None, arg(1)),
         3 => (Some(arg(1)), arg(2)),
         _ => {
             out.extend_from_slice(b"-ERR syntax error\r\n");
-            return;
+            return Outcome::Answered;
         }
     };
-    if credentials_ok(cfg, user, password) {
-        conn.authed = true;
-        out.extend_from_slice(b"+OK\r\n");
-    } else if user.is_some() || cfg.downstream_auth_username.is_some() {
-        out.extend_from_slice(b"-WRONGPASS invalid username-password pair\r\n");
-    } else {
-        out.extend_from_slice(b"-ERR invalid password\r\n");
+    if user.is_none() && cfg.downstream_auth_passwords.is_empty() {
+        out.extend_from_slice(
+            b"-ERR AUTH <password> called without any password configured for the default \
+              user. Are you sure your configuration is correct?\r\n",
+        );
+        return Outcome::Answered;
     }
+    let outcome = authenticate(conn, cfg, user, password, out);
+    if outcome == Outcome::Answered {
+        out.extend_from_slice(b"+OK\r\n");
+    }
+    outcome
 }
 
 /// `HELLO [protover [AUTH username password] [SETNAME clientname]]` (Redis 7.0 `helloCommand`).
@@ -195,20 +249,20 @@ fn hello<'a>(
     argc: usize,
     arg: &impl Fn(usize) -> &'a [u8],
     out: &mut Vec<u8>,
-) {
+) -> Outcome {
     let mut proto = if conn.resp3 { 3 } else { 2 };
     if argc >= 2 {
         match string2ll(arg(1)) {
             Some(v @ (2 | 3)) => proto = v,
             Some(_) => {
                 out.extend_from_slice(b"-NOPROTO unsupported protocol version\r\n");
-                return;
+                return Outcome::Answered;
             }
             None => {
                 out.extend_from_slice(
                     b"-ERR Protocol version is not an integer or out of range\r\n",
                 );
-                return;
+                return Outcome::Answered;
             }
         }
     }
@@ -228,31 +282,27 @@ fn hello<'a>(
             out.extend_from_slice(b"-ERR Syntax error in HELLO option '");
             out.extend(arg(i).iter().filter(|b| !matches!(b, b'\r' | b'\n')));
             out.extend_from_slice(b"'\r\n");
-            return;
+            return Outcome::Answered;
         }
     }
     if let Some((user, password)) = auth {
-        if cfg.downstream_auth_passwords.is_empty() || credentials_ok(cfg, Some(user), password) {
-            conn.authed = true;
-        } else {
-            out.extend_from_slice(
-                b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
-            );
-            return;
+        let outcome = authenticate(conn, cfg, Some(user), password, out);
+        if outcome != Outcome::Answered {
+            return outcome;
         }
     }
     if !conn.authed {
         out.extend_from_slice(
             b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the \
-              HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
-              select the RESP protocol version at the same time\r\n",
+              HELLO AUTH <user> <pass> option can be used to authenticate the client and select \
+              the RESP protocol version at the same time\r\n",
         );
-        return;
+        return Outcome::Answered;
     }
     if let Some(n) = name {
         if !valid_name(n) {
             out.extend_from_slice(INVALID_NAME);
-            return;
+            return Outcome::Answered;
         }
         conn.name = (!n.is_empty()).then(|| n.to_vec());
     }
@@ -277,6 +327,7 @@ fn hello<'a>(
     encode::bulk(out, b"master");
     encode::bulk(out, b"modules");
     encode::array_header(out, 0);
+    Outcome::Answered
 }
 
 const INVALID_NAME: &[u8] =
@@ -350,3 +401,6 @@ fn client<'a>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
