@@ -49,6 +49,27 @@ pub fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
+/// Checks that no socket listens on `addr`, by binding a probe socket there without
+/// `SO_REUSEPORT` and closing it at once. [`bind_listener`] cannot tell: with `SO_REUSEPORT` the
+/// kernel lets it join another process's listeners on the same address (same uid), and the two
+/// processes then split the connections. Linux refuses the probe with `EADDRINUSE` when any
+/// socket listens on `addr` or on an address that covers it (`0.0.0.0`, `[::]` on the port, and
+/// the other way round), whoever owns it. `SO_REUSEADDR` is set as on the listeners, so
+/// connections of a process that has exited (`TIME_WAIT`) do not count.
+///
+/// Port 0 is not probed (`Ok`): the kernel picks a free port for each bind. The check and the
+/// bind that follows are two steps; a process binding the address in between is not seen.
+///
+/// Errors: `AddrInUse` when something listens there; any other bind error as is.
+pub fn probe_unshared(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())
+}
+
 /// Accepts one connection already waiting in `listener`'s accept queue, without waiting:
 /// `Ok(None)` when the queue is empty. Used at drain, so connections the kernel queued for this
 /// process are served rather than reset when the listener closes.

@@ -181,7 +181,7 @@ fn get_and_set_path_adds_no_allocation_per_request() {
     let cfg = simple_config(port, admin, &[r1.addr(), r2.addr()], 1, "");
     let config = respite::config::parse(&cfg, "alloc.toml").expect("config");
     let keys = alternating_keys(&config.clusters[0].hosts);
-    let _engine = respite::engine::Engine::start(config, None, None).expect("engine");
+    let _engine = respite::engine::Engine::start(config, None, None, false).expect("engine");
     assert!(wait_for_port(port, Duration::from_secs(10)));
 
     let mut conns = clients(port);
@@ -266,7 +266,7 @@ fn hot_keys_and_big_values_add_no_allocation_per_request() {
     let extra = "big_value_bytes = 1000000\n[listeners.hot_keys]\ntop_k = 10\nwindow = \"600s\"\n";
     let cfg = simple_config(port, admin, &[redis.addr()], 1, extra);
     let config = respite::config::parse(&cfg, "hot_keys_alloc.toml").expect("config");
-    let engine = respite::engine::Engine::start(config, None, None).expect("engine");
+    let engine = respite::engine::Engine::start(config, None, None, false).expect("engine");
     assert!(wait_for_port(port, Duration::from_secs(10)));
     let mut conns = clients(port);
     let keys: Vec<String> = (0..16).map(|i| format!("key:{i:02}")).collect();

@@ -29,8 +29,9 @@
 //! name, as Envoy's `std::regex_search`; an invalid one is a `400` with the regex error.
 //!
 //! The server is blocking `tiny_http` on one background thread, one request at a time; it never
-//! touches a worker. [`spawn_or_retry`] starts it even while another process (the one being
-//! replaced in a hot restart) still holds the address: it keeps retrying the bind.
+//! touches a worker. An address another process holds is an error at start ([`spawn_handle`]),
+//! except in a hot restart (`respite --hot-restart`): there [`spawn_or_retry`] starts it while
+//! the process being replaced still holds the address, and keeps retrying the bind.
 //!
 //! The same endpoints answer on the control socket ([`control_socket`], `respite
 //! --control-socket PATH`), which adds `POST /config` (config push).
@@ -49,7 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use logging::LogControl;
-pub use server::{AdminHandle, AdminServer, spawn, spawn_or_retry};
+pub use server::{AdminHandle, AdminServer, spawn, spawn_handle, spawn_or_retry};
 
 use crate::cluster::HostRegistry;
 use crate::config::Config;

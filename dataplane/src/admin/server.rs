@@ -120,9 +120,25 @@ impl Drop for AdminHandle {
     }
 }
 
-/// Like [`spawn`], but an address in use (`EADDRINUSE`: the process this one replaces still
-/// serves it) is not an error: a background thread retries every 100 ms until the bind succeeds
-/// or the handle is stopped.
+/// [`spawn`], as an [`AdminHandle`]: the endpoint of a process that replaces none, for which an
+/// address in use is an error like any other.
+///
+/// # Errors
+/// As [`spawn`] (`AddrInUse` when another process holds the address).
+pub fn spawn_handle(addr: SocketAddr, ctx: Arc<AdminContext>) -> io::Result<AdminHandle> {
+    let server = spawn(addr, ctx)?;
+    Ok(AdminHandle {
+        address: addr,
+        state: Arc::new(Mutex::new(AdminState {
+            server: Some(server),
+            stopped: false,
+        })),
+    })
+}
+
+/// Like [`spawn`], but an address in use (`EADDRINUSE`: the process this one replaces in a hot
+/// restart still serves it) is not an error: a background thread retries every 100 ms until the
+/// bind succeeds or the handle is stopped.
 ///
 /// # Errors
 /// Any other bind error (address not local, permission denied, …).

@@ -4,6 +4,7 @@
 pub mod access_log;
 mod blocked;
 mod budget;
+mod claim;
 mod observe;
 mod pubsub;
 mod session;
@@ -55,6 +56,9 @@ pub struct Engine {
     checker: Checker,
     admin: crate::admin::AdminHandle,
     admin_ctx: Arc<AdminContext>,
+    /// Started with `--hot-restart`: listener addresses the process being replaced listens on
+    /// are shared with it while it has not begun to drain (see [`Engine::hand_over`]).
+    hot_restart: bool,
 }
 
 /// A running discovery thread with the config it runs under and the cell it publishes into.
@@ -143,22 +147,39 @@ impl Engine {
     /// Starts the admin endpoint and `config.runtime.workers` workers, each with its own listeners.
     /// `config_path` is re-read on [`Engine::reload`].
     ///
-    /// Errors: a listener or admin address cannot be bound, or io_uring is unavailable.
-    /// `log` backs the admin `/logging` endpoint.
+    /// A listener or admin address another process listens on is an error, unless
+    /// `hot_restart` (`respite --hot-restart`, docs/hot-restart.md): this process then replaces
+    /// one that still runs, shares its listeners, and binds the admin address once that one
+    /// lets go of it.
+    ///
+    /// Errors: a listener or admin address is in use or cannot be bound (the message names it),
+    /// or io_uring is unavailable. `log` backs the admin `/logging` endpoint.
     pub fn start(
         config: Config,
         config_path: Option<PathBuf>,
         log: Option<crate::admin::LogControl>,
+        hot_restart: bool,
     ) -> Result<Engine, String> {
+        // Before anything starts: a second respite on the same config fails here, untouched.
+        claim::check_listeners(&config.listeners, &[], hot_restart)?;
         let store = Store::new();
         let registry = Arc::new(Registry::default());
         let hosts = Arc::new(HostRegistry::default());
         let admin_ctx =
             AdminContext::new(store.clone(), Arc::new(config.clone()), hosts.clone(), log);
-        // An address in use is retried in the background: in a hot restart the old process
-        // holds it until it starts draining (docs/hot-restart.md).
-        let admin = crate::admin::spawn_or_retry(config.admin.address, admin_ctx.clone())
-            .map_err(|e| format!("admin: bind {}: {e}", config.admin.address))?;
+        let address = config.admin.address;
+        let admin = if hot_restart {
+            // The old process holds the address until it starts draining: retried meanwhile.
+            crate::admin::spawn_or_retry(address, admin_ctx.clone())
+        } else {
+            crate::admin::spawn_handle(address, admin_ctx.clone())
+        };
+        let admin = admin.map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                format!("admin: bind {address}: {}", claim::IN_USE_HINT)
+            }
+            _ => format!("admin: bind {address}: {e}"),
+        })?;
         let mut discoveries = HashMap::new();
         start_discoveries(&config, &mut discoveries, &registry, &store);
         let checker = Checker::spawn(hosts.clone(), store.clone());
@@ -198,7 +219,16 @@ impl Engine {
             checker,
             admin,
             admin_ctx,
+            hot_restart,
         })
+    }
+
+    /// True during a hot restart's hand-over: this process was started with `--hot-restart` and
+    /// the process it replaces still holds the admin address, i.e. has not begun to drain (a
+    /// draining process lets go of it first). Listener addresses that process listens on may be
+    /// shared meanwhile, by the start config and by reloads and pushes alike.
+    fn hand_over(&self) -> bool {
+        self.hot_restart && !self.admin.is_bound()
     }
 
     /// The process-wide stats registry.
@@ -251,7 +281,13 @@ impl Engine {
     }
 
     /// Applies a new config snapshot to every worker.
+    ///
+    /// Errors: a listener the running config does not have is on an address another process
+    /// listens on (outside a hot restart's hand-over), or a worker rejected the config (e.g. an
+    /// address cannot be bound). The running config stays.
     pub fn apply(&mut self, new: Config) -> Result<(), String> {
+        let running: Vec<_> = self.config.listeners.iter().map(|l| l.address).collect();
+        claim::check_listeners(&new.listeners, &running, self.hand_over())?;
         if new.runtime.workers != self.config.runtime.workers {
             warn!("runtime.workers changed; it takes effect at the next restart");
         }
@@ -362,11 +398,14 @@ impl From<Push> for Event {
 /// Errors: the control socket cannot be bound (e.g. a live process answers on it), or start-up
 /// failed (see [`Engine::start`]).
 /// `log` is the `/logging` control of the process's subscriber, if it installed one.
+/// `hot_restart`: this process replaces a running one (`respite --hot-restart`, see
+/// [`Engine::start`]).
 pub fn run(
     config: Config,
     config_path: Option<PathBuf>,
     log: Option<crate::admin::LogControl>,
     control_socket: Option<PathBuf>,
+    hot_restart: bool,
 ) -> Result<(), String> {
     // Register before the workers exist, so no signal arrives unhandled.
     let mut signals =
@@ -377,7 +416,7 @@ pub fn run(
         .as_deref()
         .map(ControlSocket::bind)
         .transpose()?;
-    let mut engine = Engine::start(config, config_path, log)?;
+    let mut engine = Engine::start(config, config_path, log, hot_restart)?;
     let (events, rx) = mpsc::channel::<Event>();
     let signal_handle = signals.handle();
     let signal_thread = {

@@ -45,6 +45,12 @@ struct Cli {
         conflicts_with = "config"
     )]
     admin: Option<SocketAddr>,
+    /// Replace a running respite without downtime (docs/hot-restart.md): listener addresses it
+    /// listens on are shared with it (`SO_REUSEPORT`) until it drains, and its admin address is
+    /// taken once it lets go of it. Without this flag an address another process listens on is
+    /// an error. Nothing running: starts as usual.
+    #[arg(long)]
+    hot_restart: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -152,7 +158,13 @@ fn main() -> ExitCode {
                 config.runtime.log_level.as_deref(),
                 config.runtime.log_format,
             );
-            match respite::engine::run(config, cli.config, Some(log), cli.control_socket) {
+            match respite::engine::run(
+                config,
+                cli.config,
+                Some(log),
+                cli.control_socket,
+                cli.hot_restart,
+            ) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");

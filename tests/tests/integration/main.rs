@@ -13,6 +13,7 @@
 
 mod common;
 
+mod address_in_use;
 mod admin;
 mod auth;
 mod blocking;

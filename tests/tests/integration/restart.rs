@@ -1,6 +1,6 @@
-//! Zero-downtime restart: a second respite binds the same ports (`SO_REUSEPORT`), the
-//! first drains and exits, and no client request is lost, duplicated or answered with an error
-//! (docs/hot-restart.md).
+//! Zero-downtime restart: a second respite started with `--hot-restart` binds the same ports
+//! (`SO_REUSEPORT`), the first drains and exits, and no client request is lost, duplicated or
+//! answered with an error (docs/hot-restart.md).
 
 use crate::common;
 
@@ -20,8 +20,8 @@ use respite_tests::{RawClient, free_port, resp_len, respite_bin};
 
 // ---- harness --------------------------------------------------------------------------------
 
-/// A second `respite` started on the config file of a running one (same listener and admin
-/// ports), as a hot restart does. Killed on drop.
+/// A second `respite --hot-restart` started on the config file of a running one (same listener
+/// and admin ports), as a hot restart does. Killed on drop.
 struct Sibling {
     child: Option<Child>,
     log: PathBuf,
@@ -29,13 +29,14 @@ struct Sibling {
 }
 
 impl Sibling {
-    /// Starts `respite --config <config>` and waits until it logs that it serves (its listeners
-    /// are bound; its admin port may still belong to the old process).
+    /// Starts `respite --hot-restart --config <config>` and waits until it logs that it serves
+    /// (its listeners are bound; its admin port may still belong to the old process).
     fn start(config: &Path) -> Sibling {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("respite-b.log");
         let file = fs::File::create(&log).expect("log file");
         let child = Command::new(respite_bin())
+            .arg("--hot-restart")
             .arg("--config")
             .arg(config)
             .env(
