@@ -3,6 +3,7 @@
 
 pub mod access_log;
 mod blocked;
+mod nofile;
 mod observe;
 mod pubsub;
 mod session;
@@ -142,13 +143,16 @@ impl Engine {
     /// Starts the admin endpoint and `config.runtime.workers` workers, each with its own listeners.
     /// `config_path` is re-read on [`Engine::reload`].
     ///
-    /// Errors: a listener or admin address cannot be bound, or io_uring is unavailable.
+    /// Errors: a listener or admin address cannot be bound, io_uring is unavailable, or the
+    /// config can hold more file descriptors open than `RLIMIT_NOFILE` allows (after raising
+    /// the soft limit up to the hard one).
     /// `log` backs the admin `/logging` endpoint.
     pub fn start(
         config: Config,
         config_path: Option<PathBuf>,
         log: Option<crate::admin::LogControl>,
     ) -> Result<Engine, String> {
+        nofile::ensure(&config, config.runtime.workers)?;
         let store = Store::new();
         let registry = Arc::new(Registry::default());
         let hosts = Arc::new(HostRegistry::default());
@@ -250,7 +254,14 @@ impl Engine {
     }
 
     /// Applies a new config snapshot to every worker.
+    ///
+    /// Errors: the config can hold more file descriptors open on the running workers than
+    /// `RLIMIT_NOFILE` allows (even raised to the hard limit), or a worker rejected it (e.g. a
+    /// new address cannot be bound). Either way the running config stays.
     pub fn apply(&mut self, new: Config) -> Result<(), String> {
+        // The running workers: `runtime.workers` changes only at a restart, and the loader
+        // checked the file's own value against the hard limit.
+        nofile::ensure(&new, self.config.runtime.workers)?;
         if new.runtime.workers != self.config.runtime.workers {
             warn!("runtime.workers changed; it takes effect at the next restart");
         }
