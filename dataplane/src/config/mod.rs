@@ -627,15 +627,22 @@ impl std::fmt::Display for ConfigError {
 }
 impl std::error::Error for ConfigError {}
 
-/// Reads and validates a TOML config file; errors name the path as given.
+/// Reads and validates a TOML config file, as [`parse`] does; errors name the path as given.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with_fd_limit(path, limits::nofile().map(|(_, hard)| hard))
+}
+
+/// [`load`] with the file-descriptor check against `fd_limit`, or none when `None` (for a
+/// reader that does not run the config, such as `respite drain --config`, which only wants
+/// its admin address).
+pub fn load_with_fd_limit(path: &Path, fd_limit: Option<u64>) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
         origin: path.display().to_string(),
         location: None,
         key: String::new(),
         message: e.to_string(),
     })?;
-    parse(&text, &path.display().to_string())
+    parse_with_fd_limit(&text, &path.display().to_string(), fd_limit)
 }
 
 /// Parses and validates TOML text; `origin` names the source in errors. Hostnames in addresses
@@ -649,8 +656,8 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
     parse_with_fd_limit(text, origin, limits::nofile().map(|(_, hard)| hard))
 }
 
-/// [`parse`] with the fd-limit check against `fd_limit` (none when `None`).
-pub(crate) fn parse_with_fd_limit(
+/// [`parse`] with the file-descriptor check against `fd_limit`, or none when `None`.
+pub fn parse_with_fd_limit(
     text: &str,
     origin: &str,
     fd_limit: Option<u64>,

@@ -172,7 +172,10 @@ fn fd_need_counts_every_connection_the_config_can_open() {
     assert_eq!(need.total, 2 * 297 + 64 + 3 + 1);
     assert_eq!(
         need.largest,
-        ("clusters[0].max_leased_connections".to_owned(), 2 * 2 * 3 * 32)
+        (
+            "clusters[0].max_leased_connections".to_owned(),
+            2 * 2 * 3 * 32
+        )
     );
 }
 
@@ -203,7 +206,9 @@ fn fd_budget_keeps_a_quarter_for_clients() {
 /// connections to 40 hosts on 64 workers.
 #[test]
 fn fd_budget_names_the_key_and_line() {
-    let hosts: Vec<String> = (0..40).map(|i| format!("\"127.0.0.1:{}\"", 7001 + i)).collect();
+    let hosts: Vec<String> = (0..40)
+        .map(|i| format!("\"127.0.0.1:{}\"", 7001 + i))
+        .collect();
     let text = format!(
         "{}connections_per_host = 256\n[runtime]\nworkers = 64\n",
         edit(
@@ -310,9 +315,15 @@ fn stat_names_take_only_safe_characters() {
 /// With a `stat_prefix`, the listener's name is free text, but printable.
 #[test]
 fn listener_names_are_printable() {
-    let text = edit("name = \"main\"", "name = \"main v2.0\"\nstat_prefix = \"main\"");
+    let text = edit(
+        "name = \"main\"",
+        "name = \"main v2.0\"\nstat_prefix = \"main\"",
+    );
     assert_eq!(parse_unlimited(&text).listeners[0].name, "main v2.0");
-    let text = edit("name = \"main\"", "name = \"main\\rx\"\nstat_prefix = \"main\"");
+    let text = edit(
+        "name = \"main\"",
+        "name = \"main\\rx\"\nstat_prefix = \"main\"",
+    );
     assert_err(
         &text,
         2,
@@ -331,8 +342,11 @@ fn pushed_configs_take_the_same_names_and_bounds() {
     let e = parse_pushed(&text, "push").expect_err("newline in stat_prefix");
     assert_eq!(e.key, "listeners[0].stat_prefix");
     assert_eq!(e.location.map(|l| l.0), Some(4));
-    let e = parse_pushed(&format!("{MINIMAL}connections_per_host = 1000000\n"), "push")
-        .expect_err("too many connections");
+    let e = parse_pushed(
+        &format!("{MINIMAL}connections_per_host = 1000000\n"),
+        "push",
+    )
+    .expect_err("too many connections");
     assert_eq!(e.key, "clusters[0].connections_per_host");
 }
 

@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::limits::{
+    MAX_BUFFER_FLUSH_TIMEOUT, MAX_BUFFER_SIZE_BEFORE_FLUSH, MAX_CONNECTIONS_PER_HOST,
+    MAX_LEASED_CONNECTIONS, MAX_STAT_NAME_LEN, MAX_UPSTREAM_UNKNOWN_CONNECTIONS, MAX_WORKERS,
+};
 use super::locate::Source;
 use super::raw::{
     RawAccessLog, RawAdmin, RawCluster, RawConfig, RawDuration, RawHealthCheck, RawHost,
     RawHotKeys, RawListener, RawOutlierDetection, RawOutputBufferLimit, RawRuntime,
     RawTcpKeepalive,
-};
-use super::limits::{
-    MAX_BUFFER_FLUSH_TIMEOUT, MAX_BUFFER_SIZE_BEFORE_FLUSH, MAX_CONNECTIONS_PER_HOST,
-    MAX_LEASED_CONNECTIONS, MAX_STAT_NAME_LEN, MAX_UPSTREAM_UNKNOWN_CONNECTIONS, MAX_WORKERS,
 };
 use super::routes::ClusterRef;
 use super::{
@@ -831,11 +831,9 @@ fn at_most(
     unit: &str,
 ) -> Result<Option<usize>> {
     match v {
-        Some(n) if *n.get_ref() < min => Err(src.error(
-            Some(n.span()),
-            path,
-            &format!("must be at least {min}"),
-        )),
+        Some(n) if *n.get_ref() < min => {
+            Err(src.error(Some(n.span()), path, &format!("must be at least {min}")))
+        }
         Some(n) if *n.get_ref() > max => Err(src.error(
             Some(n.span()),
             path,

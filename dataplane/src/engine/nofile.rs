@@ -4,7 +4,7 @@
 //! A config that still does not fit is refused, so the running one stays.
 
 use nix::sys::resource::{Resource, setrlimit};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::config::limits::{self, fd_allowance};
@@ -15,11 +15,10 @@ use crate::config::limits::{self, fd_allowance};
 /// `<key>: <reason>` naming the key that needs the most descriptors, the need and the limit.
 pub(super) fn ensure(config: &Config, workers: usize) -> Result<(), String> {
     let need = limits::fd_need(config, workers);
-    let Some((soft, hard)) = limits::nofile() else {
+    let Some((mut soft, hard)) = limits::nofile() else {
         // Nothing to check against (no getrlimit): the kernel's EMFILE stays the only bound.
         return Ok(());
     };
-    let mut soft = soft;
     if fd_allowance(soft) < need.total && soft < hard {
         match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
             Ok(()) => {
@@ -31,7 +30,7 @@ pub(super) fn ensure(config: &Config, workers: usize) -> Result<(), String> {
                 );
                 soft = hard;
             }
-            Err(e) => info!(error = %e, "could not raise the soft RLIMIT_NOFILE"),
+            Err(e) => warn!(error = %e, "could not raise the soft RLIMIT_NOFILE"),
         }
     }
     limits::check_fds(&need, soft, "soft").map_err(|(key, message)| format!("{key}: {message}"))
