@@ -467,6 +467,27 @@ fn filter_chain_shape_is_one_chain_one_redis_filter() {
     assert!(super::listener(&l).is_ok());
 }
 
+/// Names that reach the data plane's stats are checked by the data plane's parser, whatever the
+/// source: an Envoy `stat_prefix` or cluster name with a newline is refused, naming the key and
+/// the character.
+#[test]
+fn names_reaching_stats_are_refused_with_the_character() {
+    let mut p = proxy();
+    p.stat_prefix = "main\nfake 1".into();
+    assert_mentions(
+        &listener_err(&listener_with(&p)),
+        &[
+            "listeners[0].stat_prefix",
+            r#""main\nfake 1" contains '\n', which is not allowed in a name that reaches stats"#,
+        ],
+    );
+    let c = static_cluster("cache 2", &[7001]);
+    assert_mentions(
+        &cluster_err(&c),
+        &["clusters[0].name", r#""cache 2" contains ' '"#],
+    );
+}
+
 #[test]
 fn redis_proxy_required_fields() {
     let mut p = proxy();

@@ -47,6 +47,41 @@ impl Source<'_> {
         }
         self.error(span, &path, message)
     }
+
+    /// The span of the value at dotted `path` (`clusters[0].connections_per_host`), for errors
+    /// about a value whose span the model did not keep. A key absent from the text (a default)
+    /// points at the deepest part of the path that is there (the `[[clusters]]` table), so the
+    /// error still names a line; `None` only when nothing of the path is in the text.
+    pub fn span_at(&self, path: &str) -> Option<Range<usize>> {
+        let root = DeTable::parse(self.text).ok()?;
+        let mut table = root.get_ref();
+        let mut found = None;
+        for segment in path.split('.') {
+            let (name, indices) = match segment.split_once('[') {
+                Some((name, rest)) => (name, Some(rest)),
+                None => (segment, None),
+            };
+            let Some((_, mut value)) = table.iter().find(|(k, _)| k.get_ref() == name) else {
+                return found;
+            };
+            found = Some(value.span());
+            for index in indices.into_iter().flat_map(|r| r.split('[')) {
+                let i = index.trim_end_matches(']').parse::<usize>().ok();
+                let item = match (value.get_ref(), i) {
+                    (DeValue::Array(items), Some(i)) => items.get(i),
+                    _ => None,
+                };
+                let Some(item) = item else { return found };
+                value = item;
+                found = Some(value.span());
+            }
+            match value.get_ref() {
+                DeValue::Table(t) => table = t,
+                _ => return found,
+            }
+        }
+        found
+    }
 }
 
 /// 1-based line and column (in characters) of byte offset `at`.

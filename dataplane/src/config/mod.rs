@@ -20,12 +20,15 @@ use std::path::Path;
 use std::time::Duration;
 
 mod dump;
+pub mod limits;
 mod locate;
 pub mod raw;
 mod routes;
 mod sockmap;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_limits;
 #[cfg(test)]
 mod tests_raw;
 #[cfg(test)]
@@ -67,7 +70,8 @@ pub struct AdminConfig {
 /// `[runtime]`: worker threads.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RuntimeConfig {
-    /// Worker threads, at least 1; the default is the number of CPUs (resolved at load).
+    /// Worker threads, 1 to [`limits::MAX_WORKERS`]; the default is the number of CPUs (resolved
+    /// at load, within that maximum).
     pub workers: usize,
     /// Pin worker `i` to CPU `i % ncpu`. Default false.
     pub pin_workers: bool,
@@ -105,20 +109,25 @@ pub enum LogFormat {
 /// `[[listeners]]`: one downstream RESP listener (Envoy `redis_proxy` filter).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ListenerConfig {
-    /// Required, non-empty, unique among listeners.
+    /// Required, non-empty, unique among listeners; printable. Without `stat_prefix` it is the
+    /// stat prefix, and then follows its rules.
     pub name: String,
     /// Required `host:port` to bind; unique among listeners. Port 0 means any free port.
     pub address: SocketAddr,
-    /// Stats root `redis.<stat_prefix>.`; defaults to `name`.
+    /// Stats root `redis.<stat_prefix>.`; defaults to `name`. ASCII letters, digits, `_`, `-`
+    /// and `:` only, at most [`limits::MAX_STAT_NAME_LEN`] bytes (it reaches every stats
+    /// output).
     pub stat_prefix: String,
     /// Required (as in Envoy), non-zero per-operation upstream timeout, e.g. `"1s"`.
     #[serde(serialize_with = "dump::duration")]
     pub op_timeout: Duration,
     /// Hash only the `{...}` part of keys. Default false (Envoy's default).
     pub enable_hashtagging: bool,
-    /// Bytes; 0 = unset (flush at the end of each event-loop turn). Default 0.
+    /// Bytes; 0 = unset (flush at the end of each event-loop turn). Default 0; at most
+    /// [`limits::MAX_BUFFER_SIZE_BEFORE_FLUSH`] (64 MiB).
     pub max_buffer_size_before_flush: usize,
-    /// Default 3ms; used when `max_buffer_size_before_flush` is set.
+    /// Default 3ms, at most [`limits::MAX_BUFFER_FLUSH_TIMEOUT`] (1s); used when
+    /// `max_buffer_size_before_flush` is set.
     #[serde(serialize_with = "dump::duration")]
     pub buffer_flush_timeout: Duration,
     /// Accepted client passwords; empty (the default) means no client auth. No empty strings.
@@ -141,7 +150,7 @@ pub struct ListenerConfig {
     pub read_policy: ReadPolicy,
     /// Per worker, the most connections to hosts known only from a `MOVED`/`ASK` redirect (Envoy
     /// `max_upstream_unknown_connections`); past it the redirect error goes to the client.
-    /// Default 100.
+    /// Default 100, at most [`limits::MAX_UPSTREAM_UNKNOWN_CONNECTIONS`].
     pub max_upstream_unknown_connections: usize,
     /// Record `command.<cmd>.latency` in microseconds instead of milliseconds (Envoy
     /// `latency_in_micros`). Default false (milliseconds, Envoy's default).
@@ -341,7 +350,8 @@ pub struct FaultConfig {
 /// `[[clusters]]`: a set of upstream Redis hosts.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ClusterConfig {
-    /// Required, non-empty, unique among clusters.
+    /// Required, non-empty, unique among clusters; the same characters as a listener's
+    /// `stat_prefix` (it scopes the `cluster.<name>.` stats).
     pub name: String,
     /// TOML key `type`; default `"static"`.
     #[serde(rename = "type")]
@@ -359,7 +369,9 @@ pub struct ClusterConfig {
     /// Upstream `AUTH` password (`requirepass`). Default none.
     #[serde(serialize_with = "dump::redact_option")]
     pub auth_password: Option<String>,
-    /// Upstream connections per host per worker; at least 1, default 1.
+    /// Upstream connections per host per worker, opened at once; 1 to
+    /// [`limits::MAX_CONNECTIONS_PER_HOST`], default 1. With the other per-worker connections
+    /// the config implies, bounded by `RLIMIT_NOFILE` ([`limits::fd_need`]).
     pub connections_per_host: usize,
     /// Topology settings of a `redis_cluster` cluster (Envoy `RedisClusterConfig`); defaults for
     /// other types, where the TOML keys are rejected.
@@ -388,7 +400,7 @@ pub struct ClusterConfig {
     /// Per host and worker, the most leased upstream connections (in use plus idle): the
     /// connections a transaction holds from `WATCH` or `MULTI` to `EXEC`, apart from the shared
     /// pipelined ones. A client finding all in use waits up to the listener's `op_timeout`,
-    /// then gets an error. At least 1; default 32.
+    /// then gets an error. 1 to [`limits::MAX_LEASED_CONNECTIONS`]; default 32.
     pub max_leased_connections: usize,
     /// `[clusters.tcp_keepalive]`: TCP keepalive on upstream connections, so a host that powers
     /// off is noticed while the connection is idle (Envoy `upstream_connection_options`).
@@ -635,32 +647,55 @@ impl std::fmt::Display for ConfigError {
 }
 impl std::error::Error for ConfigError {}
 
-/// Reads and validates a TOML config file; errors name the path as given.
+/// Reads and validates a TOML config file, as [`parse`] does; errors name the path as given.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with_fd_limit(path, limits::nofile().map(|(_, hard)| hard))
+}
+
+/// [`load`] with the file-descriptor check against `fd_limit`, or none when `None` (for a
+/// reader that does not run the config, such as `respite drain --config`, which only wants
+/// its admin address).
+pub fn load_with_fd_limit(path: &Path, fd_limit: Option<u64>) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
         origin: path.display().to_string(),
         location: None,
         key: String::new(),
         message: e.to_string(),
     })?;
-    parse(&text, &path.display().to_string())
+    parse_with_fd_limit(&text, &path.display().to_string(), fd_limit)
 }
 
 /// Parses and validates TOML text; `origin` names the source in errors. Hostnames in addresses
 /// are resolved here (blocking DNS), so call it off the data path.
+///
+/// The file descriptors the whole config can hold open are checked against this process's hard
+/// `RLIMIT_NOFILE` ([`limits::check_fds`]): `respite check-config`, start and SIGHUP load files
+/// through here, and the data plane raises its soft limit up to the hard one when a config
+/// needs it.
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    parse_with_fd_limit(text, origin, limits::nofile().map(|(_, hard)| hard))
+}
+
+/// [`parse`] with the file-descriptor check against `fd_limit`, or none when `None`.
+pub fn parse_with_fd_limit(
+    text: &str,
+    origin: &str,
+    fd_limit: Option<u64>,
+) -> Result<Config, ConfigError> {
     let src = locate::Source { text, origin };
     let raw: raw::RawConfig = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
-    validate::build(&src, raw, validate::Origin::File)
+    validate::build(&src, raw, validate::Origin::File, fd_limit)
 }
 
 /// [`parse`] for a config pushed by `respite-control` over the control socket: the same checks,
 /// except that zero listeners is valid (xDS can delete every listener; a data plane started
-/// with no config file starts empty).
+/// with no config file starts empty), and that the file-descriptor budget is left to the data
+/// plane that applies it: a push runs on the data plane's workers, not on the `[runtime]` of
+/// the text, and `respite-control` runs under other limits.
 pub fn parse_pushed(text: &str, origin: &str) -> Result<Config, ConfigError> {
     let src = locate::Source { text, origin };
     let raw: raw::RawConfig = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
-    validate::build(&src, raw, validate::Origin::Pushed)
+    validate::build(&src, raw, validate::Origin::Pushed, None)
 }
 
 /// Checks and normalises a log filter (`runtime.log_level`, admin `/logging?level=`): a comma

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::limits::{
+    MAX_BUFFER_FLUSH_TIMEOUT, MAX_BUFFER_SIZE_BEFORE_FLUSH, MAX_CONNECTIONS_PER_HOST,
+    MAX_LEASED_CONNECTIONS, MAX_STAT_NAME_LEN, MAX_UPSTREAM_UNKNOWN_CONNECTIONS, MAX_WORKERS,
+};
 use super::locate::Source;
 use super::raw::{
     RawAccessLog, RawAdmin, RawCluster, RawConfig, RawDuration, RawHealthCheck, RawHost,
@@ -43,7 +47,15 @@ pub(super) enum Origin {
     Pushed,
 }
 
-pub(super) fn build(src: &Source<'_>, raw: RawConfig, origin: Origin) -> Result<Config> {
+/// Validates `raw` into the model. With `fd_limit` (the hard `RLIMIT_NOFILE` the config will
+/// run under), the whole config's file-descriptor need is checked against it too
+/// ([`super::limits::check_fds`]).
+pub(super) fn build(
+    src: &Source<'_>,
+    raw: RawConfig,
+    origin: Origin,
+    fd_limit: Option<u64>,
+) -> Result<Config> {
     let admin = admin(src, raw.admin)?;
     let runtime = runtime(src, raw.runtime)?;
     let sockmap = super::sockmap::build(src, raw.sockmap)?;
@@ -114,13 +126,20 @@ pub(super) fn build(src: &Source<'_>, raw: RawConfig, origin: Origin) -> Result<
         clusters.push(cluster(src, &format!("clusters[{i}]"), c.into_inner())?);
     }
 
-    Ok(Config {
+    let config = Config {
         admin,
         runtime,
         listeners,
         clusters,
         sockmap,
-    })
+    };
+    if let Some(limit) = fd_limit {
+        let need = super::limits::fd_need(&config, config.runtime.workers);
+        if let Err((key, message)) = super::limits::check_fds(&need, limit, "hard") {
+            return Err(src.error(src.span_at(&key), &key, &message));
+        }
+    }
+    Ok(config)
 }
 
 fn admin(src: &Source<'_>, raw: Option<RawAdmin>) -> Result<AdminConfig> {
@@ -148,6 +167,16 @@ fn runtime(src: &Source<'_>, raw: Option<RawRuntime>) -> Result<RuntimeConfig> {
                 Some(w.span()),
                 "runtime.workers",
                 "must be at least 1 (omit it to use one worker per CPU)",
+            ));
+        }
+        Some(w) if *w.get_ref() > MAX_WORKERS => {
+            return Err(src.error(
+                Some(w.span()),
+                "runtime.workers",
+                &format!(
+                    "must be at most {MAX_WORKERS} (one thread and io_uring ring each; omit it \
+                     to use one worker per CPU)"
+                ),
             ));
         }
         Some(w) => w.into_inner(),
@@ -187,8 +216,11 @@ fn runtime(src: &Source<'_>, raw: Option<RawRuntime>) -> Result<RuntimeConfig> {
     })
 }
 
+/// One worker per CPU, within [`MAX_WORKERS`].
 fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_WORKERS)
 }
 
 fn listener(
@@ -200,7 +232,11 @@ fn listener(
     let span = raw.span();
     let l = raw.into_inner();
     let stat_prefix = match l.stat_prefix {
-        Some(p) => Some(stat_name(src, &format!("{path}.stat_prefix"), p)?),
+        Some(p) => {
+            // The name then reaches only logs and admin JSON: any printable text will do.
+            printable(src, &format!("{path}.name"), &l.name)?;
+            Some(stat_name(src, &format!("{path}.stat_prefix"), p)?)
+        }
         None => {
             stat_name(src, &format!("{path}.name"), l.name.clone())?;
             None
@@ -209,12 +245,37 @@ fn listener(
     let name = non_empty(src, &format!("{path}.name"), l.name)?;
     let address = socket_addr(src, &format!("{path}.address"), &l.address, true)?;
     let op_timeout = positive(src, &format!("{path}.op_timeout"), &l.op_timeout)?;
-    let buffer_flush_timeout = opt_duration(
-        src,
-        &format!("{path}.buffer_flush_timeout"),
-        l.buffer_flush_timeout,
-        DEFAULT_BUFFER_FLUSH_TIMEOUT,
-    )?;
+    let buffer_flush_timeout = match &l.buffer_flush_timeout {
+        Some(d) => {
+            let key = format!("{path}.buffer_flush_timeout");
+            let v = duration(src, &key, d)?;
+            if v > MAX_BUFFER_FLUSH_TIMEOUT {
+                return Err(src.error(
+                    Some(d.span()),
+                    &key,
+                    &format!(
+                        "must be at most {} (requests wait that long, their bytes buffered, \
+                         before being written; Envoy's default is 3ms)",
+                        humantime::format_duration(MAX_BUFFER_FLUSH_TIMEOUT)
+                    ),
+                ));
+            }
+            v
+        }
+        None => DEFAULT_BUFFER_FLUSH_TIMEOUT,
+    };
+    if l.max_buffer_size_before_flush > MAX_BUFFER_SIZE_BEFORE_FLUSH {
+        // The file model keeps no span for this plain number: find it in the text.
+        let key = format!("{path}.max_buffer_size_before_flush");
+        return Err(src.error(
+            src.span_at(&key),
+            &key,
+            &format!(
+                "must be at most {MAX_BUFFER_SIZE_BEFORE_FLUSH} bytes (64 MiB; each upstream \
+                 connection may buffer that much before writing)"
+            ),
+        ));
+    }
 
     let mut downstream_auth_passwords = Vec::with_capacity(l.downstream_auth_passwords.len());
     for (i, p) in l.downstream_auth_passwords.into_iter().enumerate() {
@@ -337,10 +398,15 @@ fn listener(
         prefix_routes,
         faults,
         read_policy: l.read_policy.map(Spanned::into_inner).unwrap_or_default(),
-        max_upstream_unknown_connections: l
-            .max_upstream_unknown_connections
-            .map(Spanned::into_inner)
-            .unwrap_or(DEFAULT_MAX_UPSTREAM_UNKNOWN_CONNECTIONS),
+        max_upstream_unknown_connections: at_most(
+            src,
+            &format!("{path}.max_upstream_unknown_connections"),
+            l.max_upstream_unknown_connections,
+            0,
+            MAX_UPSTREAM_UNKNOWN_CONNECTIONS,
+            "connections per worker",
+        )?
+        .unwrap_or(DEFAULT_MAX_UPSTREAM_UNKNOWN_CONNECTIONS),
         latency_in_micros: l.latency_in_micros,
         enable_command_stats: l.enable_command_stats,
         hot_keys,
@@ -474,17 +540,15 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         Some(n) => n.into_inner(),
         None => DEFAULT_MAX_PENDING_REQUESTS,
     };
-    let max_leased_connections = match c.max_leased_connections.take() {
-        Some(n) if *n.get_ref() == 0 => {
-            return Err(src.error(
-                Some(n.span()),
-                &format!("{path}.max_leased_connections"),
-                "must be at least 1",
-            ));
-        }
-        Some(n) => n.into_inner(),
-        None => DEFAULT_MAX_LEASED_CONNECTIONS,
-    };
+    let max_leased_connections = at_most(
+        src,
+        &format!("{path}.max_leased_connections"),
+        c.max_leased_connections.take(),
+        1,
+        MAX_LEASED_CONNECTIONS,
+        "connections per host and worker",
+    )?
+    .unwrap_or(DEFAULT_MAX_LEASED_CONNECTIONS);
     let tcp_keepalive = match c.tcp_keepalive.take() {
         Some(k) => tcp_keepalive(src, &format!("{path}.tcp_keepalive"), k.into_inner())?,
         None => TcpKeepalive::default(),
@@ -498,17 +562,15 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         Some(d) => positive(src, &format!("{path}.connect_timeout"), d)?,
         None => DEFAULT_CONNECT_TIMEOUT,
     };
-    let connections_per_host = match c.connections_per_host {
-        Some(n) if *n.get_ref() == 0 => {
-            return Err(src.error(
-                Some(n.span()),
-                &format!("{path}.connections_per_host"),
-                "must be at least 1",
-            ));
-        }
-        Some(n) => n.into_inner(),
-        None => 1,
-    };
+    let connections_per_host = at_most(
+        src,
+        &format!("{path}.connections_per_host"),
+        c.connections_per_host.take(),
+        1,
+        MAX_CONNECTIONS_PER_HOST,
+        "connections per host and worker, each opened at once with its buffers",
+    )?
+    .unwrap_or(1);
     if let (Some(user), None) = (&c.auth_username, &c.auth_password) {
         return Err(src.error(
             Some(user.span()),
@@ -772,6 +834,33 @@ fn tcp_keepalive(src: &Source<'_>, path: &str, k: RawTcpKeepalive) -> Result<Tcp
     })
 }
 
+/// A count in `min..=max`: below `min` it is refused as before ("must be at least 1"); above
+/// `max` the message says what one unit of it costs (`unit`).
+fn at_most(
+    src: &Source<'_>,
+    path: &str,
+    v: Option<Spanned<usize>>,
+    min: usize,
+    max: usize,
+    unit: &str,
+) -> Result<Option<usize>> {
+    match v {
+        Some(n) if *n.get_ref() < min => {
+            Err(src.error(Some(n.span()), path, &format!("must be at least {min}")))
+        }
+        Some(n) if *n.get_ref() > max => Err(src.error(
+            Some(n.span()),
+            path,
+            &format!(
+                "{} is too many: must be between {min} and {max} ({unit})",
+                n.get_ref()
+            ),
+        )),
+        Some(n) => Ok(Some(n.into_inner())),
+        None => Ok(None),
+    }
+}
+
 fn at_least_one(
     src: &Source<'_>,
     path: &str,
@@ -853,22 +942,67 @@ fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisCl
     })
 }
 
+/// Whether `c` may appear in a name that reaches stats ([`stat_name`]).
+pub(super) fn stat_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':')
+}
+
 /// A name that becomes one segment of dotted stat names (`redis.<stat_prefix>.…`,
-/// `cluster.<name>.…`): a dot inside it would be read as a segment boundary, splitting it into
-/// the wrong Prometheus series and labels.
+/// `cluster.<name>.…`), and so reaches every stats output: `/stats` text (`name: value` lines),
+/// JSON, Prometheus (label values) and `/clusters`. Only ASCII letters, digits, `_`, `-` and
+/// `:` are taken, at most [`MAX_STAT_NAME_LEN`] bytes: a dot would be read as a segment
+/// boundary (splitting it into the wrong Prometheus series and labels), a newline would start
+/// a line of its own in the text outputs, and a space or quote would break the lines that
+/// tools split. Envoy's own stat names keep to the same characters (it sanitizes the others);
+/// here they are refused, so that what is configured is what is exported. Every config source
+/// (TOML file, Envoy file, xDS) reaches this check: they all end in [`build`].
 fn stat_name(src: &Source<'_>, path: &str, s: Spanned<String>) -> Result<String> {
-    if s.get_ref().contains('.') {
+    let name = s.get_ref();
+    if name.trim().is_empty() {
+        return Err(src.error(Some(s.span()), path, "must not be empty"));
+    }
+    if let Some(bad) = name.chars().find(|&c| !stat_name_char(c)) {
+        let message = if bad == '.' {
+            format!(
+                "{name:?} contains a dot; it names stats (segments are separated by dots), use \
+                 '_' or '-' instead"
+            )
+        } else {
+            format!(
+                "{name:?} contains {bad:?}, which is not allowed in a name that reaches stats: \
+                 use only ASCII letters, digits, '_', '-' and ':'"
+            )
+        };
+        return Err(src.error(Some(s.span()), path, &message));
+    }
+    if name.len() > MAX_STAT_NAME_LEN {
         return Err(src.error(
             Some(s.span()),
             path,
             &format!(
-                "\"{}\" contains a dot; it names stats (segments are separated by dots), \
-                 use '_' or '-' instead",
-                s.get_ref()
+                "is {} bytes long, more than {MAX_STAT_NAME_LEN}: it is part of every stat \
+                 name it scopes",
+                name.len()
             ),
         ));
     }
-    non_empty(src, path, s)
+    Ok(s.into_inner())
+}
+
+/// A name shown in logs and admin pages but not in stat names: no control characters (a
+/// newline would forge a log line).
+fn printable(src: &Source<'_>, path: &str, s: &Spanned<String>) -> Result<()> {
+    match s.get_ref().chars().find(|c| c.is_control()) {
+        Some(bad) => Err(src.error(
+            Some(s.span()),
+            path,
+            &format!(
+                "{:?} contains the control character {bad:?}; names are printable text",
+                s.get_ref()
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn non_empty(src: &Source<'_>, path: &str, s: Spanned<String>) -> Result<String> {
@@ -952,6 +1086,16 @@ fn socket_addr(
             if host.contains(':') && !host.starts_with('[') {
                 return Err(err(format!(
                     "invalid address \"{t}\": write IPv6 addresses in brackets, e.g. \"[::1]:6379\""
+                )));
+            }
+            // The name is shown in `/clusters` and logs: only what a DNS name can hold.
+            if let Some(bad) = host
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')))
+            {
+                return Err(err(format!(
+                    "invalid address {t:?}: {bad:?} is not allowed in a hostname (letters, \
+                     digits, '.', '-', '_')"
                 )));
             }
             if host.is_empty() || port.parse::<u16>().is_err() {

@@ -5,6 +5,7 @@ pub mod access_log;
 mod blocked;
 mod budget;
 mod claim;
+mod nofile;
 mod observe;
 mod pubsub;
 mod session;
@@ -153,13 +154,16 @@ impl Engine {
     /// lets go of it.
     ///
     /// Errors: a listener or admin address is in use or cannot be bound (the message names it),
-    /// or io_uring is unavailable. `log` backs the admin `/logging` endpoint.
+    /// io_uring is unavailable, or the config can hold more file descriptors open than
+    /// `RLIMIT_NOFILE` allows (after raising the soft limit up to the hard one). `log` backs the
+    /// admin `/logging` endpoint.
     pub fn start(
         config: Config,
         config_path: Option<PathBuf>,
         log: Option<crate::admin::LogControl>,
         hot_restart: bool,
     ) -> Result<Engine, String> {
+        nofile::ensure(&config, config.runtime.workers)?;
         // Before anything starts: a second respite on the same config fails here, untouched.
         claim::check_listeners(&config.listeners, &[], hot_restart)?;
         let store = Store::new();
@@ -282,10 +286,15 @@ impl Engine {
 
     /// Applies a new config snapshot to every worker.
     ///
-    /// Errors: a listener the running config does not have is on an address another process
-    /// listens on (outside a hot restart's hand-over), or a worker rejected the config (e.g. an
-    /// address cannot be bound). The running config stays.
+    /// Errors: the config can hold more file descriptors open on the running workers than
+    /// `RLIMIT_NOFILE` allows (even raised to the hard limit), a listener the running config
+    /// does not have is on an address another process listens on (outside a hot restart's
+    /// hand-over), or a worker rejected the config (e.g. an address cannot be bound). The
+    /// running config stays.
     pub fn apply(&mut self, new: Config) -> Result<(), String> {
+        // The running workers: `runtime.workers` changes only at a restart, and the loader
+        // checked the file's own value against the hard limit.
+        nofile::ensure(&new, self.config.runtime.workers)?;
         let running: Vec<_> = self.config.listeners.iter().map(|l| l.address).collect();
         claim::check_listeners(&new.listeners, &running, self.hand_over())?;
         if new.runtime.workers != self.config.runtime.workers {

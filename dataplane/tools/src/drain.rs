@@ -54,7 +54,9 @@ pub fn run(target: Target, wait: bool) -> Result<String, String> {
             (pid, format!("sent SIGTERM to pid {pid}"))
         }
         Target::Config(file) => {
-            let config = respite::config::load(&file).map_err(|e| e.to_string())?;
+            // Only the admin address is wanted: the file is not held to this shell's fd limit.
+            let config =
+                respite::config::load_with_fd_limit(&file, None).map_err(|e| e.to_string())?;
             post_drain(config.admin.address)?
         }
         Target::Admin(addr) => post_drain(addr)?,

@@ -90,6 +90,28 @@ fn cases() -> Vec<(&'static str, String, &'static str, usize)> {
             "listeners[0].op_timeout",
             5,
         ),
+        (
+            "connections_per_host past its ceiling",
+            format!("{BASE}connections_per_host = 1000000\n"),
+            "clusters[0].connections_per_host",
+            14,
+        ),
+        (
+            "workers past their ceiling",
+            replace_line(BASE, 4, "workers = 100000000000"),
+            "runtime.workers",
+            4,
+        ),
+        (
+            "a newline in stat_prefix",
+            replace_line(
+                BASE,
+                8,
+                "op_timeout = \"1s\"\nstat_prefix = \"main\\nfake 1\"",
+            ),
+            "listeners[0].stat_prefix",
+            9,
+        ),
     ]
 }
 
@@ -128,6 +150,57 @@ fn bad_config_files_exit_2_naming_the_key() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// `check-config` holds a file to the hard RLIMIT_NOFILE it runs under (the limit respite can
+/// raise its own to): 64 connections to each of 4 hosts on 2 workers need 2 × (4 + 1 + 4 ×
+/// (64 × 2 + 32) + 4) + 64 = 1362 descriptors, more than three quarters of 1024.
+#[test]
+fn check_config_holds_the_file_to_the_fd_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fds.toml");
+    let text = replace_line(
+        BASE,
+        13,
+        "hosts = [\"127.0.0.1:7001\", \"127.0.0.1:7002\", \"127.0.0.1:7003\", \"127.0.0.1:7004\"]\n\
+         connections_per_host = 64",
+    )
+    .replace("workers = 1", "workers = 2");
+    std::fs::write(&file, &text).unwrap();
+    let under = |nofile: &str| {
+        Command::new("prlimit")
+            .arg(format!("--nofile={nofile}"))
+            .arg(respite_bin())
+            .arg("check-config")
+            .arg(&file)
+            .output()
+            .expect("run prlimit respite check-config")
+    };
+    let out = under("1024:1024");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    let want = format!(
+        "{}:14:24: clusters[0].connections_per_host: the config can hold 1362 file descriptors \
+         open on 2 worker(s)",
+        file.display()
+    );
+    assert!(
+        stderr.contains(&want) && stderr.contains("the hard RLIMIT_NOFILE is 1024"),
+        "stderr: {stderr}"
+    );
+    // Under the limit this test runs with, it passes.
+    let (_, hard) = crate::common::nofile_limits(std::process::id());
+    assert!(
+        hard >= 1816,
+        "the hard limit {hard} cannot hold the 1362 of this test"
+    );
+    let out = under(&format!("{hard}:{hard}"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// (Test 6b) The shipped example passes check-config.

@@ -153,3 +153,114 @@ fn sighup_reload() {
         "an unchanged cluster reconnected on reload"
     );
 }
+
+/// Runs prlimit(1) on `pid`: `nofile` is `soft:hard`.
+fn set_nofile(pid: u32, nofile: &str) {
+    let ok = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={nofile}"))
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "prlimit --pid={pid} --nofile={nofile} failed");
+}
+
+/// A reload whose connections outgrow the bounds is rejected with its reason, and the running
+/// config keeps serving without growing: `connections_per_host = 1000000` (past its ceiling of
+/// 256; it once took the process to gigabytes and the OOM killer), and 100 connections per host
+/// under a hard RLIMIT_NOFILE too small for them. In between, 64 per host under a soft limit too
+/// small but a hard one large enough: applied, the soft limit raised to the hard one.
+#[test]
+fn sighup_reload_refuses_connections_past_the_bounds() {
+    let backends = servers(2);
+    let hosts = addrs(&backends);
+    let port = free_port();
+    let admin = free_port();
+    let base = simple_config(port, admin, &hosts, 2, "");
+    let respite = Respite::start(&base, port, admin);
+    let pid = respite.pid();
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", b"bounds", b"v1"]), OK);
+    let cx = |r: &Respite| r.stat("cluster.cache.upstream_cx_total");
+    let cx_before = cx(&respite);
+    let rss_before = rss_kib(pid);
+
+    let huge = format!("{base}connections_per_host = 1000000\n");
+    let line = base.lines().count() + 1;
+    respite.reload(&huge);
+    wait_log(&respite, "config reload rejected", 1);
+    let want = format!(
+        "respite.toml:{line}:24: clusters[0].connections_per_host: 1000000 is too many: must be \
+         between 1 and 256"
+    );
+    assert!(respite.log().contains(&want), "log:\n{}", respite.log());
+    std::thread::sleep(Duration::from_millis(300));
+    let rss_after = rss_kib(pid);
+    assert!(
+        rss_after < rss_before + 32 * 1024,
+        "RSS went from {rss_before} KiB to {rss_after} KiB on a rejected reload"
+    );
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"GET", b"bounds"]), bulk(b"v1"));
+    assert_eq!(c.cmd(&[b"SET", b"bounds", b"v2"]), OK);
+    assert_eq!(
+        cx(&respite),
+        cx_before,
+        "a rejected reload opened connections"
+    );
+
+    // 64 per host: 2 workers × (4 + 1 listener + 2 hosts × (64 × 2 + 32 leased) + 2
+    // subscribers) + 64 = 718 descriptors. Under a soft limit of 700 (which leaves the config
+    // 525) and the hard limit respite was started with, it is applied, the soft limit raised.
+    let (_, hard) = nofile_limits(pid);
+    assert!(
+        hard >= 958,
+        "the hard limit {hard} cannot hold the 718 of this test"
+    );
+    let more = format!("{base}connections_per_host = 64\n");
+    set_nofile(pid, &format!("700:{hard}"));
+    respite.reload(&more);
+    wait_log(&respite, "config reloaded", 1);
+    assert!(
+        respite
+            .log()
+            .contains("raised the soft RLIMIT_NOFILE to the hard limit"),
+        "log:\n{}",
+        respite.log()
+    );
+    assert_eq!(nofile_limits(pid), (hard, hard));
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"GET", b"bounds"]), bulk(b"v2"));
+    assert_eq!(c.cmd(&[b"SET", b"bounds", b"v3"]), OK);
+    // Every worker opened its 64 connections to each host.
+    let want = cx_before + 2 * 2 * 64;
+    let ok = wait_until(Duration::from_secs(5), || cx(&respite) >= want);
+    assert!(
+        ok,
+        "upstream_cx_total {} after the reload, want {want}",
+        cx(&respite)
+    );
+    let cx_more = cx(&respite);
+
+    // 100 per host needs 2 × (5 + 2 × (100 × 2 + 32) + 2) + 64 = 1006, more than three quarters
+    // of a hard limit of 800 (lowering it needs no privilege; raising it back would).
+    let most = format!("{base}connections_per_host = 100\n");
+    set_nofile(pid, "700:800");
+    respite.reload(&most);
+    wait_log(&respite, "config reload rejected", 2);
+    let log = respite.log();
+    assert!(
+        log.contains(&format!(
+            "respite.toml:{line}:24: clusters[0].connections_per_host: the config can hold 1006 \
+             file descriptors open on 2 worker(s)"
+        )) && log.contains("the hard RLIMIT_NOFILE is 800"),
+        "log:\n{log}"
+    );
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"GET", b"bounds"]), bulk(b"v3"));
+    assert_eq!(
+        cx(&respite),
+        cx_more,
+        "a rejected reload opened connections"
+    );
+}
