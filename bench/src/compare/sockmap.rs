@@ -185,7 +185,11 @@ impl RespiteSpec<'_> {
         if let Err(e) = wait_ready("respite", self.port, &mut child, &self.dir) {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(e);
+            // The directory goes with the run: the reason must travel in the error.
+            let log = std::fs::read_to_string(self.dir.join("respite.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(format!("{e} (respite log: {})", tail.join(" | ")));
         }
         let pid = child.id();
         let admin = ([127, 0, 0, 1], self.admin).into();

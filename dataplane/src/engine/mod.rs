@@ -165,7 +165,7 @@ impl Engine {
     ) -> Result<Engine, String> {
         nofile::ensure(&config, config.runtime.workers)?;
         // Before anything starts: a second respite on the same config fails here, untouched.
-        claim::check_listeners(&config.listeners, &[], hot_restart)?;
+        claim::check_listeners(&config.listeners, &[], hot_restart, claim::IN_USE_GRACE)?;
         let store = Store::new();
         let registry = Arc::new(Registry::default());
         let hosts = Arc::new(HostRegistry::default());
@@ -296,7 +296,12 @@ impl Engine {
         // checked the file's own value against the hard limit.
         nofile::ensure(&new, self.config.runtime.workers)?;
         let running: Vec<_> = self.config.listeners.iter().map(|l| l.address).collect();
-        claim::check_listeners(&new.listeners, &running, self.hand_over())?;
+        claim::check_listeners(
+            &new.listeners,
+            &running,
+            self.hand_over(),
+            claim::IN_USE_GRACE,
+        )?;
         if new.runtime.workers != self.config.runtime.workers {
             warn!("runtime.workers changed; it takes effect at the next restart");
         }

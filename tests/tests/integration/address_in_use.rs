@@ -113,6 +113,24 @@ fn a_second_respite_on_a_taken_listener_address_exits_and_the_first_keeps_every_
     assert_stat(&a, "redis.main.downstream_cx_total", before + 200);
 }
 
+/// A respite killed a moment ago still listens until the kernel has torn down its io_uring (tens
+/// of ms after it was reaped): a supervisor's restart right then must take the address, not be
+/// refused as a second respite.
+#[test]
+fn a_respite_started_right_after_a_killed_one_takes_over_its_address() {
+    let backends = servers(1);
+    let mut previous = Respite::over(&addrs(&backends), 2);
+    let (port, admin) = (previous.port, previous.admin_port);
+    let config = fs::read_to_string(previous.config_path()).expect("read config");
+    for _ in 0..3 {
+        pings(port, 5);
+        // Kills (SIGKILL) and reaps it, then starts the next one at once.
+        drop(previous);
+        previous = Respite::start(&config, port, admin);
+        pings(port, 5);
+    }
+}
+
 /// An admin address another process listens on makes start fail (exit 1, the address named),
 /// not a warning followed by a process without an admin endpoint.
 #[test]
