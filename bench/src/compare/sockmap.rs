@@ -187,8 +187,10 @@ impl RespiteSpec<'_> {
             let _ = child.wait();
             // The directory goes with the run: the reason must travel in the error.
             let log = std::fs::read_to_string(self.dir.join("respite.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines
+                .get(lines.len().saturating_sub(5)..)
+                .unwrap_or_default();
             return Err(format!("{e} (respite log: {})", tail.join(" | ")));
         }
         let pid = child.id();

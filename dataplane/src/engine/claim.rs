@@ -47,12 +47,13 @@ pub(super) fn check_listeners(
     hand_over: bool,
     grace: Duration,
 ) -> Result<(), String> {
-    let deadline = Instant::now() + grace;
+    // A hand-over shares an address in use at once: nothing to wait for.
+    let deadline = Instant::now() + if hand_over { Duration::ZERO } else { grace };
     for l in listeners {
         if running.iter().any(|&r| overlaps(r, l.address)) {
             continue;
         }
-        match probe(l.address, if hand_over { Instant::now() } else { deadline }) {
+        match probe(l.address, deadline) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AddrInUse && hand_over => {
                 info!(
