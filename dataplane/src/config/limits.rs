@@ -26,6 +26,14 @@ pub const MAX_CONNECTIONS_PER_HOST: usize = 256;
 /// Most `max_leased_connections` (per host and per worker).
 pub const MAX_LEASED_CONNECTIONS: usize = 1024;
 
+/// Fewest `max_reply_bytes_in_flight`, bytes: below a few large replies' worth, a connection
+/// would carry one request at a time.
+pub const MIN_REPLY_BYTES_IN_FLIGHT: usize = 64 * 1024;
+
+/// Most `max_reply_bytes_in_flight` (per host and per worker), bytes: what a host may buffer
+/// for each of Respite's connections is bounded by it, and Redis's own memory pays for it.
+pub const MAX_REPLY_BYTES_IN_FLIGHT: usize = 1 << 30;
+
 /// Most `max_upstream_unknown_connections` (per worker).
 pub const MAX_UPSTREAM_UNKNOWN_CONNECTIONS: usize = 1024;
 

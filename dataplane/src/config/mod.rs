@@ -402,6 +402,13 @@ pub struct ClusterConfig {
     /// pipelined ones. A client finding all in use waits up to the listener's `op_timeout`,
     /// then gets an error. 1 to [`limits::MAX_LEASED_CONNECTIONS`]; default 32.
     pub max_leased_connections: usize,
+    /// Per host and worker, the bytes of replies Respite may have asked the host for and not
+    /// yet read (estimated from the sizes of the replies it has been reading; shared out over
+    /// `connections_per_host`): past it requests wait in the connection's queue until replies
+    /// come back, so the host's output buffer for Respite stays about this size whatever clients
+    /// pipeline. [`limits::MIN_REPLY_BYTES_IN_FLIGHT`] to [`limits::MAX_REPLY_BYTES_IN_FLIGHT`];
+    /// default 64 MiB.
+    pub max_reply_bytes_in_flight: usize,
     /// `[clusters.tcp_keepalive]`: TCP keepalive on upstream connections, so a host that powers
     /// off is noticed while the connection is idle (Envoy `upstream_connection_options`).
     pub tcp_keepalive: TcpKeepalive,

@@ -376,6 +376,9 @@ pub struct RawCluster {
     /// Leased connections per host and worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_leased_connections: Option<Spanned<usize>>,
+    /// Reply bytes asked of a host and not yet read, per host and worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_reply_bytes_in_flight: Option<Spanned<usize>>,
     /// `[clusters.tcp_keepalive]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive: Option<Spanned<RawTcpKeepalive>>,
@@ -405,6 +408,7 @@ impl RawCluster {
             connection_rate_limit_per_sec: None,
             max_pending_requests: None,
             max_leased_connections: None,
+            max_reply_bytes_in_flight: None,
             tcp_keepalive: None,
         }
     }

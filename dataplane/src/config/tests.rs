@@ -184,6 +184,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 connection_rate_limit_per_sec: 100,
                 max_pending_requests: 16384,
                 max_leased_connections: 32,
+                max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
             },
             ClusterConfig {
@@ -207,6 +208,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 connection_rate_limit_per_sec: 100,
                 max_pending_requests: 16384,
                 max_leased_connections: 32,
+                max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
             },
         ],

@@ -81,6 +81,24 @@ fn connection_counts_have_a_ceiling() {
     let c = parse_unlimited(&format!("{MINIMAL}max_leased_connections = 1024\n"));
     assert_eq!(c.clusters[0].max_leased_connections, 1024);
 
+    assert_err(
+        &format!("{MINIMAL}max_reply_bytes_in_flight = 1073741825\n"),
+        10,
+        "clusters[0].max_reply_bytes_in_flight",
+        "1073741825 is too many: must be between 65536 and 1073741824",
+    );
+    assert_err(
+        &format!("{MINIMAL}max_reply_bytes_in_flight = 1000\n"),
+        10,
+        "clusters[0].max_reply_bytes_in_flight",
+        "must be at least 65536",
+    );
+    assert_eq!(
+        parse_unlimited(MINIMAL).clusters[0].max_reply_bytes_in_flight,
+        64 << 20,
+        "default"
+    );
+
     let rc = format!("{MINIMAL}type = \"redis_cluster\"\n");
     let text = rc.replace(
         "op_timeout = \"1s\"",

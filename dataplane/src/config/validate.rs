@@ -8,7 +8,8 @@ use toml::Spanned;
 
 use super::limits::{
     MAX_BUFFER_FLUSH_TIMEOUT, MAX_BUFFER_SIZE_BEFORE_FLUSH, MAX_CONNECTIONS_PER_HOST,
-    MAX_LEASED_CONNECTIONS, MAX_STAT_NAME_LEN, MAX_UPSTREAM_UNKNOWN_CONNECTIONS, MAX_WORKERS,
+    MAX_LEASED_CONNECTIONS, MAX_REPLY_BYTES_IN_FLIGHT, MAX_STAT_NAME_LEN,
+    MAX_UPSTREAM_UNKNOWN_CONNECTIONS, MAX_WORKERS, MIN_REPLY_BYTES_IN_FLIGHT,
 };
 use super::locate::Source;
 use super::raw::{
@@ -37,6 +38,7 @@ const DEFAULT_MAX_UPSTREAM_UNKNOWN_CONNECTIONS: usize = 100;
 const DEFAULT_CONNECTION_RATE_LIMIT_PER_SEC: u32 = 100;
 const DEFAULT_MAX_PENDING_REQUESTS: usize = 16384;
 const DEFAULT_MAX_LEASED_CONNECTIONS: usize = 32;
+const DEFAULT_MAX_REPLY_BYTES_IN_FLIGHT: usize = 64 << 20;
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -549,6 +551,15 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         "connections per host and worker",
     )?
     .unwrap_or(DEFAULT_MAX_LEASED_CONNECTIONS);
+    let max_reply_bytes_in_flight = at_most(
+        src,
+        &format!("{path}.max_reply_bytes_in_flight"),
+        c.max_reply_bytes_in_flight.take(),
+        MIN_REPLY_BYTES_IN_FLIGHT,
+        MAX_REPLY_BYTES_IN_FLIGHT,
+        "bytes per host and worker",
+    )?
+    .unwrap_or(DEFAULT_MAX_REPLY_BYTES_IN_FLIGHT);
     let tcp_keepalive = match c.tcp_keepalive.take() {
         Some(k) => tcp_keepalive(src, &format!("{path}.tcp_keepalive"), k.into_inner())?,
         None => TcpKeepalive::default(),
@@ -680,6 +691,7 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         connection_rate_limit_per_sec,
         max_pending_requests,
         max_leased_connections,
+        max_reply_bytes_in_flight,
         tcp_keepalive,
     })
 }

@@ -9,7 +9,9 @@
 //!   its output buffer for Respite's connections, and what will land in `held` next.
 //!
 //! While `held + asked` is at the limit, sessions stop reading requests (they wait in
-//! [`Budget::wait`] and are woken once it is back under three quarters). A light session — one
+//! [`Budget::wait`] and are woken once it is back under three quarters, oldest first and
+//! [`WAKE_BATCH`] at a time, so the room freed goes to the clients that waited longest rather
+//! than to whichever of hundreds of woken sessions runs first). A light session — one
 //! that holds and awaits almost nothing, such as a client sending small requests one at a time —
 //! may go on into a reserve of a quarter of the limit, so clients that ask and never read cannot
 //! hold up the others. Clients that ask and do not read would keep
@@ -18,9 +20,17 @@
 //! [`STALL`], the worker evicts the clients holding the most, as Redis evicts clients
 //! over `maxmemory-clients`, until there is room ([`Budget::evict`]).
 //!
+//! Requests count too: a session whose unparsed request passes [`RECEIVE_FREE`] (a large value
+//! on its way in) reads more of it only while replies and requests being received together are
+//! under the limit ([`Budget::may_receive`]). One such request at a time, the turn's holder,
+//! always goes on, so several large requests arriving at once never wait on each other: at the
+//! limit they are received one after another, and the worker holds at most the limit plus one
+//! request (`max_request_bytes`).
+//!
 //! Worker-local (one thread): plain cells, no atomics.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Weak;
 
 use super::sink::Sink;
@@ -53,6 +63,14 @@ pub const LIGHT: usize = 64 * 1024;
 /// holders are evicted: heavy well-behaved clients wait at most about this for room.
 pub const STALL: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// Unparsed request bytes a session holds without asking the budget (bytes): the common
+/// request never does; 10 000 clients each stalled inside a request hold at most this each.
+pub const RECEIVE_FREE: usize = 64 * 1024;
+
+/// How many paused sessions one wake-up resumes: the next batch is woken by the bytes they
+/// free, or by the eviction task's tick.
+pub const WAKE_BATCH: usize = 8;
+
 /// The budget of one worker.
 #[derive(Default)]
 pub struct Budget {
@@ -62,8 +80,8 @@ pub struct Budget {
     asked: Cell<usize>,
     /// Worker-wide decaying maximum of reply sizes (bytes): a new session's estimate.
     typical: Cell<usize>,
-    /// Sessions paused until the budget has room again.
-    waiting: RefCell<Vec<Weak<Sink>>>,
+    /// Sessions paused until the budget has room again, oldest first.
+    waiting: RefCell<VecDeque<Weak<Sink>>>,
     /// Wakes the eviction task when `held` passed the limit.
     pub over: Notify,
     /// Bytes of sessions that closed since memory was last handed back to the kernel (their
@@ -71,6 +89,12 @@ pub struct Budget {
     released: Cell<usize>,
     /// Bytes written to clients, ever: a full budget with this unchanged is stalled.
     written: Cell<u64>,
+    /// Unparsed request bytes of sessions past [`RECEIVE_FREE`].
+    receiving: Cell<usize>,
+    /// The session (by id) whose large request always goes on.
+    receive_turn: Cell<Option<u64>>,
+    /// Sessions paused inside a large request until there is room or the turn is free.
+    receivers: RefCell<Vec<Weak<Sink>>>,
 }
 
 impl Budget {
@@ -140,21 +164,85 @@ impl Budget {
         self.asked.set(asked);
         if new.0 > old.0 && self.over_limit() {
             self.over.notify();
-        } else if (new.0 < old.0 || new.1 < old.1) && !self.waiting.borrow().is_empty() {
+        } else if (new.0 < old.0 || new.1 < old.1)
+            && !(self.waiting.borrow().is_empty() && self.receivers.borrow().is_empty())
+        {
             self.wake_if_room();
         }
     }
 
     /// Registers a session that paused for room; it is woken (its reader notified) once there is.
     pub fn wait(&self, sink: Weak<Sink>) {
-        self.waiting.borrow_mut().push(sink);
+        self.waiting.borrow_mut().push_back(sink);
     }
 
-    fn wake_if_room(&self) {
+    /// Resumes the [`WAKE_BATCH`] sessions that waited longest, if the budget is back under
+    /// three quarters of its limit (closed sessions are dropped from the queue on the way).
+    pub fn wake_if_room(&self) {
         if !self.low() {
             return;
         }
-        let woken = std::mem::take(&mut *self.waiting.borrow_mut());
+        if !self.receivers.borrow().is_empty() {
+            self.wake_receivers();
+        }
+        let mut woken = 0;
+        while woken < WAKE_BATCH {
+            let Some(next) = self.waiting.borrow_mut().pop_front() else {
+                return;
+            };
+            if let Some(sink) = next.upgrade() {
+                sink.reader.notify();
+                woken += 1;
+            }
+        }
+    }
+
+    /// Replaces session `id`'s unparsed request bytes counted against the budget, `old` by
+    /// `new` (0 below [`RECEIVE_FREE`]); returns `new`. A session whose request is complete
+    /// (`new` = 0) gives up the turn, and the sessions paused inside a request try again.
+    pub fn receiving(&self, id: u64, old: usize, new: usize) -> usize {
+        if old != new {
+            let now = self.receiving.get() - old.min(self.receiving.get()) + new;
+            self.receiving.set(now);
+        }
+        if new == 0 && self.receive_turn.get() == Some(id) {
+            self.receive_turn.set(None);
+            self.wake_receivers();
+        } else if new < old {
+            self.wake_receivers();
+        }
+        new
+    }
+
+    /// True if session `id`, inside a request of more than [`RECEIVE_FREE`] bytes, may read
+    /// more of it: it holds the turn (or takes it, free), or replies and requests being
+    /// received are under the limit. Otherwise `sink` is registered and its reader notified
+    /// once that may have changed.
+    pub fn may_receive(&self, id: u64, sink: &std::rc::Rc<Sink>) -> bool {
+        match self.receive_turn.get() {
+            None => {
+                self.receive_turn.set(Some(id));
+                return true;
+            }
+            Some(turn) if turn == id => return true,
+            Some(_) => {}
+        }
+        let limit = self.limit.get();
+        if limit == 0 || self.used().saturating_add(self.receiving.get()) < limit {
+            return true;
+        }
+        let mut receivers = self.receivers.borrow_mut();
+        let me = std::rc::Rc::downgrade(sink);
+        if !receivers.iter().any(|w| w.ptr_eq(&me)) {
+            receivers.push(me);
+        }
+        false
+    }
+
+    /// Wakes the sessions paused inside a request (they check again, and wait again if still
+    /// refused): large requests are few, so all of them.
+    fn wake_receivers(&self) {
+        let woken = std::mem::take(&mut *self.receivers.borrow_mut());
         for sink in woken.iter().filter_map(Weak::upgrade) {
             sink.reader.notify();
         }
@@ -213,6 +301,92 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// True if `n` was notified (polls its wait once).
+    fn notified(n: &Notify) -> bool {
+        use std::future::Future;
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        std::pin::pin!(n.notified()).poll(&mut cx).is_ready()
+    }
+
+    #[test]
+    fn large_requests_are_received_one_at_a_time_at_the_limit() {
+        use std::rc::Rc;
+        let store = crate::stats::Store::new();
+        let stats = Rc::new(super::super::stats::ListenerStats::new(store, 0, "t"));
+        let budget = Rc::new(Budget::default());
+        budget.set_limit(1 << 20);
+        let sink = || {
+            Rc::new(Sink::new(
+                stats.clone(),
+                Rc::new(Cell::new(0)),
+                budget.clone(),
+            ))
+        };
+        let (a, b, c) = (sink(), sink(), sink());
+        // Under the limit every large request goes on.
+        budget.receiving(1, 0, 300 << 10);
+        assert!(budget.may_receive(1, &a), "the first takes the turn");
+        budget.receiving(2, 0, 300 << 10);
+        assert!(budget.may_receive(2, &b), "room left");
+        budget.receiving(1, 300 << 10, 600 << 10);
+        // Past it only the turn's holder reads on, however large its request.
+        budget.receiving(3, 0, 200 << 10);
+        assert!(!budget.may_receive(3, &c));
+        assert!(!budget.may_receive(2, &b));
+        assert!(budget.may_receive(1, &a));
+        budget.receiving(1, 600 << 10, 5 << 20);
+        assert!(budget.may_receive(1, &a), "one request may pass the limit");
+        assert!(!notified(&b.reader) && !notified(&c.reader));
+        // Its request complete, the turn is free: the paused ones try again.
+        budget.receiving(1, 5 << 20, 0);
+        assert!(notified(&b.reader) && notified(&c.reader));
+        assert!(budget.may_receive(3, &c), "the turn, free, is taken");
+        assert!(
+            budget.may_receive(2, &b),
+            "room again: 500 KiB of 1 MiB received"
+        );
+    }
+
+    #[test]
+    fn paused_sessions_resume_oldest_first_a_batch_at_a_time() {
+        use std::rc::Rc;
+        let store = crate::stats::Store::new();
+        let stats = Rc::new(super::super::stats::ListenerStats::new(store, 0, "t"));
+        let budget = Rc::new(Budget::default());
+        budget.set_limit(1000);
+        budget.update((0, 0), (1000, 0));
+        let mut sinks: Vec<Rc<Sink>> = (0..20)
+            .map(|_| {
+                Rc::new(Sink::new(
+                    stats.clone(),
+                    Rc::new(Cell::new(0)),
+                    budget.clone(),
+                ))
+            })
+            .collect();
+        for s in &sinks {
+            budget.wait(Rc::downgrade(s));
+        }
+        // A closed session in the queue is skipped, not counted in the batch.
+        drop(sinks.remove(1));
+        budget.update((1000, 0), (800, 0));
+        assert!(
+            sinks.iter().all(|s| !notified(&s.reader)),
+            "still above 3/4"
+        );
+        budget.update((800, 0), (0, 0));
+        let woken: Vec<bool> = sinks.iter().map(|s| notified(&s.reader)).collect();
+        let first: Vec<bool> = (0..19).map(|i| i < WAKE_BATCH).collect();
+        assert_eq!(woken, first, "the oldest {WAKE_BATCH} first");
+        budget.wake_if_room();
+        let woken: Vec<bool> = sinks.iter().map(|s| notified(&s.reader)).collect();
+        let second: Vec<bool> = (0..19)
+            .map(|i| (WAKE_BATCH..2 * WAKE_BATCH).contains(&i))
+            .collect();
+        assert_eq!(woken, second, "then the next batch");
+    }
 
     #[test]
     fn room_counts_held_and_asked_bytes() {

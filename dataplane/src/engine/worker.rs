@@ -579,6 +579,9 @@ async fn evict_clients(shared: Rc<WorkerShared>) {
             0
         };
         let stalled = stalled_ticks >= 2;
+        // Paused sessions are woken a batch at a time as bytes leave; a batch whose sessions
+        // freed nothing would leave the rest waiting: the tick passes the turn on.
+        b.wake_if_room();
         if !b.over_limit() && !stalled {
             continue;
         }

@@ -87,6 +87,21 @@ impl RequestParser {
             progress: request::Progress::Fresh,
         }
     }
+    /// After [`Parsed::Incomplete`]: the bytes the buffer must hold, from the request's first
+    /// byte, before the bulk argument whose header was read is complete (its data and CRLF);
+    /// `None` when no bulk header is pending. Lets a reader size its buffer once for a large
+    /// value instead of growing it step by step (the length is at most `max_bulk_len`).
+    pub fn needs(&self) -> Option<usize> {
+        match self.progress {
+            request::Progress::Multibulk {
+                pos,
+                bulk: Some(len),
+                ..
+            } => Some(pos.saturating_add(len).saturating_add(2)),
+            _ => None,
+        }
+    }
+
     /// Parses the request at the front of `buf`.
     ///
     /// RESP arrays give `Parsed::Resp` with `args` as ranges into `buf`; inline lines give

@@ -212,6 +212,7 @@ mod tests {
             connection_rate_limit_per_sec: 0,
             max_pending_requests: 16384,
             max_leased_connections: 32,
+            max_reply_bytes_in_flight: 64 << 20,
             tcp_keepalive: Default::default(),
         }
     }

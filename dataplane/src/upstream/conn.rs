@@ -59,6 +59,10 @@ struct Pending {
     /// A script whose `op_timeout` passed: counted among the timed-out entries (the expiry walk
     /// moves past it) but still answered by its own reply, or by the connection's loss.
     waived: bool,
+    /// The request's bytes in `Inner::out` (until written).
+    len: usize,
+    /// The reply bytes it was counted for in `Inner::in_flight` when written.
+    charge: usize,
 }
 
 /// `ASKING`, sent before a request redirected by `ASK` (Redis Cluster spec, "ASK redirection").
@@ -107,6 +111,15 @@ struct Inner {
     log: Vec<u8>,
     /// Absolute offset of `log[0]`.
     log_base: u64,
+    /// Reply bytes asked of the host and not yet read: the `charge` of every written entry of
+    /// `pending`, bounded by `max_reply_bytes_in_flight` ([`write_loop`]).
+    in_flight: usize,
+    /// What the next written request is expected to bring back (bytes): a decaying maximum of
+    /// the replies read on this connection ([`next_estimate`]).
+    estimate: usize,
+    /// The writer stopped with requests queued because `in_flight` was full: a reply that
+    /// makes room wakes it.
+    backed_up: bool,
 }
 
 impl Inner {
@@ -178,6 +191,7 @@ impl<H: HostState> Conn<H> {
         redirect: Option<Weak<dyn Redirect>>,
         readonly: bool,
     ) -> Rc<Conn<H>> {
+        let estimate = initial_estimate(&settings);
         let conn = Rc::new(Conn {
             addr: host.addr(),
             host,
@@ -192,6 +206,9 @@ impl<H: HostState> Conn<H> {
                 first_queued: None,
                 log: Vec::new(),
                 log_base: 0,
+                in_flight: 0,
+                estimate,
+                backed_up: false,
             }),
             write_ready: Notify::default(),
             timer_ready: Notify::default(),
@@ -268,6 +285,8 @@ impl<H: HostState> Conn<H> {
                 log_at: log_end,
                 sent: None,
                 waived: false,
+                len: ASKING.len(),
+                charge: 0,
             });
         }
         inner.out.extend_from_slice(request);
@@ -282,6 +301,8 @@ impl<H: HostState> Conn<H> {
             log_at: log_end,
             sent: None,
             waived: false,
+            len: request.len(),
+            charge: 0,
         });
         self.stats.rq_total.inc();
         self.stats.upstream_rq_total.inc();
@@ -345,6 +366,9 @@ impl<H: HostState> Conn<H> {
             inner.written = 0;
             inner.timed_out = 0;
             inner.waived = 0;
+            inner.in_flight = 0;
+            inner.backed_up = false;
+            inner.estimate = initial_estimate(&self.settings);
             let drained = inner
                 .pending
                 .drain(..)
@@ -398,10 +422,24 @@ impl<H: HostState> Conn<H> {
         self.streak.success();
         let (p, request) = {
             let mut inner = self.inner.borrow_mut();
+            // A reply before any written request is a desynchronised connection.
+            if inner.written == 0 {
+                return false;
+            }
             let Some(p) = inner.pending.pop_front() else {
                 return false;
             };
-            inner.written = inner.written.saturating_sub(1);
+            inner.written -= 1;
+            inner.in_flight = inner.in_flight.saturating_sub(p.charge);
+            inner.estimate = next_estimate(
+                inner.estimate,
+                reply.len(),
+                self.settings.max_reply_bytes_in_flight,
+            );
+            if inner.backed_up && self.has_room(&inner) {
+                inner.backed_up = false;
+                self.write_ready.notify();
+            }
             if inner.timed_out > 0 {
                 inner.timed_out -= 1;
                 if !p.waived {
@@ -467,12 +505,39 @@ impl<H: HostState> Conn<H> {
         }
     }
 
+    /// True when one more request may be written: nothing is in flight (a single request
+    /// always goes, however large its reply may be), or its estimate fits the window.
+    #[inline]
+    fn has_room(&self, inner: &Inner) -> bool {
+        inner.in_flight == 0
+            || inner.in_flight.saturating_add(inner.estimate)
+                <= self.settings.max_reply_bytes_in_flight
+    }
+
     /// Tells the cluster's topology that this host failed (Redis Cluster pools only).
     fn note_failure(&self) {
         if let Some(handler) = self.redirect.as_ref().and_then(Weak::upgrade) {
             handler.note_failure();
         }
     }
+}
+
+/// The estimate a new TCP connection starts with: a sixteenth of the window, so that before
+/// any reply has told their size, at most 16 requests are out (what a host might buffer for
+/// them is unknown); the estimate then falls to the real reply size within a few round trips.
+fn initial_estimate(s: &PoolSettings) -> usize {
+    (s.max_reply_bytes_in_flight / 16).max(1)
+}
+
+/// A decaying maximum of reply sizes (bytes): a large reply raises the estimate at once, each
+/// smaller one lowers it by 1/64, so a run of large values is never hidden by the small replies
+/// between them, and the window opens again within a few hundred small replies. It never goes
+/// below 1/1024 of the window: however small the replies so far, at most 1024 requests are out
+/// on one connection, so a burst of requests for large values that nothing announced makes the
+/// host buffer at most 1024 of them before their first reply closes the window.
+#[inline]
+fn next_estimate(estimate: usize, len: usize, window: usize) -> usize {
+    len.max(estimate - (estimate >> 6)).max(window >> 10)
 }
 
 /// True for the replies a Redis Cluster node gives instead of an answer: `MOVED`, `ASK`,
@@ -776,14 +841,42 @@ async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, gene
                 }
             }
         }
+        let full = {
+            let mut inner = conn.inner.borrow_mut();
+            let full = !conn.has_room(&inner);
+            inner.backed_up |= full;
+            full
+        };
+        if full {
+            // The host holds as many reply bytes for us as we allow: the rest waits here
+            // (bounded by max_pending_requests) until replies are read.
+            conn.stats.flow_control_backed_up.inc();
+            conn.write_ready.notified().await;
+            continue;
+        }
         let buf = {
             let mut inner = conn.inner.borrow_mut();
             // One clock read per write batch: deadlines and upstream request times run from it.
             let now = Instant::now();
             let deadline = now + s.op_timeout;
-            let written = inner.written;
             let reads = conn.reads.get();
-            for p in inner.pending.iter_mut().skip(written) {
+            let window = s.max_reply_bytes_in_flight;
+            let Inner {
+                pending,
+                written,
+                in_flight,
+                estimate,
+                ..
+            } = &mut *inner;
+            let (mut count, mut bytes) = (0, 0);
+            for p in pending.iter_mut().skip(*written) {
+                if *in_flight > 0 && in_flight.saturating_add(*estimate) > window {
+                    break;
+                }
+                p.charge = *estimate;
+                *in_flight += *estimate;
+                bytes += p.len;
+                count += 1;
                 // A redirected request keeps the deadline of its first write: op_timeout bounds
                 // the whole request, hops included.
                 let started = *p.retry.started.get_or_insert(now);
@@ -791,9 +884,18 @@ async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, gene
                 p.reads_at_write = reads;
                 p.sent = Some(now);
             }
-            inner.written = inner.pending.len();
-            inner.first_queued = None;
-            std::mem::replace(&mut inner.out, std::mem::take(&mut spare))
+            *written += count;
+            if bytes < inner.out.len() {
+                // Held back by the window: the rest is written as replies make room.
+                let rest = inner.out.split_off(bytes);
+                inner.first_queued = Some(now);
+                inner.backed_up = true;
+                conn.stats.flow_control_backed_up.inc();
+                std::mem::replace(&mut inner.out, rest)
+            } else {
+                inner.first_queued = None;
+                std::mem::replace(&mut inner.out, std::mem::take(&mut spare))
+            }
         };
         conn.timer_ready.notify();
         conn.stats.flush_total.inc();
@@ -941,6 +1043,31 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reply_estimate_jumps_to_a_large_reply_and_decays_to_its_floor() {
+        let window = 64 << 20;
+        assert_eq!(next_estimate(100, 1 << 20, window), 1 << 20, "at once");
+        let mut e = 1 << 20;
+        for _ in 0..64 {
+            e = next_estimate(e, 10, window);
+        }
+        assert!(e < 400 << 10 && e > 350 << 10, "about 1/e after 64: {e}");
+        for _ in 0..2000 {
+            e = next_estimate(e, 10, window);
+        }
+        assert_eq!(e, window >> 10, "never below 1/1024 of the window");
+        // From a new connection's estimate, small replies open the window in a few round
+        // trips of the whole window: count them.
+        let (mut e, mut trips) = (window / 16, 0);
+        while window / e < 1024 {
+            for _ in 0..window / e {
+                e = next_estimate(e, 10, window);
+            }
+            trips += 1;
+        }
+        assert!(trips <= 6, "{trips} round trips to open the window");
+    }
 
     #[test]
     fn backoff_grows_to_cap_with_jitter() {

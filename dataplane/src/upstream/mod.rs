@@ -158,6 +158,10 @@ pub struct PoolSettings {
     /// `max_pending_requests` (per host and worker) shared out over `connections_per_host`,
     /// rounded up, so that no counter is shared between a host's connections.
     pub max_pending_requests: usize,
+    /// Per connection, the reply bytes asked of the host and not yet read (estimated): the
+    /// cluster's `max_reply_bytes_in_flight` (per host and worker) shared out over
+    /// `connections_per_host`.
+    pub max_reply_bytes_in_flight: usize,
     /// The cluster's `tcp_keepalive`, applied to every upstream connection.
     pub tcp_keepalive: TcpKeepalive,
     /// The listener's `enable_command_stats` (in Envoy's `ConnPoolSettings`): per-command
@@ -182,6 +186,9 @@ impl PoolSettings {
                 .max_pending_requests
                 .div_ceil(cluster.connections_per_host.max(1))
                 .max(1),
+            max_reply_bytes_in_flight: (cluster.max_reply_bytes_in_flight
+                / cluster.connections_per_host.max(1))
+            .max(1),
             tcp_keepalive: cluster.tcp_keepalive,
             enable_command_stats: listener.enable_command_stats,
         }
@@ -317,6 +324,9 @@ pub struct HostStats {
     pub cx_connect_rate_limited: Arc<Counter>,
     /// Requests refused because `max_pending_requests` were already queued (Envoy's name).
     pub rq_pending_overflow: Arc<Counter>,
+    /// Times a connection held requests back because the replies it had asked for reached
+    /// `max_reply_bytes_in_flight` (Envoy's name for an upstream that backed up).
+    pub flow_control_backed_up: Arc<Counter>,
 }
 
 impl HostStats {
@@ -349,6 +359,7 @@ impl HostStats {
             flush_total: h("flush_total"),
             cx_connect_rate_limited: c("upstream_cx_connect_rate_limited"),
             rq_pending_overflow: c("upstream_rq_pending_overflow"),
+            flow_control_backed_up: c("upstream_flow_control_backed_up_total"),
         }
     }
 }

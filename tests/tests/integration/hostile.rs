@@ -1586,3 +1586,162 @@ fn a_client_past_its_output_buffer_limit_is_disconnected() {
     }
     assert_eq!(respite.stat(closed), 1);
 }
+
+/// The largest `omem` (reply bytes Redis holds for a client, `CLIENT LIST`) among `server`'s
+/// clients, in bytes.
+fn largest_omem(server: &RedisServer) -> u64 {
+    let list = server.raw().cmd(&[b"CLIENT", b"LIST"]);
+    String::from_utf8_lossy(&list)
+        .split_whitespace()
+        .filter_map(|f| f.strip_prefix("omem="))
+        .filter_map(|v| v.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// (3) Upstream: 50 connections pipelining 10 000 `GET` of a 64 KiB value each and never
+/// reading (31 GB of replies asked for) make Respite's connection to the backend carry no more
+/// than `max_reply_bytes_in_flight` of replies: the backend's output buffer for Respite (its
+/// `omem`) and its `used_memory` stay within a small multiple of the window (at full scale,
+/// before the window, Redis grew until it was OOM-killed), the window's back-pressure is
+/// counted, and a well-behaved client of the same backend is answered throughout.
+#[test]
+fn a_backend_holds_no_more_replies_for_respite_than_its_window() {
+    let _g = serial();
+    const WINDOW: u64 = 4 << 20;
+    let backends = servers(1);
+    let addrs = addrs(&backends);
+    let (port, admin) = (free_port(), free_port());
+    let cfg = simple_config(port, admin, &addrs, 1, "").replace(
+        "drain_timeout = \"5s\"",
+        &format!("drain_timeout = \"5s\"\nmaxmemory_clients = {}", 64 << 20),
+    ) + &format!("max_reply_bytes_in_flight = {WINDOW}\n");
+    let respite = Respite::start(&cfg, port, admin);
+    let mut c = respite.raw();
+    let value = vec![b'v'; 64 * 1024];
+    assert_eq!(c.cmd(&[b"SET", b"big", &value]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"small", b"s"]), OK);
+    let base_used = used_memory(&backends[0]);
+    let prober = Prober::start(&respite.addr(), b"small", b"s");
+    let request = RawClient::encode(&[b"GET", b"big"]);
+    let (conns, writers) = never_reading(&respite.addr(), 50, &request, 10_000);
+    let (mut peak_omem, mut peak_used, mut samples) = (0, base_used, 0);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        peak_omem = peak_omem.max(largest_omem(&backends[0]));
+        peak_used = peak_used.max(used_memory(&backends[0]));
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let lat = prober.finish();
+    let backed_up = respite.stat("cluster.cache.upstream_flow_control_backed_up_total");
+    let used_growth = peak_used.saturating_sub(base_used);
+    eprintln!(
+        "window {WINDOW} B: backend omem peak {peak_omem} B, used_memory +{} KiB over {samples} \
+         samples, backed up {backed_up} times, prober {lat:?}",
+        used_growth >> 10
+    );
+    assert!(backed_up > 0, "the window never held requests back");
+    // The window bounds the reply bytes asked; Redis keeps them in reply blocks allocated
+    // larger than what they hold when small replies (the prober's) come between large ones:
+    // measured up to about 3.3 times the bytes. With the largest window (1 GiB) the backend
+    // held 53 MiB here.
+    assert!(
+        peak_omem <= 4 * WINDOW,
+        "the backend held {peak_omem} B of replies for respite (window {WINDOW} B)"
+    );
+    assert!(
+        used_growth <= 4 * WINDOW + (8 << 20),
+        "the backend's used_memory grew {used_growth} B (window {WINDOW} B)"
+    );
+    assert!(
+        lat.count > 0 && lat.max < Duration::from_secs(10),
+        "{lat:?}"
+    );
+    drop(conns);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(c.cmd(&[b"GET", b"small"]), bulk(b"s"));
+}
+
+/// (3) Requests count in the budget: four clients sending a 48 MiB `SET` each at once, with
+/// `maxmemory_clients = 32 MiB`, are received one after another past the budget (one at a time
+/// always goes on, so none waits for ever): every value is stored byte for byte, Respite's RSS
+/// grows by about the budget plus one request rather than by all four, and another client is
+/// answered throughout.
+#[test]
+fn large_requests_at_once_are_received_within_the_budget() {
+    let _g = serial();
+    const CLIENTS: usize = 4;
+    const VALUE_MIB: usize = 48;
+    const BUDGET_MIB: u64 = 32;
+    let backends = servers(1);
+    let addrs = addrs(&backends);
+    let (port, admin) = (free_port(), free_port());
+    let cfg = simple_config(port, admin, &addrs, 1, "").replace(
+        "drain_timeout = \"5s\"",
+        &format!(
+            "drain_timeout = \"5s\"\nmaxmemory_clients = {}",
+            BUDGET_MIB << 20
+        ),
+    );
+    let cfg = cfg.replace("op_timeout = \"1s\"", "op_timeout = \"30s\"");
+    let respite = Respite::start(&cfg, port, admin);
+    let pid = respite.pid();
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", b"small", b"s"]), OK);
+    std::thread::sleep(Duration::from_millis(300));
+    let base_rss = rss_kib(pid);
+    let prober = Prober::start(&respite.addr(), b"small", b"s");
+    let done = Arc::new(AtomicUsize::new(0));
+    let senders: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let (addr, done) = (respite.addr(), done.clone());
+            std::thread::spawn(move || {
+                let value = vec![b'a' + i as u8; VALUE_MIB << 20];
+                let key = format!("large:{i}");
+                let mut c = RawClient::connect(&addr);
+                let reply = c.cmd(&[b"SET", key.as_bytes(), &value]);
+                done.fetch_add(1, Ordering::SeqCst);
+                reply
+            })
+        })
+        .collect();
+    let mut peak = base_rss;
+    while done.load(Ordering::SeqCst) < CLIENTS {
+        peak = peak.max(rss_kib(pid));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for s in senders {
+        assert_eq!(s.join().unwrap(), OK);
+    }
+    let lat = prober.finish();
+    let growth_mib = peak.saturating_sub(base_rss) / 1024;
+    eprintln!(
+        "{CLIENTS} x {VALUE_MIB} MiB SETs at once, budget {BUDGET_MIB} MiB: respite RSS +{growth_mib} \
+         MiB at peak, prober {lat:?}"
+    );
+    let mut direct = backends[0].raw();
+    for i in 0..CLIENTS {
+        let key = format!("large:{i}");
+        assert_eq!(
+            direct.cmd(&[b"STRLEN", key.as_bytes()]),
+            format!(":{}\r\n", VALUE_MIB << 20).into_bytes()
+        );
+        let tail = direct.cmd(&[b"GETRANGE", key.as_bytes(), b"-3", b"-1"]);
+        assert_eq!(tail, bulk(&[b'a' + i as u8; 3]), "{key}");
+    }
+    // The budget, the request holding the turn (its read buffer, and its copy on the upstream
+    // connection until written) and a margin: four requests received at once hold more than
+    // twice that.
+    let bound = BUDGET_MIB + 2 * VALUE_MIB as u64 + 32;
+    assert!(
+        growth_mib < bound,
+        "respite grew {growth_mib} MiB for {CLIENTS} x {VALUE_MIB} MiB SETs (bound {bound} MiB)"
+    );
+    assert!(
+        lat.count > 0 && lat.max < Duration::from_secs(10),
+        "{lat:?}"
+    );
+}

@@ -142,6 +142,7 @@ fn config(ports: &[u16]) -> ClusterConfig {
         connection_rate_limit_per_sec: 0,
         max_pending_requests: 16384,
         max_leased_connections: 32,
+        max_reply_bytes_in_flight: 64 << 20,
         tcp_keepalive: Default::default(),
     }
 }

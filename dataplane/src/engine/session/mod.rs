@@ -25,6 +25,7 @@ use subscribe::Subscriptions;
 use transaction::Watch;
 
 use super::blocked::BlockedClients;
+use super::budget;
 use super::pubsub::Hub;
 use super::sink::{NO_CMD, Sink};
 use super::stats::CUSTOM_CMD;
@@ -144,6 +145,8 @@ pub async fn run(
     let mut rx_held = 0usize;
     // Set after a barrier: parse what is already buffered before reading more.
     let mut resume = false;
+    // This session's incomplete request counted in the worker's budget (bytes).
+    let mut rx_share = 0usize;
 
     'conn: loop {
         while !sink.has_capacity() && !sink.is_closed() && !worker.is_draining() {
@@ -167,7 +170,30 @@ pub async fn run(
             start = 0;
         }
         if !std::mem::take(&mut resume) {
-            if buf.capacity() - buf.len() < READ_INITIAL / 2 {
+            // A large request on its way in is read on only with the worker budget's leave
+            // (`start` is 0 here: what is buffered is one incomplete request), and counts for
+            // the whole value its header announced: its buffer is sized for it at once, rather
+            // than doubled step by step (each step a copy, old and new both resident).
+            let share = if buf.len() > budget::RECEIVE_FREE {
+                parser.needs().unwrap_or(0).max(buf.len())
+            } else {
+                0
+            };
+            rx_share = worker.budget.receiving(id, rx_share, share);
+            if share > 0 {
+                if !worker.budget.may_receive(id, &sink) {
+                    sink.reader.notified().await;
+                    continue;
+                }
+                buf.reserve_exact(share - buf.len());
+            }
+            // Sized for an announced value: its last bytes are read into what is left.
+            let want_free = if share > buf.len() {
+                1
+            } else {
+                READ_INITIAL / 2
+            };
+            if buf.capacity() - buf.len() < want_free {
                 buf.reserve(buf.len().max(READ_CHUNK));
             }
             // A drain stops the read: bytes the kernel still holds are never executed (the
@@ -283,6 +309,7 @@ pub async fn run(
     session.answer_unsent();
     session.unsubscribe_all(&handle.current());
     move_gauge(&stats.rx_buffered, rx_held, 0);
+    worker.budget.receiving(id, rx_share, 0);
     if worker.is_draining() {
         stats.cx_drain_close.inc();
     }
