@@ -11,7 +11,7 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::{
     HostState, HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry, Streak,
@@ -21,6 +21,7 @@ use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
 use crate::stats::clock::{self, BatchClock};
+use crate::stats::log_limit::log_limited;
 use crate::stats::probe::RequestPath;
 
 /// Buffers grown past this by a huge request or reply are replaced once drained.
@@ -147,6 +148,9 @@ pub struct Conn<H: HostState> {
     stats: HostStats,
     /// Bumped on every new TCP connection so stale tasks of an old one stop.
     generation: Cell<u64>,
+    /// The generation [`Conn::close_hung`] last closed: every request on a hung connection
+    /// expires at once, and one closing (and one log line) is enough for all of them.
+    hung_generation: Cell<u64>,
     /// Reads that returned data, over the connection's whole life (hung-host detection).
     reads: Cell<u64>,
     /// The current TCP connection, while there is one: the timeout task shuts it to close a
@@ -198,6 +202,7 @@ impl<H: HostState> Conn<H> {
             wake_supervisor: Notify::default(),
             stats,
             generation: Cell::new(0),
+            hung_generation: Cell::new(0),
             reads: Cell::new(0),
             stream: RefCell::new(None),
             retiring: Cell::new(false),
@@ -459,8 +464,16 @@ impl<H: HostState> Conn<H> {
     /// request waited: the reader wakes with end of stream, and the supervisor fails every
     /// pending request (written or queued) and reconnects with backoff. New requests fail fast
     /// from now on instead of queueing behind the dead connection.
+    ///
+    /// Once per TCP connection: the requests expiring after the first on the same connection
+    /// are failed by the supervisor with the rest.
     fn close_hung(&self) {
-        warn!(cluster = %self.host.cluster(), upstream = %self.addr, "upstream sent nothing for op_timeout; closing the connection");
+        let generation = self.generation.get();
+        if self.hung_generation.replace(generation) == generation {
+            return;
+        }
+        log_limited!(WARN, "upstream sent nothing for op_timeout; closing the connection";
+            cluster = %self.host.cluster(), upstream = %self.addr);
         self.set_state(State::Backoff);
         if let Some(stream) = self.stream.borrow().as_ref() {
             net::shutdown(stream);
@@ -553,8 +566,10 @@ async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
                 conn.streak.failure(&*conn.host);
                 // The first failure of a run is worth an operator's eye (a refused handshake, a
                 // bad socket option); the retries after it are not.
+                // The other workers' connections to the host fail alike: one line per window.
                 if backoff.attempt == 0 {
-                    warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream connect failed; retrying with backoff");
+                    log_limited!(WARN, "upstream connect failed; retrying with backoff";
+                        cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e);
                 } else {
                     debug!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream connect failed");
                 }
@@ -636,7 +651,8 @@ pub(super) async fn open(
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))??;
     if let Some(reply) = all.iter().find(|r| r.first() == Some(&b'-')) {
         let text = String::from_utf8_lossy(reply).trim_end().to_string();
-        warn!(cluster = %cluster, upstream = %addr, reply = %text, "upstream handshake failed");
+        log_limited!(WARN, "upstream handshake failed";
+            cluster = %cluster, upstream = %addr, reply = %text);
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             text,
@@ -722,14 +738,16 @@ async fn read_loop<H: HostState>(conn: &Conn<H>, stream: &TcpStream) {
             match scanner.scan(rest) {
                 Ok(Some(len)) => {
                     if !conn.on_reply(rest.get(..len).unwrap_or_default()) {
-                        warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, "reply with no pending request; closing");
+                        log_limited!(WARN, "reply with no pending request; closing";
+                            cluster = %conn.host.cluster(), upstream = %conn.addr);
                         return;
                     }
                     start += len;
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream protocol error; closing");
+                    log_limited!(WARN, "upstream protocol error; closing";
+                        cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e);
                     return;
                 }
             }
