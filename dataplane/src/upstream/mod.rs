@@ -93,7 +93,8 @@ pub type CommandName = fn(u16) -> Option<&'static str>;
 /// Handles what a Redis Cluster node answers instead of a reply (Redis Cluster spec,
 /// "Redirection and resharding"), and reports host failures to the topology.
 pub trait Redirect {
-    /// `reply` (`-MOVED …`, `-ASK …`, `-TRYAGAIN …`, `-CLUSTERDOWN …`) came from `from` for
+    /// `reply` (`-MOVED …`, `-ASK …`, `-TRYAGAIN …`, `-CLUSTERDOWN …`, `-LOADING …`,
+    /// `-BUSY …`, `-MASTERDOWN …`) came from `from` for
     /// `request` (its encoded bytes); the handler sends it again or answers `target` itself.
     fn redirect(
         &self,
@@ -317,6 +318,12 @@ pub struct HostStats {
     pub cx_connect_rate_limited: Arc<Counter>,
     /// Requests refused because `max_pending_requests` were already queued (Envoy's name).
     pub rq_pending_overflow: Arc<Counter>,
+    /// New connections held back because the host answered `PING` with `-LOADING` (it is
+    /// loading its dataset after a restart).
+    pub cx_loading: Arc<Counter>,
+    /// Requests answered with the host's own `-LOADING` error because it was still loading
+    /// `op_timeout` after their connection first saw it loading.
+    pub rq_loading: Arc<Counter>,
 }
 
 impl HostStats {
@@ -349,6 +356,8 @@ impl HostStats {
             flush_total: h("flush_total"),
             cx_connect_rate_limited: c("upstream_cx_connect_rate_limited"),
             rq_pending_overflow: c("upstream_rq_pending_overflow"),
+            cx_loading: c("upstream_cx_loading"),
+            rq_loading: c("upstream_rq_loading"),
         }
     }
 }
