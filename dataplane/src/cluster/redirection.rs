@@ -1,5 +1,6 @@
 //! What a Redis Cluster node answers instead of a reply: `MOVED`, `ASK`, `TRYAGAIN`,
-//! `CLUSTERDOWN` (Redis Cluster spec, "Redirection and resharding").
+//! `CLUSTERDOWN` (Redis Cluster spec, "Redirection and resharding"), and the transient states
+//! retried like `TRYAGAIN`: `LOADING`, `BUSY`, `MASTERDOWN`.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -16,12 +17,15 @@ pub(super) enum Redirection {
         slot: u16,
         addr: SocketAddr,
     },
-    /// `TRYAGAIN` or `CLUSTERDOWN`: the same request may succeed a moment later.
+    /// `TRYAGAIN`, `CLUSTERDOWN`, or a transient state that refused the command without running
+    /// it (`LOADING`, `BUSY`, `MASTERDOWN`): the same request may succeed a moment later.
     Retry,
 }
 
 impl Redirection {
-    /// Parses `-MOVED <slot> <ip>:<port>` / `-ASK …` / `-TRYAGAIN …` / `-CLUSTERDOWN …`. An
+    /// Parses `-MOVED <slot> <ip>:<port>` / `-ASK …` / `-TRYAGAIN …` / `-CLUSTERDOWN …` /
+    /// `-LOADING …` / `-BUSY …` / `-MASTERDOWN …` (the connection passes `-BUSY` here only for
+    /// requests that are not scripts). An
     /// empty ip means the replying node's own (Redis 7 `cluster-preferred-endpoint-type
     /// unknown-endpoint`). `None` for anything else, including hostnames (not resolved on the
     /// request path; Envoy passes those to the client too).
@@ -30,7 +34,10 @@ impl Redirection {
         let text = std::str::from_utf8(line.strip_prefix(b"-")?).ok()?;
         let mut words = text.split(' ');
         let kind = words.next()?;
-        if kind == "TRYAGAIN" || kind == "CLUSTERDOWN" {
+        if matches!(
+            kind,
+            "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "BUSY" | "MASTERDOWN"
+        ) {
             return Some(Redirection::Retry);
         }
         let slot: u16 = words.next()?.parse().ok()?;
@@ -95,6 +102,17 @@ mod tests {
             Redirection::parse(b"-CLUSTERDOWN The cluster is down\r\n", from),
             Some(Redirection::Retry)
         );
+        for transient in [
+            &b"-LOADING Redis is loading the dataset in memory\r\n"[..],
+            b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.\r\n",
+            b"-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.\r\n",
+        ] {
+            assert_eq!(
+                Redirection::parse(transient, from),
+                Some(Redirection::Retry),
+                "{transient:?}"
+            );
+        }
         for bad in [
             &b"-MOVED 16384 127.0.0.1:1\r\n"[..],
             b"-MOVED x 127.0.0.1:1\r\n",
@@ -102,6 +120,8 @@ mod tests {
             b"-MOVED 1\r\n",
             b"-MOVED 1 127.0.0.1\r\n",
             b"-ERR nope\r\n",
+            b"-BUSYKEY Target key name already exists.\r\n",
+            b"-BUSYGROUP Consumer Group name already exists\r\n",
             b"+OK\r\n",
             b"",
         ] {

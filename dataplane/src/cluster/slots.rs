@@ -7,9 +7,12 @@
 //! - `MOVED`: the slot is re-pointed in this worker's view at once and the request is sent to the
 //!   new owner; the discovery thread is told, and refreshes the whole map once redirects pile up.
 //! - `ASK`: `ASKING` then the request to the named node; the view does not change.
-//! - `TRYAGAIN` / `CLUSTERDOWN`: sent again after a short backoff (10 ms doubling, at most
-//!   200 ms) as long as `op_timeout` from the first write allows; then the error goes to the
-//!   client.
+//! - `TRYAGAIN` / `CLUSTERDOWN`, and the transient states `LOADING` (a node loading its
+//!   dataset after a restart), `BUSY` (a script past `busy-reply-threshold`; not for a script's
+//!   own reply) and `MASTERDOWN`: sent again (to the slot's primary, or to the same node for a
+//!   request not sent by key) after a short backoff
+//!   (10 ms doubling, at most 200 ms) as long as `op_timeout` from the first write allows; then
+//!   the node's error goes to the client. Counted in `redis_cluster.retries`.
 //! - At most [`MAX_HOPS`] redirects per request; past that the client gets a `TRYAGAIN` error
 //!   instead of a redirect loop.
 //! - Order: once a request of slot `s` needs a second trip (any of the above), later requests

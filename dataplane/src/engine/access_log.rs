@@ -35,6 +35,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::stats::hotkeys::{LOGGED_KEY_BYTES, escape_key};
+use crate::stats::log_limit::log_limited;
 
 /// Records that may wait for the writer before new ones are dropped.
 pub const CHANNEL_CAPACITY: usize = 16 * 1024;
@@ -175,7 +176,8 @@ fn flush_all(dests: &mut HashMap<Arc<str>, Dest>) {
         if let Some(out) = &mut d.out
             && let Err(e) = out.writer().flush()
         {
-            tracing::error!(path = %path, error = %e, "access log: write failed");
+            // A full disk fails every line: one log line per window.
+            log_limited!(ERROR, "access log: write failed"; path = %path, error = %e);
         }
     }
 }
@@ -215,7 +217,7 @@ fn write_one(dests: &mut HashMap<Arc<str>, Dest>, r: &Record, line: &mut String)
     if let Some(out) = &mut d.out
         && let Err(e) = out.writer().write_all(line.as_bytes())
     {
-        tracing::error!(path = %r.path, error = %e, "access log: write failed");
+        log_limited!(ERROR, "access log: write failed"; path = %r.path, error = %e);
     }
     d.dirty = true;
 }

@@ -1,6 +1,7 @@
 //! Workers, listeners and downstream sessions, and the process around them: start-up, SIGHUP
 //! reload, configs pushed on the control socket, and SIGTERM drain.
 
+mod accept_backoff;
 pub mod access_log;
 mod blocked;
 mod budget;

@@ -26,6 +26,7 @@ use crate::net::{self, Notify};
 use crate::resp::pubsub::add_to_counts;
 use crate::router::dispatch::Slots;
 use crate::stats::clock;
+use crate::stats::log_limit::log_limited;
 use crate::upstream::Deliver;
 
 /// Slots a session may have waiting before it stops reading (back-pressure).
@@ -246,17 +247,13 @@ impl Sink {
         let held = self.held();
         match kind {
             Broken::PubSub => {
-                tracing::warn!(
-                    held_bytes = held,
-                    "client disconnected: pub/sub output over its client-output-buffer-limit"
-                );
+                log_limited!(WARN, "client disconnected: pub/sub output over its client-output-buffer-limit";
+                    held_bytes = held);
                 self.stats.pubsub_slow_close.inc();
             }
             Broken::Normal => {
-                tracing::warn!(
-                    held_bytes = held,
-                    "client disconnected: replies not read over its client-output-buffer-limit"
-                );
+                log_limited!(WARN, "client disconnected: replies not read over its client-output-buffer-limit";
+                    held_bytes = held);
             }
         }
         self.stats.output_buffer_limit_close.inc();

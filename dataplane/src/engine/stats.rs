@@ -32,6 +32,9 @@ pub struct ListenerStats {
     pub cx_active: Arc<Gauge>,
     pub cx_protocol_error: Arc<Counter>,
     pub cx_drain_close: Arc<Counter>,
+    /// Failed `accept`s on the listener (at the fd limit, out of socket memory, a connection
+    /// reset while queued); each pauses the worker's accepts (10 ms doubling to 1 s).
+    pub cx_accept_error: Arc<Counter>,
     pub rx_bytes: Arc<Counter>,
     pub tx_bytes: Arc<Counter>,
     /// Bytes read from clients and not yet parsed (a partial request), Envoy's
@@ -97,6 +100,7 @@ impl ListenerStats {
             cx_active: g("downstream_cx_active"),
             cx_protocol_error: c("downstream_cx_protocol_error"),
             cx_drain_close: c("downstream_cx_drain_close"),
+            cx_accept_error: c("downstream_cx_accept_error"),
             rx_bytes: c("downstream_cx_rx_bytes_total"),
             tx_bytes: c("downstream_cx_tx_bytes_total"),
             rx_buffered: g("downstream_cx_rx_bytes_buffered"),

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use super::accept_backoff::AcceptBackoff;
 use super::blocked::BlockedClients;
 use super::budget::{self, Budget};
 use super::observe::Observer;
@@ -26,6 +27,7 @@ use crate::net::{self, TaskHandle, TcpListener};
 use crate::router::fault::Faults;
 use crate::router::{Mirror, MirrorStats, RouteRuntime, Router};
 use crate::stats::Store;
+use crate::stats::log_limit::log_limited;
 use crate::upstream::PoolSettings;
 
 /// How many sessions must have closed before freed memory is handed back to the kernel, and how
@@ -635,20 +637,26 @@ async fn accept_loop(
     }
     shared.accepting.set(shared.accepting.get() + 1);
     let _accepting = Accepting(shared.clone());
+    let mut backoff = AcceptBackoff::default();
     loop {
         match net::accept(&listener).await {
-            Ok((stream, peer)) => net::spawn(session::run(
-                stream,
-                Some(peer),
-                handle.clone(),
-                shared.clone(),
-            )),
+            Ok((stream, peer)) => {
+                backoff.reset();
+                net::spawn(session::run(
+                    stream,
+                    Some(peer),
+                    handle.clone(),
+                    shared.clone(),
+                ))
+            }
             // A drain stopped the listener; connections accepted before that are served above.
             Err(_) if shared.is_draining() => return,
             Err(e) => {
-                // EMFILE/ENFILE and friends: back off instead of spinning.
-                warn!(error = %e, "accept failed");
-                net::sleep(Duration::from_millis(10)).await;
+                handle.current().stats.cx_accept_error.inc();
+                let pause = backoff.on_error(&e);
+                log_limited!(WARN, "accept failed; pausing this listener's accepts";
+                    error = %e, pause_ms = pause.as_millis() as u64);
+                net::sleep(pause).await;
             }
         }
     }

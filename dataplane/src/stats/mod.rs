@@ -14,6 +14,7 @@ pub mod clock;
 pub mod external;
 pub mod histogram;
 pub mod hotkeys;
+pub mod log_limit;
 pub mod probe;
 pub mod prometheus;
 

@@ -11,7 +11,7 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::{
     HostState, HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry, Streak,
@@ -21,6 +21,7 @@ use crate::net::BufResult;
 use crate::net::{self, Notify, TcpStream};
 use crate::resp::{ReplyScanner, encode};
 use crate::stats::clock::{self, BatchClock};
+use crate::stats::log_limit::log_limited;
 use crate::stats::probe::RequestPath;
 
 /// Buffers grown past this by a huge request or reply are replaced once drained.
@@ -160,6 +161,9 @@ pub struct Conn<H: HostState> {
     stats: HostStats,
     /// Bumped on every new TCP connection so stale tasks of an old one stop.
     generation: Cell<u64>,
+    /// The generation [`Conn::close_hung`] last closed: every request on a hung connection
+    /// expires at once, and one closing (and one log line) is enough for all of them.
+    hung_generation: Cell<u64>,
     /// Reads that returned data, over the connection's whole life (hung-host detection).
     reads: Cell<u64>,
     /// The current TCP connection, while there is one: the timeout task shuts it to close a
@@ -182,8 +186,15 @@ impl<H: HostState> Conn<H> {
     }
 
     /// [`Conn::start`] for a Redis Cluster node: replies that are redirects or retryable errors
-    /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`) go to `redirect` with the request's bytes
-    /// instead of to the client, and so do failures; `readonly` sends `READONLY` after AUTH.
+    /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `BUSY`, `MASTERDOWN`: see
+    /// [`is_redirect`]) go to `redirect` with the request's bytes instead of to the client, and
+    /// so do failures; `readonly` sends `READONLY` after AUTH.
+    ///
+    /// A connection without a redirect handler (standalone hosts) passes those replies to the
+    /// client unchanged once it is up: sending a request again needs a copy of every request
+    /// kept until its reply (the request log, kept only here), and a resent request would run
+    /// after the ones pipelined behind it, reordering a client's commands. New connections of
+    /// both kinds wait for a loading host instead ([`wait_loaded`]).
     pub fn start_cluster(
         host: Arc<H>,
         settings: Rc<PoolSettings>,
@@ -215,6 +226,7 @@ impl<H: HostState> Conn<H> {
             wake_supervisor: Notify::default(),
             stats,
             generation: Cell::new(0),
+            hung_generation: Cell::new(0),
             reads: Cell::new(0),
             stream: RefCell::new(None),
             retiring: Cell::new(false),
@@ -394,6 +406,32 @@ impl<H: HostState> Conn<H> {
         self.timer_ready.notify();
     }
 
+    /// Answers every queued request (none is written: the connection is still connecting)
+    /// with `reply`, the host's own `-LOADING …` line ([`wait_loaded`]).
+    fn answer_queued(&self, reply: &[u8]) {
+        let drained: Vec<Pending> = {
+            let mut inner = self.inner.borrow_mut();
+            if inner.written > 0 {
+                return;
+            }
+            inner.out.clear();
+            inner.first_queued = None;
+            let drained = inner.pending.drain(..).collect();
+            inner.compact_log();
+            drained
+        };
+        let now = Instant::now();
+        for p in drained {
+            if let Some(target) = p.target {
+                self.stats.rq_loading.inc();
+                self.stats.rq_error.inc();
+                self.record(target.cmd, false, None, now);
+                target.deliver(reply);
+            }
+        }
+        self.close_if_retired();
+    }
+
     /// Records an upstream request's time (host `rq_time` in µs, cluster `upstream_rq_time` in
     /// ms) and its command outcome (with `enable_command_stats`).
     #[inline]
@@ -450,7 +488,7 @@ impl<H: HostState> Conn<H> {
             }
             // Only a redirect needs the request again: copy it out before the log moves on.
             let request = match (&self.redirect, &p.target) {
-                (Some(_), Some(_)) if is_redirect(reply) => {
+                (Some(_), Some(t)) if is_redirect(reply, t.script) => {
                     let end = inner
                         .pending
                         .front()
@@ -497,8 +535,16 @@ impl<H: HostState> Conn<H> {
     /// request waited: the reader wakes with end of stream, and the supervisor fails every
     /// pending request (written or queued) and reconnects with backoff. New requests fail fast
     /// from now on instead of queueing behind the dead connection.
+    ///
+    /// Once per TCP connection: the requests expiring after the first on the same connection
+    /// are failed by the supervisor with the rest.
     fn close_hung(&self) {
-        warn!(cluster = %self.host.cluster(), upstream = %self.addr, "upstream sent nothing for op_timeout; closing the connection");
+        let generation = self.generation.get();
+        if self.hung_generation.replace(generation) == generation {
+            return;
+        }
+        log_limited!(WARN, "upstream sent nothing for op_timeout; closing the connection";
+            cluster = %self.host.cluster(), upstream = %self.addr);
         self.set_state(State::Backoff);
         if let Some(stream) = self.stream.borrow().as_ref() {
             net::shutdown(stream);
@@ -541,12 +587,27 @@ fn next_estimate(estimate: usize, len: usize, window: usize) -> usize {
 }
 
 /// True for the replies a Redis Cluster node gives instead of an answer: `MOVED`, `ASK`,
-/// `TRYAGAIN`, `CLUSTERDOWN` (Redis Cluster spec, "Redirection and resharding").
-fn is_redirect(reply: &[u8]) -> bool {
+/// `TRYAGAIN`, `CLUSTERDOWN` (Redis Cluster spec, "Redirection and resharding"), and the
+/// transient states that refuse a command without running it: `LOADING` (the node loads its
+/// dataset), `BUSY` (a script or function runs past `busy-reply-threshold`), `MASTERDOWN` (a
+/// replica lost its primary with `replica-serve-stale-data no`). `-BUSY` is not one for a
+/// script (`script`): a script can raise any error itself, and one that ran must not run twice;
+/// `-BUSYKEY`/`-BUSYGROUP` never are (the space after `BUSY` tells them apart).
+///
+/// Cost: one byte compare for a reply that is not an error.
+fn is_redirect(reply: &[u8], script: bool) -> bool {
     reply.first() == Some(&b'-')
-        && [&b"-MOVED "[..], b"-ASK ", b"-TRYAGAIN", b"-CLUSTERDOWN"]
-            .iter()
-            .any(|p| reply.starts_with(p))
+        && ([
+            &b"-MOVED "[..],
+            b"-ASK ",
+            b"-TRYAGAIN",
+            b"-CLUSTERDOWN",
+            b"-LOADING",
+            b"-MASTERDOWN",
+        ]
+        .iter()
+        .any(|p| reply.starts_with(p))
+            || (!script && reply.starts_with(b"-BUSY ")))
 }
 
 /// Connects, authenticates, runs the connection until it fails, then backs off and retries, until
@@ -611,6 +672,8 @@ async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
                 }
                 debug!(cluster = %conn.host.cluster(), upstream = %conn.addr, "upstream connection closed");
             }
+            // Shut down (a reload removed the host) while connecting: nothing failed.
+            Err(_) if conn.is_closed() => {}
             Err(e) => {
                 conn.stats.cx_connect_fail.inc();
                 conn.stats.host_cx_connect_fail.inc();
@@ -618,8 +681,10 @@ async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
                 conn.streak.failure(&*conn.host);
                 // The first failure of a run is worth an operator's eye (a refused handshake, a
                 // bad socket option); the retries after it are not.
+                // The other workers' connections to the host fail alike: one line per window.
                 if backoff.attempt == 0 {
-                    warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream connect failed; retrying with backoff");
+                    log_limited!(WARN, "upstream connect failed; retrying with backoff";
+                        cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e);
                 } else {
                     debug!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream connect failed");
                 }
@@ -645,15 +710,71 @@ const BACKOFF_CAP: Duration = Duration::from_secs(5);
 
 /// Opens the TCP connection and runs the handshake, in this order: `HELLO 3 [AUTH user pass]`
 /// for RESP3 connections or `AUTH [user] pass` for RESP2 ones when credentials are configured,
-/// then `READONLY` for Redis Cluster replicas. Any error reply fails the connection.
+/// then `READONLY` for Redis Cluster replicas. Any error reply fails the connection. Then
+/// waits while the host loads its dataset ([`wait_loaded`]).
 async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<TcpStream> {
-    open(
+    let stream = open(
         conn.addr,
         &conn.settings,
         conn.readonly,
         conn.host.cluster(),
     )
-    .await
+    .await?;
+    wait_loaded(conn, &stream).await?;
+    Ok(stream)
+}
+
+/// `PING`, encoded.
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+/// The error prefix of a host loading its dataset (Redis `shared.loadingerr`).
+const LOADING: &[u8] = b"-LOADING";
+/// How often a connection to a loading host asks again whether it is done.
+const LOADING_POLL: Duration = Duration::from_millis(100);
+
+/// Holds a new connection back while its host loads its dataset (after a restart, a replica's
+/// full sync): Redis answers nearly every command `-LOADING …` until it is done, `PING`
+/// included, so the connection sends `PING` every [`LOADING_POLL`] until the reply is anything
+/// else. Meanwhile it stays connecting: requests queue (at most `max_pending_requests`) and go
+/// out once the host serves, so clients wait instead of seeing `-LOADING`. Loading can take
+/// minutes, so the wait is bounded: once the host has been loading for `op_timeout`, every
+/// request queued is answered with the host's own `-LOADING …` line, and so is every request
+/// queued after that, at the next poll (within 100 ms), until the loading ends.
+///
+/// Errors: a write or read error, or a `PING` unanswered for `connect_timeout` (the connection
+/// is dropped and reconnects with backoff), or the connection shut down meanwhile.
+async fn wait_loaded<H: HostState>(conn: &Conn<H>, stream: &TcpStream) -> std::io::Result<()> {
+    let mut since: Option<Instant> = None;
+    loop {
+        let BufResult(res, _) = net::write_all(stream, PING.to_vec()).await;
+        res?;
+        let reply = net::timeout(conn.settings.connect_timeout, read_replies(stream, 1))
+            .await
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "PING timeout"))??
+            .pop()
+            .unwrap_or_default();
+        if !reply.starts_with(LOADING) {
+            if since.is_some() {
+                log_limited!(INFO, "upstream finished loading its dataset; sending the queued requests";
+                    cluster = %conn.host.cluster(), upstream = %conn.addr);
+            }
+            return Ok(());
+        }
+        let began = *since.get_or_insert_with(|| {
+            conn.stats.cx_loading.inc();
+            log_limited!(WARN, "upstream is loading its dataset; requests wait for it up to op_timeout";
+                cluster = %conn.host.cluster(), upstream = %conn.addr);
+            Instant::now()
+        });
+        if began.elapsed() >= conn.settings.op_timeout {
+            conn.answer_queued(&reply);
+        }
+        let _ = net::timeout(LOADING_POLL, conn.wake_supervisor.notified()).await;
+        if conn.is_closed() {
+            return Err(std::io::Error::other(
+                "connection shut down while the host loads",
+            ));
+        }
+    }
 }
 
 /// [`connect`] for any connection to `addr` of cluster `cluster` (named in the log line of a
@@ -701,7 +822,8 @@ pub(super) async fn open(
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))??;
     if let Some(reply) = all.iter().find(|r| r.first() == Some(&b'-')) {
         let text = String::from_utf8_lossy(reply).trim_end().to_string();
-        warn!(cluster = %cluster, upstream = %addr, reply = %text, "upstream handshake failed");
+        log_limited!(WARN, "upstream handshake failed";
+            cluster = %cluster, upstream = %addr, reply = %text);
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             text,
@@ -787,14 +909,16 @@ async fn read_loop<H: HostState>(conn: &Conn<H>, stream: &TcpStream) {
             match scanner.scan(rest) {
                 Ok(Some(len)) => {
                     if !conn.on_reply(rest.get(..len).unwrap_or_default()) {
-                        warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, "reply with no pending request; closing");
+                        log_limited!(WARN, "reply with no pending request; closing";
+                            cluster = %conn.host.cluster(), upstream = %conn.addr);
                         return;
                     }
                     start += len;
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    warn!(cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e, "upstream protocol error; closing");
+                    log_limited!(WARN, "upstream protocol error; closing";
+                        cluster = %conn.host.cluster(), upstream = %conn.addr, error = %e);
                     return;
                 }
             }
@@ -1067,6 +1191,33 @@ mod tests {
             trips += 1;
         }
         assert!(trips <= 6, "{trips} round trips to open the window");
+    }
+
+    #[test]
+    fn transient_states_are_retried_but_not_busy_for_scripts() {
+        for r in [
+            &b"-MOVED 1 127.0.0.1:7000\r\n"[..],
+            b"-ASK 1 127.0.0.1:7000\r\n",
+            b"-TRYAGAIN x\r\n",
+            b"-CLUSTERDOWN x\r\n",
+            b"-LOADING Redis is loading the dataset in memory\r\n",
+            b"-MASTERDOWN Link with MASTER is down\r\n",
+        ] {
+            assert!(is_redirect(r, false), "{r:?}");
+            assert!(is_redirect(r, true), "{r:?}");
+        }
+        let busy = b"-BUSY Redis is busy running a script.\r\n";
+        assert!(is_redirect(busy, false));
+        assert!(!is_redirect(busy, true));
+        for r in [
+            &b"-BUSYKEY Target key name already exists.\r\n"[..],
+            b"-BUSYGROUP Consumer Group name already exists\r\n",
+            b"-ERR x\r\n",
+            b"+LOADING\r\n",
+            b"$8\r\n-LOADING\r\n",
+        ] {
+            assert!(!is_redirect(r, false), "{r:?}");
+        }
     }
 
     #[test]

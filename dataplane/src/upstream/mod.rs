@@ -93,7 +93,8 @@ pub type CommandName = fn(u16) -> Option<&'static str>;
 /// Handles what a Redis Cluster node answers instead of a reply (Redis Cluster spec,
 /// "Redirection and resharding"), and reports host failures to the topology.
 pub trait Redirect {
-    /// `reply` (`-MOVED …`, `-ASK …`, `-TRYAGAIN …`, `-CLUSTERDOWN …`) came from `from` for
+    /// `reply` (`-MOVED …`, `-ASK …`, `-TRYAGAIN …`, `-CLUSTERDOWN …`, `-LOADING …`,
+    /// `-BUSY …`, `-MASTERDOWN …`) came from `from` for
     /// `request` (its encoded bytes); the handler sends it again or answers `target` itself.
     fn redirect(
         &self,
@@ -327,6 +328,12 @@ pub struct HostStats {
     /// Times a connection held requests back because the replies it had asked for reached
     /// `max_reply_bytes_in_flight` (Envoy's name for an upstream that backed up).
     pub flow_control_backed_up: Arc<Counter>,
+    /// New connections held back because the host answered `PING` with `-LOADING` (it is
+    /// loading its dataset after a restart).
+    pub cx_loading: Arc<Counter>,
+    /// Requests answered with the host's own `-LOADING` error because it was still loading
+    /// `op_timeout` after their connection first saw it loading.
+    pub rq_loading: Arc<Counter>,
 }
 
 impl HostStats {
@@ -360,6 +367,8 @@ impl HostStats {
             cx_connect_rate_limited: c("upstream_cx_connect_rate_limited"),
             rq_pending_overflow: c("upstream_rq_pending_overflow"),
             flow_control_backed_up: c("upstream_flow_control_backed_up_total"),
+            cx_loading: c("upstream_cx_loading"),
+            rq_loading: c("upstream_rq_loading"),
         }
     }
 }

@@ -2002,3 +2002,49 @@ fn blocked_client_across_slot_migration_and_failover() {
     }
     assert_eq!(query(&replica, &["LLEN", &key]), Reply::Int(1));
 }
+
+// ---- Transient states: BUSY retried like TRYAGAIN -------------------------------------------
+
+/// A primary running a script past `busy-reply-threshold` answers other clients `-BUSY`
+/// without running their commands: a Redis Cluster pool sends such a request again (like
+/// `TRYAGAIN`, 10 ms doubling to 200 ms) while within `op_timeout`, so the client gets its
+/// value once the script ends, not `-BUSY` (counted in `redis_cluster.retries`).
+#[test]
+fn busy_node_is_retried_within_op_timeout() {
+    let cluster = RedisCluster::start();
+    let respite = respite_over(&cluster, "primary", "op_timeout = \"5s\"");
+    let mut c = respite.raw();
+    assert_eq!(cmd(&mut c, &["SET", "busy:k", "v"]), ok());
+    let owner = cluster.key_owner(b"busy:k");
+    assert_eq!(
+        query(&owner, &["CONFIG", "SET", "busy-reply-threshold", "100"]),
+        ok()
+    );
+    let retries = "cluster.rc.redis_cluster.retries";
+    let before = respite.stat(retries);
+    // 700 ms of script: under the nodes' 1 s cluster-node-timeout, so no failover starts.
+    const SPIN: &str = "local t = redis.call('TIME') \
+        while true do \
+          local n = redis.call('TIME') \
+          if (n[1] - t[1]) * 1000000 + (n[2] - t[2]) > 700000 then return 1 end \
+        end";
+    let script = {
+        let owner = owner.clone();
+        std::thread::spawn(move || query(&owner, &["EVAL", SPIN, "0"]))
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let is_busy = |r: &Reply| matches!(r, Reply::Error(e) if e.starts_with("BUSY "));
+    let mut busy = query(&owner, &["PING"]);
+    while !is_busy(&busy) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        busy = query(&owner, &["PING"]);
+    }
+    assert!(is_busy(&busy), "the node never answered BUSY: {busy:?}");
+    let t = Instant::now();
+    let got = cmd(&mut c, &["GET", "busy:k"]);
+    let took = t.elapsed();
+    assert_eq!(script.join().expect("script"), Reply::Int(1));
+    eprintln!("GET on a busy node answered after {took:?}");
+    assert_eq!(got, bulk("v"), "after {took:?}");
+    assert!(respite.stat(retries) > before, "no BUSY was retried");
+}

@@ -33,6 +33,8 @@ mod hot_keys;
 mod job_queue;
 mod ketama_nutcracker;
 mod latency;
+mod loading;
+mod log_limits;
 mod migrate;
 mod migration;
 mod mirror;

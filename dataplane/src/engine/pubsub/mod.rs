@@ -29,7 +29,7 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, warn};
+use tracing::debug;
 
 pub use counts::{Counts, Reach};
 pub use place::place;
@@ -38,6 +38,7 @@ use super::sink::Sink;
 use crate::cluster::ClusterPool;
 use crate::net;
 use crate::resp::pubsub::Topic;
+use crate::stats::log_limit::log_limited;
 use crate::stats::{Counter, Gauge, Store};
 use crate::upstream::{Event, SubConn, Subscriber};
 
@@ -642,12 +643,10 @@ impl Subscriber for Hub {
                             Redo::Later
                         }
                         None => {
-                            warn!(
+                            log_limited!(WARN, "upstream refused a subscription";
                                 cluster = %conn.cluster(),
                                 upstream = %conn.addr(),
-                                reply = %String::from_utf8_lossy(reply).trim_end(),
-                                "upstream refused a subscription"
-                            );
+                                reply = %String::from_utf8_lossy(reply).trim_end());
                             for w in e.waiters.drain(..) {
                                 w.one_done();
                             }
