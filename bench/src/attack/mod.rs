@@ -28,7 +28,7 @@ use crate::fleet::{Backend, Direct, Proxy};
 use attackers::Attackers;
 use probe::Probe;
 use report::{AttackReport, BackendMemory, Large, RespiteRss, Settings};
-use sampler::{MemSample, Sampler};
+use sampler::{BackendSample, MemSample, Sampler};
 
 /// The attacked key.
 const BIG: &str = "attack:big";
@@ -143,6 +143,21 @@ fn set(respite: &mut Direct, key: &str, value: &[u8]) -> Result<(), String> {
 
 /// Peak of `f` over the samples whose time lies in [`from`, `to`).
 fn peak(samples: &[MemSample], from: f64, to: f64, f: impl Fn(&MemSample) -> u64) -> u64 {
+    samples
+        .iter()
+        .filter(|s| s.t_s >= from && s.t_s < to)
+        .map(f)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Peak of `f` over a backend's answers in [`from`, `to`).
+fn backend_peak(
+    samples: &[BackendSample],
+    from: f64,
+    to: f64,
+    f: impl Fn(&BackendSample) -> u64,
+) -> u64 {
     samples
         .iter()
         .filter(|s| s.t_s >= from && s.t_s < to)
@@ -316,7 +331,7 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
 
     let probe_samples: Vec<(String, Vec<probe::ProbeSample>)> =
         probes.into_iter().map(Probe::finish).collect();
-    let samples = sampler.finish();
+    let (samples, series) = sampler.finish();
     let end = t0.elapsed().as_secs_f64();
     large.respite_rss_peak_kib =
         large
@@ -339,22 +354,25 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
             }
         }
     }
-    let idle_sample = samples.iter().rev().find(|s| s.t_s < attack_start);
     let backend_memory = backends
         .iter()
+        .zip(&series)
         .enumerate()
-        .map(|(i, b)| {
-            let at = |v: &[u64]| v.get(i).copied().unwrap_or(0);
+        .map(|(i, (b, ser))| {
+            let idle = ser.samples.iter().rev().find(|s| s.t_s < attack_start);
+            let during =
+                |from, to, f: fn(&BackendSample) -> u64| backend_peak(&ser.samples, from, to, f);
+            let large = large_peaks.get(&i).copied().unwrap_or_default();
             BackendMemory {
                 name: b.name.clone(),
-                idle_used: idle_sample.map_or(0, |s| at(&s.backend_used)),
-                idle_rss: idle_sample.map_or(0, |s| at(&s.backend_rss)),
-                peak_used_attack: peak(&samples, attack_start, attack_end, |s| at(&s.backend_used)),
-                peak_rss_attack: peak(&samples, attack_start, attack_end, |s| at(&s.backend_rss)),
-                peak_used_large: peak(&samples, large_start, large_end, |s| at(&s.backend_used))
-                    .max(large_peaks.get(&i).map_or(0, |p| p.0)),
-                peak_rss_large: peak(&samples, large_start, large_end, |s| at(&s.backend_rss))
-                    .max(large_peaks.get(&i).map_or(0, |p| p.1)),
+                idle_used: idle.map_or(0, |s| s.used),
+                idle_rss: idle.map_or(0, |s| s.rss),
+                peak_used_attack: during(attack_start, attack_end, |s| s.used),
+                peak_rss_attack: during(attack_start, attack_end, |s| s.rss),
+                peak_used_large: during(large_start, large_end, |s| s.used).max(large.0),
+                peak_rss_large: during(large_start, large_end, |s| s.rss).max(large.1),
+                info_failures: ser.info_failures,
+                slowest_info_ms: ser.samples.iter().map(|s| s.info_ms).max().unwrap_or(0),
             }
         })
         .collect();
@@ -398,6 +416,7 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
         large,
         probes: probe_stats,
         samples,
+        backend_series: series,
     };
     proxy.stop();
     drop(backends);

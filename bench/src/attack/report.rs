@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::attackers::AttackerResult;
 use super::large::LargeSet;
 use super::probe::ProbeStats;
-use super::sampler::MemSample;
+use super::sampler::{BackendSeries, MemSample};
 use crate::compare::sysstat::MachineInfo;
 
 /// Everything written to `<timestamp>-attack.json`.
@@ -38,6 +38,8 @@ pub struct AttackReport {
     pub large: Large,
     pub probes: Vec<ProbeStats>,
     pub samples: Vec<MemSample>,
+    /// Every backend's own `INFO memory` answers, in the order of `backends`.
+    pub backend_series: Vec<BackendSeries>,
 }
 
 /// The flags the attack ran with.
@@ -81,6 +83,11 @@ pub struct BackendMemory {
     pub peak_rss_attack: u64,
     pub peak_used_large: u64,
     pub peak_rss_large: u64,
+    /// `INFO memory` requests that failed (5 s timeout or a broken connection): the backend was
+    /// too busy to answer.
+    pub info_failures: u64,
+    /// The slowest `INFO memory` answer, ms.
+    pub slowest_info_ms: u64,
 }
 
 /// The large-SET phase.
@@ -139,13 +146,15 @@ impl AttackReport {
             let _ = writeln!(
                 s,
                 "{}: used_memory idle {} MiB, peak {} MiB (attack) / {} MiB (large); RSS peak {} \
-                 MiB (attack) / {} MiB (large)",
+                 MiB (attack) / {} MiB (large); INFO failed {} times, slowest answer {} ms",
                 b.name,
                 mib(b.idle_used),
                 mib(b.peak_used_attack),
                 mib(b.peak_used_large),
                 mib(b.peak_rss_attack),
-                mib(b.peak_rss_large)
+                mib(b.peak_rss_large),
+                b.info_failures,
+                b.slowest_info_ms
             );
         }
         for p in &self.probes {
@@ -264,6 +273,13 @@ impl AttackReport {
                 mib(b.peak_rss_large)
             );
         }
+        for b in &self.backends {
+            let _ = writeln!(
+                s,
+                "\n{}: `INFO memory` failed {} times (5 s timeout), slowest answer {} ms.",
+                b.name, b.info_failures, b.slowest_info_ms
+            );
+        }
         let _ = writeln!(
             s,
             "\nRespite after the settle: {:+} KiB vs idle. Respite healthy at the end: {} (alive \
@@ -309,7 +325,7 @@ impl AttackReport {
         let _ = writeln!(
             s,
             "\n## Over time\n\n| t (s) | phase | respite RSS MiB | fds | backends used_memory \
-             MiB | backends RSS MiB |\n|--:|---|--:|--:|---|---|"
+             MiB (latest answer) | backends RSS MiB (latest answer) |\n|--:|---|--:|--:|---|---|"
         );
         let k = self.samples.len().div_ceil(80).max(1);
         for (i, x) in self.samples.iter().enumerate() {

@@ -3,7 +3,7 @@
 //! the guard: a backend whose RSS passes the cap trips it, and the attack stops early (so a
 //! proxy that lets Redis buffer without bound cannot take the machine down with it).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -16,17 +16,35 @@ use crate::fleet::{Direct, fd_count};
 /// Phase names, indexed by [`Sampler::set_phase`].
 pub const PHASES: [&str; 5] = ["idle", "attack", "settle", "large", "after"];
 
-/// One sample.
+/// One sample of Respite, with the latest memory figures each backend gave.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemSample {
     pub t_s: f64,
     pub phase: &'static str,
     pub respite_rss_kib: u64,
     pub respite_fds: usize,
-    /// Per backend, in the order given: `used_memory` and `used_memory_rss`, bytes (0 when INFO
-    /// failed).
+    /// Per backend, in the order given: the latest `used_memory` and `used_memory_rss` read,
+    /// bytes (0 before the first answer). A backend too busy to answer INFO keeps its last
+    /// figures here; its own series shows the gap.
     pub backend_used: Vec<u64>,
     pub backend_rss: Vec<u64>,
+}
+
+/// One `INFO memory` answer of one backend.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct BackendSample {
+    pub t_s: f64,
+    pub used: u64,
+    pub rss: u64,
+    /// How long INFO took to answer, ms (a backend busy with output buffers answers late).
+    pub info_ms: u64,
+}
+
+/// One backend's series and how often INFO failed (timed out at 5 s or the connection broke).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BackendSeries {
+    pub samples: Vec<BackendSample>,
+    pub info_failures: u64,
 }
 
 struct Shared {
@@ -34,12 +52,16 @@ struct Shared {
     phase: AtomicUsize,
     tripped: AtomicBool,
     trip: Mutex<Option<String>>,
+    /// Latest (used, rss) per backend.
+    latest: Vec<(AtomicU64, AtomicU64)>,
 }
 
-/// The running sampler.
+/// The running sampler: one thread for Respite, one per backend (so that a backend that takes
+/// seconds to answer INFO does not stall the others' samples).
 pub struct Sampler {
     shared: Arc<Shared>,
     thread: JoinHandle<Vec<MemSample>>,
+    backends: Vec<JoinHandle<BackendSeries>>,
 }
 
 impl Sampler {
@@ -58,58 +80,49 @@ impl Sampler {
             phase: AtomicUsize::new(0),
             tripped: AtomicBool::new(false),
             trip: Mutex::new(None),
+            latest: ports
+                .iter()
+                .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+                .collect(),
         });
+        let backends = ports
+            .into_iter()
+            .zip(names)
+            .enumerate()
+            .map(|(i, (port, name))| {
+                let sh = shared.clone();
+                std::thread::spawn(move || backend(&sh, i, port, &name, every, cap_bytes, t0))
+            })
+            .collect();
         let sh = shared.clone();
         let thread = std::thread::spawn(move || {
-            let mut conns: Vec<Option<Direct>> = ports.iter().map(|_| None).collect();
             let mut samples = Vec::new();
             while !sh.stop.load(Ordering::Relaxed) {
-                let phase = PHASES
-                    .get(sh.phase.load(Ordering::Relaxed))
-                    .copied()
-                    .unwrap_or("?");
-                let mut used = Vec::with_capacity(ports.len());
-                let mut rss = Vec::with_capacity(ports.len());
-                for ((conn, port), name) in conns.iter_mut().zip(&ports).zip(&names) {
-                    if conn.is_none() {
-                        *conn = Direct::connect(*port).ok();
-                    }
-                    let m = conn.as_mut().map(Direct::memory);
-                    let (u, r) = match m {
-                        Some(Ok(m)) => m,
-                        _ => {
-                            *conn = None;
-                            (0, 0)
-                        }
-                    };
-                    if r > cap_bytes && !sh.tripped.swap(true, Ordering::Relaxed) {
-                        let msg = format!(
-                            "{name} RSS {} MiB passed the cap of {} MiB at {:.1} s ({phase})",
-                            r >> 20,
-                            cap_bytes >> 20,
-                            t0.elapsed().as_secs_f64()
-                        );
-                        eprintln!("attack: guard: {msg}");
-                        if let Ok(mut t) = sh.trip.lock() {
-                            *t = Some(msg);
-                        }
-                    }
-                    used.push(u);
-                    rss.push(r);
-                }
                 samples.push(MemSample {
                     t_s: t0.elapsed().as_secs_f64(),
-                    phase,
+                    phase: sh.phase(),
                     respite_rss_kib: rss_kib(pid).unwrap_or(0),
                     respite_fds: fd_count(pid).unwrap_or(0),
-                    backend_used: used,
-                    backend_rss: rss,
+                    backend_used: sh
+                        .latest
+                        .iter()
+                        .map(|l| l.0.load(Ordering::Relaxed))
+                        .collect(),
+                    backend_rss: sh
+                        .latest
+                        .iter()
+                        .map(|l| l.1.load(Ordering::Relaxed))
+                        .collect(),
                 });
                 std::thread::sleep(every);
             }
             samples
         });
-        Sampler { shared, thread }
+        Sampler {
+            shared,
+            thread,
+            backends,
+        }
     }
 
     /// Labels the samples from now on with `PHASES[i]`.
@@ -125,8 +138,76 @@ impl Sampler {
         self.shared.trip.lock().ok().and_then(|t| t.clone())
     }
 
-    pub fn finish(self) -> Vec<MemSample> {
+    /// Respite's samples and each backend's series.
+    pub fn finish(self) -> (Vec<MemSample>, Vec<BackendSeries>) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or_default()
+        let series = self
+            .backends
+            .into_iter()
+            .map(|t| t.join().unwrap_or_default())
+            .collect();
+        (self.thread.join().unwrap_or_default(), series)
     }
+}
+
+impl Shared {
+    fn phase(&self) -> &'static str {
+        PHASES
+            .get(self.phase.load(Ordering::Relaxed))
+            .copied()
+            .unwrap_or("?")
+    }
+}
+
+/// One backend's sampling loop.
+fn backend(
+    sh: &Shared,
+    i: usize,
+    port: u16,
+    name: &str,
+    every: Duration,
+    cap_bytes: u64,
+    t0: Instant,
+) -> BackendSeries {
+    let mut series = BackendSeries::default();
+    let mut conn: Option<Direct> = None;
+    while !sh.stop.load(Ordering::Relaxed) {
+        if conn.is_none() {
+            conn = Direct::connect(port).ok();
+        }
+        let asked = Instant::now();
+        match conn.as_mut().map(Direct::memory) {
+            Some(Ok((used, rss))) => {
+                series.samples.push(BackendSample {
+                    t_s: t0.elapsed().as_secs_f64(),
+                    used,
+                    rss,
+                    info_ms: asked.elapsed().as_millis() as u64,
+                });
+                if let Some(l) = sh.latest.get(i) {
+                    l.0.store(used, Ordering::Relaxed);
+                    l.1.store(rss, Ordering::Relaxed);
+                }
+                if rss > cap_bytes && !sh.tripped.swap(true, Ordering::Relaxed) {
+                    let msg = format!(
+                        "{name} RSS {} MiB passed the cap of {} MiB at {:.1} s ({})",
+                        rss >> 20,
+                        cap_bytes >> 20,
+                        t0.elapsed().as_secs_f64(),
+                        sh.phase()
+                    );
+                    eprintln!("attack: guard: {msg}");
+                    if let Ok(mut t) = sh.trip.lock() {
+                        *t = Some(msg);
+                    }
+                }
+            }
+            _ => {
+                series.info_failures += 1;
+                conn = None;
+            }
+        }
+        std::thread::sleep(every);
+    }
+    series
 }
