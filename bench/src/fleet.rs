@@ -97,6 +97,15 @@ impl Backend {
         Ok(reap(&mut child, Duration::from_secs(15)))
     }
 
+    /// SIGKILL (no AOF flush, no wait for a busy server), then starts it again.
+    pub fn kill_and_restart(&mut self) -> Result<(), String> {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.spawn()
+    }
+
     /// Process id while running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

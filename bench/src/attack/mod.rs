@@ -35,6 +35,51 @@ const BIG: &str = "attack:big";
 /// Idle time before the attack (the baseline and the probes' idle figures).
 const IDLE: Duration = Duration::from_secs(2);
 
+/// The hard guard: a backend past 1.5 × `--backend-rss-cap-mib` is SIGKILLed and started again
+/// empty. Stopping the attack is not always enough: the requests Respite already forwarded are
+/// still being answered into Redis's output buffer (seen growing from 4 to 7 GiB after the
+/// attackers closed), and the machine is shared.
+fn enforce_hard_cap(backends: &mut [Backend], cap_mib: u64, t0: Instant, killed: &mut Vec<String>) {
+    let hard_kib = (cap_mib + cap_mib / 2) << 10;
+    for b in backends.iter_mut() {
+        let Some(kib) = b.pid().and_then(|p| rss_kib(p).ok()) else {
+            continue;
+        };
+        if kib > hard_kib {
+            let at = t0.elapsed().as_secs_f64();
+            let outcome = match b.kill_and_restart() {
+                Ok(()) => "back".to_string(),
+                Err(e) => e,
+            };
+            let msg = format!(
+                "{} RSS {} MiB passed 1.5 × the cap at {at:.1} s: killed and restarted empty \
+                 ({outcome})",
+                b.name,
+                kib >> 10,
+            );
+            eprintln!("attack: guard: {msg}");
+            killed.push(msg);
+        }
+    }
+}
+
+/// Sleeps `d` while enforcing the hard cap every 100 ms.
+fn guarded_sleep(
+    d: Duration,
+    backends: &mut [Backend],
+    cap_mib: u64,
+    t0: Instant,
+    killed: &mut Vec<String>,
+) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        enforce_hard_cap(backends, cap_mib, t0, killed);
+        std::thread::sleep(
+            Duration::from_millis(100).min(end.saturating_duration_since(Instant::now())),
+        );
+    }
+}
+
 /// `respite-bench attack` flags.
 #[derive(Args, Debug, Clone)]
 pub struct AttackArgs {
@@ -190,7 +235,7 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
         dir.display()
     );
     let no_persistence = ["--save", "", "--appendonly", "no"];
-    let backends = (1..=3)
+    let mut backends = (1..=3)
         .map(|i| Backend::start(&dir, &format!("redis{i}"), &no_persistence))
         .collect::<Result<Vec<_>, _>>()?;
     let hosts = hosts_toml(backends.iter().map(|b| b.port));
@@ -224,6 +269,7 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
         pid,
         backends.iter().map(|b| b.name.clone()).collect(),
         backends.iter().map(|b| b.port).collect(),
+        backends.iter().filter_map(Backend::pid).collect(),
         args.sample_every,
         args.backend_rss_cap_mib << 20,
         t0,
@@ -257,7 +303,9 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
     let attackers = Attackers::start(addr, args.clients, request, args.requests);
     let started = Instant::now();
     let mut guard = None;
+    let mut killed = Vec::new();
     while started.elapsed() < args.attack_for {
+        enforce_hard_cap(&mut backends, args.backend_rss_cap_mib, t0, &mut killed);
         if let Some(g) = sampler.tripped() {
             guard = Some(g);
             break;
@@ -274,7 +322,13 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
     // The settle.
     sampler.set_phase(2);
     eprintln!("attack: attackers closed; settling {:?}", args.settle);
-    std::thread::sleep(args.settle);
+    guarded_sleep(
+        args.settle,
+        &mut backends,
+        args.backend_rss_cap_mib,
+        t0,
+        &mut killed,
+    );
     let after_settle = rss_kib(pid).unwrap_or(0);
     let settle_end = t0.elapsed().as_secs_f64();
     let stats = proxy
@@ -294,7 +348,7 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
         ..Large::default()
     };
     let large_start = t0.elapsed().as_secs_f64();
-    // Per backend index: peak (used_memory, RSS) during the large SETs.
+    // Per backend index: peak (used_memory, RSS) during the large SETs, watched here.
     let mut large_peaks: std::collections::BTreeMap<usize, (u64, u64)> = Default::default();
     if args.large_clients > 0 && proxy.alive() {
         sampler.set_phase(3);
@@ -304,14 +358,16 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
         );
         let (clients, mib) = (args.large_clients, args.large_mib);
         let sets = std::thread::spawn(move || large::run(addr, clients, mib));
-        // The phase can be shorter than the sampler's period: watch it closely here.
-        let mut conns: Vec<Option<Direct>> = backends.iter().map(|b| b.connect().ok()).collect();
+        // The phase can be shorter than the sampler's period: watch it closely here, from /proc
+        // (INFO of a busy backend can take seconds; its used_memory comes from the sampler).
+        let pids: Vec<Option<u32>> = backends.iter().map(Backend::pid).collect();
         while !sets.is_finished() {
+            enforce_hard_cap(&mut backends, args.backend_rss_cap_mib, t0, &mut killed);
             large.respite_rss_peak_kib = large.respite_rss_peak_kib.max(rss_kib(pid).unwrap_or(0));
-            for (i, c) in conns.iter_mut().enumerate() {
-                if let Some(Ok((used, rss))) = c.as_mut().map(Direct::memory) {
-                    let p = large_peaks.entry(i).or_insert((0, 0));
-                    *p = (p.0.max(used), p.1.max(rss));
+            for (i, p) in pids.iter().enumerate() {
+                if let Some(kib) = p.and_then(|p| rss_kib(p).ok()) {
+                    let e = large_peaks.entry(i).or_insert((0, 0));
+                    e.1 = e.1.max(kib << 10);
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -326,7 +382,13 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
     }
     let large_end = t0.elapsed().as_secs_f64();
     sampler.set_phase(4);
-    std::thread::sleep(args.settle.min(Duration::from_secs(5)));
+    guarded_sleep(
+        args.settle.min(Duration::from_secs(5)),
+        &mut backends,
+        args.backend_rss_cap_mib,
+        t0,
+        &mut killed,
+    );
     large.respite_rss_after_kib = rss_kib(pid).unwrap_or(0);
 
     let probe_samples: Vec<(String, Vec<probe::ProbeSample>)> =
@@ -368,7 +430,12 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
                 idle_used: idle.map_or(0, |s| s.used),
                 idle_rss: idle.map_or(0, |s| s.rss),
                 peak_used_attack: during(attack_start, attack_end, |s| s.used),
-                peak_rss_attack: during(attack_start, attack_end, |s| s.rss),
+                peak_rss_attack: during(attack_start, attack_end, |s| s.rss).max(peak(
+                    &samples,
+                    attack_start,
+                    attack_end,
+                    |s| s.backend_proc_rss_kib.get(i).copied().unwrap_or(0) << 10,
+                )),
                 peak_used_large: during(large_start, large_end, |s| s.used).max(large.0),
                 peak_rss_large: during(large_start, large_end, |s| s.rss).max(large.1),
                 info_failures: ser.info_failures,
@@ -403,6 +470,7 @@ fn run(args: &AttackArgs) -> Result<bool, String> {
         attackers: attacker_result,
         attack_s,
         guard,
+        killed_backends: killed,
         evicted_clients: stat(0),
         client_output_buffer_limit_disconnections: stat(1),
         downstream_cx_active_after_settle: stat(2),

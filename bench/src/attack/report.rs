@@ -29,6 +29,8 @@ pub struct AttackReport {
     pub attack_s: f64,
     /// Set when a backend's RSS passed `--backend-rss-cap-mib` and the attack was cut short.
     pub guard: Option<String>,
+    /// Backends SIGKILLed past 1.5 × the cap (and started again empty).
+    pub killed_backends: Vec<String>,
     /// Respite's counters after the settle (summed over listeners).
     pub evicted_clients: i64,
     pub client_output_buffer_limit_disconnections: i64,
@@ -130,6 +132,9 @@ impl AttackReport {
                 .as_deref()
                 .map_or_else(String::new, |g| format!("; GUARD: {g}"))
         );
+        for k in &self.killed_backends {
+            let _ = writeln!(s, "hard guard: {k}");
+        }
         let r = &self.respite_rss;
         let _ = writeln!(
             s,
@@ -232,6 +237,9 @@ impl AttackReport {
         );
         if let Some(g) = &self.guard {
             let _ = writeln!(s, "**Guard tripped: {g}; the attack was stopped.**\n");
+        }
+        for k in &self.killed_backends {
+            let _ = writeln!(s, "**Hard guard: {k}.**\n");
         }
         let a = &self.attackers;
         let _ = writeln!(

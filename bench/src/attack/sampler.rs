@@ -1,7 +1,9 @@
-//! Memory over time during the attack: Respite's RSS and descriptors from /proc, every backend's
-//! `used_memory` and `used_memory_rss` from `INFO memory` on a direct connection. It is also
-//! the guard: a backend whose RSS passes the cap trips it, and the attack stops early (so a
-//! proxy that lets Redis buffer without bound cannot take the machine down with it).
+//! Memory over time during the attack: Respite's RSS and descriptors and every backend's RSS
+//! from /proc, and every backend's `used_memory` and `used_memory_rss` from `INFO memory` on a
+//! direct connection. It is also the guard: a backend whose RSS passes the cap trips it, and
+//! the attack stops early (so a proxy that lets Redis buffer without bound cannot take the
+//! machine down with it). The guard reads /proc, not only INFO: a backend busy writing
+//! gigabytes of output buffer has been seen taking seconds to answer INFO.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +30,8 @@ pub struct MemSample {
     /// figures here; its own series shows the gap.
     pub backend_used: Vec<u64>,
     pub backend_rss: Vec<u64>,
+    /// Per backend: VmRSS from /proc, KiB, read with this sample.
+    pub backend_proc_rss_kib: Vec<u64>,
 }
 
 /// One `INFO memory` answer of one backend.
@@ -65,12 +69,13 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Samples `pid` and the backends on `ports` (named `names`) every `every`, times from `t0`;
-    /// trips when a backend's RSS passes `cap_bytes`.
+    /// Samples `pid` and the backends on `ports` (named `names`, processes `pids`) every
+    /// `every`, times from `t0`; trips when a backend's RSS passes `cap_bytes`.
     pub fn start(
         pid: u32,
         names: Vec<String>,
         ports: Vec<u16>,
+        pids: Vec<u32>,
         every: Duration,
         cap_bytes: u64,
         t0: Instant,
@@ -87,7 +92,7 @@ impl Sampler {
         });
         let backends = ports
             .into_iter()
-            .zip(names)
+            .zip(names.clone())
             .enumerate()
             .map(|(i, (port, name))| {
                 let sh = shared.clone();
@@ -98,6 +103,12 @@ impl Sampler {
         let thread = std::thread::spawn(move || {
             let mut samples = Vec::new();
             while !sh.stop.load(Ordering::Relaxed) {
+                let procs: Vec<u64> = pids.iter().map(|p| rss_kib(*p).unwrap_or(0)).collect();
+                for (kib, name) in procs.iter().zip(&names) {
+                    if kib << 10 > cap_bytes {
+                        sh.trip(name, kib << 10, cap_bytes, t0);
+                    }
+                }
                 samples.push(MemSample {
                     t_s: t0.elapsed().as_secs_f64(),
                     phase: sh.phase(),
@@ -113,6 +124,7 @@ impl Sampler {
                         .iter()
                         .map(|l| l.1.load(Ordering::Relaxed))
                         .collect(),
+                    backend_proc_rss_kib: procs,
                 });
                 std::thread::sleep(every);
             }
@@ -151,6 +163,24 @@ impl Sampler {
 }
 
 impl Shared {
+    /// Trips the guard (once) for backend `name` at `rss` bytes.
+    fn trip(&self, name: &str, rss: u64, cap_bytes: u64, t0: Instant) {
+        if self.tripped.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let msg = format!(
+            "{name} RSS {} MiB passed the cap of {} MiB at {:.1} s ({})",
+            rss >> 20,
+            cap_bytes >> 20,
+            t0.elapsed().as_secs_f64(),
+            self.phase()
+        );
+        eprintln!("attack: guard: {msg}");
+        if let Ok(mut t) = self.trip.lock() {
+            *t = Some(msg);
+        }
+    }
+
     fn phase(&self) -> &'static str {
         PHASES
             .get(self.phase.load(Ordering::Relaxed))
@@ -188,18 +218,8 @@ fn backend(
                     l.0.store(used, Ordering::Relaxed);
                     l.1.store(rss, Ordering::Relaxed);
                 }
-                if rss > cap_bytes && !sh.tripped.swap(true, Ordering::Relaxed) {
-                    let msg = format!(
-                        "{name} RSS {} MiB passed the cap of {} MiB at {:.1} s ({})",
-                        rss >> 20,
-                        cap_bytes >> 20,
-                        t0.elapsed().as_secs_f64(),
-                        sh.phase()
-                    );
-                    eprintln!("attack: guard: {msg}");
-                    if let Ok(mut t) = sh.trip.lock() {
-                        *t = Some(msg);
-                    }
+                if rss > cap_bytes {
+                    sh.trip(name, rss, cap_bytes, t0);
                 }
             }
             _ => {
