@@ -11,6 +11,7 @@ use serde::Serialize;
 
 /// Shared, lock-free counters of every ledger key.
 pub struct Ledger {
+    names: Vec<String>,
     keys: Vec<KeyCounts>,
 }
 
@@ -24,9 +25,11 @@ struct KeyCounts {
 }
 
 impl Ledger {
-    pub fn new(keys: usize) -> Ledger {
+    /// A ledger of the keys `names`.
+    pub fn new(names: Vec<String>) -> Ledger {
         Ledger {
-            keys: (0..keys).map(|_| KeyCounts::default()).collect(),
+            keys: names.iter().map(|_| KeyCounts::default()).collect(),
+            names,
         }
     }
 
@@ -34,9 +37,15 @@ impl Ledger {
         self.keys.len()
     }
 
+    /// The name of candidate key `n` (the soak picks the candidates it uses so that every
+    /// backend holds its share: see `soak::pick_ledger_keys`).
+    pub fn candidate(n: usize) -> String {
+        format!("soak:ledger:{n}")
+    }
+
     /// The name of key `i`.
-    pub fn key(i: usize) -> String {
-        format!("soak:ledger:{i}")
+    pub fn name(&self, i: usize) -> &str {
+        self.names.get(i).map_or("", String::as_str)
     }
 
     /// An INCR of key `i` answered with `value`.
@@ -73,7 +82,7 @@ impl Ledger {
             r.unexplained += extra as u64;
             if lost > 0 || extra > 0 {
                 r.violations.push(Violation {
-                    key: Ledger::key(i),
+                    key: self.name(i).to_string(),
                     acknowledged: ack as u64,
                     unknown: unknown as u64,
                     max_reply,
@@ -89,6 +98,8 @@ impl Ledger {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LedgerResult {
     pub keys: usize,
+    /// Ledger keys on each backend (redis1, redis2, …).
+    pub keys_per_backend: Vec<usize>,
     /// INCRs answered with an integer.
     pub acknowledged: u64,
     /// INCRs answered with an error or never answered.
@@ -120,7 +131,7 @@ mod tests {
 
     #[test]
     fn bounds() {
-        let l = Ledger::new(3);
+        let l = Ledger::new((0..3).map(Ledger::candidate).collect());
         for v in 1..=5 {
             l.acknowledged(0, v);
         }
@@ -140,7 +151,7 @@ mod tests {
 
     #[test]
     fn a_reply_higher_than_the_final_value_is_a_loss() {
-        let l = Ledger::new(1);
+        let l = Ledger::new(vec![Ledger::candidate(0)]);
         for _ in 0..4 {
             l.unknown(0);
         }

@@ -163,7 +163,7 @@ impl Worker {
                 .collect();
             let mut out = Vec::new();
             for op in &ops {
-                out.extend_from_slice(&self.encode(*op, &value));
+                out.extend_from_slice(&self.encode(*op, &value, ledger));
             }
             self.requests += ops.len() as u64;
             let sent = Instant::now();
@@ -266,7 +266,7 @@ impl Worker {
         format!("soak:key:{}", self.rng.u64(0..KEYSPACE)).into_bytes()
     }
 
-    fn encode(&mut self, op: Op, value: &[u8]) -> Vec<u8> {
+    fn encode(&mut self, op: Op, value: &[u8], ledger: &Ledger) -> Vec<u8> {
         match op {
             Op::Get => command(&[b"GET", &self.key()]),
             Op::Set => command(&[b"SET", &self.key(), value]),
@@ -276,7 +276,7 @@ impl Worker {
                 args.extend(keys.iter().map(Vec::as_slice));
                 command(&args)
             }
-            Op::Incr(i) => command(&[b"INCR", Ledger::key(i).as_bytes()]),
+            Op::Incr(i) => command(&[b"INCR", ledger.name(i).as_bytes()]),
         }
     }
 }

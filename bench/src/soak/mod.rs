@@ -200,7 +200,8 @@ fn run(args: &SoakArgs) -> Result<bool, String> {
     let pid = proxy.pid();
     let admin_port = proxy.admin.port();
 
-    let ledger = Arc::new(Ledger::new(args.ledger_keys));
+    let (names, per_backend) = pick_ledger_keys(&backends, proxy.port, args.ledger_keys)?;
+    let ledger = Arc::new(Ledger::new(names));
     let spec = LoadSpec {
         port: proxy.port,
         connections: args.connections,
@@ -289,8 +290,9 @@ fn run(args: &SoakArgs) -> Result<bool, String> {
         b.spawn()?;
     }
     // The ledger, read straight from every backend (a key lives on one of them).
-    let values = read_ledger(&backends, ledger.len())?;
-    let ledger_result = ledger.check(&values);
+    let values = read_ledger(&backends, &ledger)?;
+    let mut ledger_result = ledger.check(&values);
+    ledger_result.keys_per_backend = per_backend;
     reloads.applied = proxy.log_count("config reloaded");
     reloads.rejected = proxy.log_count("config reload rejected");
     let alive = proxy.alive();
@@ -470,14 +472,60 @@ fn restart_backend(b: &mut Backend, t: Duration) -> Restart {
     r
 }
 
+/// `keys` ledger key names, as evenly spread over the backends as the placement allows (so
+/// that every restart hits some): candidates are created through Respite with `INCRBY k 0`
+/// (value 0, nothing to account) and kept while their backend has fewer than its share.
+/// Returns the names and how many each backend holds.
+fn pick_ledger_keys(
+    backends: &[Backend],
+    port: u16,
+    keys: usize,
+) -> Result<(Vec<String>, Vec<usize>), String> {
+    let mut via = fleet::Direct::connect(port)?;
+    let mut direct = backends
+        .iter()
+        .map(Backend::connect)
+        .collect::<Result<Vec<_>, _>>()?;
+    let share = keys.div_ceil(backends.len().max(1));
+    let mut names = Vec::with_capacity(keys);
+    let mut per_backend = vec![0usize; backends.len()];
+    for n in 0..keys * 50 {
+        if names.len() == keys {
+            break;
+        }
+        let name = Ledger::candidate(n);
+        let r = via.cmd(&[b"INCRBY", name.as_bytes(), b"0"])?;
+        if fleet::integer(&r).is_none() {
+            return Err(format!("INCRBY {name} 0: {}", String::from_utf8_lossy(&r)));
+        }
+        for (i, d) in direct.iter_mut().enumerate() {
+            if d.cmd(&[b"EXISTS", name.as_bytes()])? == b":1\r\n" {
+                if per_backend.get(i).is_some_and(|c| *c < share) {
+                    per_backend[i] += 1;
+                    names.push(name.clone());
+                }
+                break;
+            }
+        }
+    }
+    if names.len() < keys {
+        return Err(format!(
+            "only {} of {keys} ledger keys could be spread over the backends",
+            names.len()
+        ));
+    }
+    Ok((names, per_backend))
+}
+
 /// Every ledger key's value: the sum over backends of its integer (missing = 0).
-fn read_ledger(backends: &[Backend], keys: usize) -> Result<Vec<i64>, String> {
+fn read_ledger(backends: &[Backend], ledger: &Ledger) -> Result<Vec<i64>, String> {
+    let keys = ledger.len();
     let mut values = vec![0i64; keys];
     for b in backends {
         let mut c = b.connect().map_err(|e| format!("{}: {e}", b.name))?;
         for (i, v) in values.iter_mut().enumerate() {
             let reply = c
-                .cmd(&[b"GET", Ledger::key(i).as_bytes()])
+                .cmd(&[b"GET", ledger.name(i).as_bytes()])
                 .map_err(|e| format!("{}: {e}", b.name))?;
             if let Some(n) =
                 fleet::bulk(&reply).and_then(|x| std::str::from_utf8(x).ok()?.parse::<i64>().ok())

@@ -146,8 +146,10 @@ impl SoakReport {
         );
         let _ = writeln!(
             s,
-            "ledger: {} keys, {} acknowledged INCRs, {} unknown, final sum {}, lost {}",
+            "ledger: {} keys (per backend {:?}), {} acknowledged INCRs, {} unknown, final sum {}, \
+             lost {}",
             self.ledger.keys,
+            self.ledger.keys_per_backend,
             self.ledger.acknowledged,
             self.ledger.unknown,
             self.ledger.value_sum,
@@ -219,9 +221,15 @@ impl SoakReport {
         let l = &self.ledger;
         let _ = writeln!(
             s,
-            "\n## Ledger\n\n| keys | acknowledged | unknown | final sum | lost | unexplained |\n\
-             |--:|--:|--:|--:|--:|--:|\n| {} | {} | {} | {} | {} | {} |",
-            l.keys, l.acknowledged, l.unknown, l.value_sum, l.lost, l.unexplained
+            "\n## Ledger\n\n| keys (per backend) | acknowledged | unknown | final sum | lost | \
+             unexplained |\n|--:|--:|--:|--:|--:|--:|\n| {} ({:?}) | {} | {} | {} | {} | {} |",
+            l.keys,
+            l.keys_per_backend,
+            l.acknowledged,
+            l.unknown,
+            l.value_sum,
+            l.lost,
+            l.unexplained
         );
         for v in &l.violations {
             let _ = writeln!(

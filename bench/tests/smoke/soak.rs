@@ -43,6 +43,15 @@ fn a_short_soak_passes_with_real_figures() {
     let ledger = &v["ledger"];
     assert!(ledger["acknowledged"].as_u64().expect("acknowledged") > 0);
     assert_eq!(ledger["lost"], 0);
+    // Every backend holds ledger keys, so every restart puts some INCRs in doubt.
+    let per_backend = ledger["keys_per_backend"]
+        .as_array()
+        .expect("keys_per_backend");
+    assert_eq!(per_backend.len(), 3);
+    assert!(
+        per_backend.iter().all(|n| n.as_u64() > Some(0)),
+        "{per_backend:?}"
+    );
     assert!(ledger["value_sum"].as_i64().expect("value_sum") > 0);
     assert!(v["load"]["requests"].as_u64().expect("requests") > 0);
     assert!(v["churn"]["connections"].as_u64().expect("churn") > 0);
