@@ -46,3 +46,12 @@ deploy/run-tests.sh
 # Fuzz targets (fuzz/, not a workspace member): their stable bounded loops (FUZZ_SECS per target,
 # default 5). The coverage-guided libFuzzer runs are a soak, outside the tests: fuzz/run.sh.
 cargo test --release --manifest-path fuzz/Cargo.toml
+
+# A two-minute soak of the release build (bench/NOTES.md, "Soak and hostile clients"): mixed
+# pipelined load, connection churn, a config reload every 20 s and a backend restart every 45 s
+# over three appendfsync-always redis-servers. It fails the tests on a lost acknowledged write, a
+# panic, a dead Respite, or RSS or descriptors not coming back after the load. Reports go to the
+# git-ignored bench/results/quick.
+target_dir="$(cargo metadata --format-version 1 --no-deps \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+"$target_dir/release/respite-bench" soak --duration 2m --out bench/results/quick

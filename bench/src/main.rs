@@ -3,16 +3,22 @@
 //! open loop (`--rate`); the report gives throughput, latency percentiles and CPU µs per request
 //! of this process and of any `--pid`; `run --cluster SEED` is a cluster-aware client (see
 //! `cluster.rs`). `compare`: starts Redis, twemproxy and Respite and compares them side by side
-//! (see `compare/mod.rs`); `compare --cluster` does the same over a Redis Cluster.
+//! (see `compare/mod.rs`); `compare --cluster` does the same over a Redis Cluster. `soak`: hours
+//! of mixed load, churn, reloads and backend restarts with a ledger of acknowledged writes and
+//! Respite's memory checked at the end (`soak/mod.rs`). `attack`: clients that ask and never
+//! read, and very large requests, measured (`attack/mod.rs`).
 
+mod attack;
 mod cluster;
 mod compare;
+mod fleet;
 mod load;
 mod mix;
 mod openloop;
 mod procstat;
 mod report;
 mod resp;
+mod soak;
 
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
@@ -74,6 +80,15 @@ enum Command {
     /// the eBPF sockmap accelerator on vs off. With --baseline-bin: also a baseline
     /// Respite build, current vs baseline in the same run.
     Compare(compare::CompareArgs),
+    /// Soak: Respite over three persistent redis-servers under mixed load, connection churn, a
+    /// config reload every --reload-every and a backend restart every --restart-every; checks
+    /// that no acknowledged INCR was lost, no panic, and that Respite's RSS and fds come back.
+    /// Writes <UTC>-soak.{json,md}; exits non-zero on FAIL.
+    Soak(soak::SoakArgs),
+    /// Hostile clients measured: --clients connections pipelining GETs of a big value and never
+    /// reading, then --large-clients concurrent huge SETs, while probe clients measure latency;
+    /// Respite's and the backends' memory over time. Writes <UTC>-attack.{json,md}.
+    Attack(attack::AttackArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -239,6 +254,8 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Run(args)) => run(args),
         Some(Command::Compare(args)) => compare::main(args),
+        Some(Command::Soak(args)) => soak::main(args),
+        Some(Command::Attack(args)) => attack::main(args),
         None => run(cli.run),
     }
 }

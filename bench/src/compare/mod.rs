@@ -12,13 +12,13 @@ mod cluster;
 mod memory;
 mod metrics;
 mod plot;
-mod procs;
+pub(crate) mod procs;
 mod pubsub;
 mod sockmap;
 mod sockmap_ctl;
 mod stateful;
 mod stats_reader;
-mod sysstat;
+pub(crate) mod sysstat;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -214,7 +214,7 @@ pub fn main(args: CompareArgs) -> ExitCode {
 
 /// The workspace root: the nearest ancestor of the executable, else of the CWD, whose
 /// Cargo.toml has a `[workspace]` table.
-fn workspace_root() -> Option<PathBuf> {
+pub(crate) fn workspace_root() -> Option<PathBuf> {
     let is_root = |d: &Path| {
         std::fs::read_to_string(d.join("Cargo.toml")).is_ok_and(|s| s.contains("[workspace]"))
     };

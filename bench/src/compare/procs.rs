@@ -237,7 +237,7 @@ pub fn wait_ready(name: &str, port: u16, child: &mut Child, dir: &Path) -> Resul
 
 /// Spawns `cmd` with stdout and stderr to `log` and `PR_SET_PDEATHSIG` (the child dies with
 /// this process); `name` is for error messages.
-pub(super) fn spawn(cmd: &mut Command, name: &str, log: &Path) -> Result<Child, String> {
+pub(crate) fn spawn(cmd: &mut Command, name: &str, log: &Path) -> Result<Child, String> {
     let out = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let err = out
         .try_clone()

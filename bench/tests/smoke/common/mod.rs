@@ -24,3 +24,15 @@ pub fn binaries(programs: &[&str]) -> (PathBuf, PathBuf) {
     );
     (bench, respite)
 }
+
+/// The contents of the one file in `dir` whose name ends with `suffix`.
+pub fn only_file(dir: &std::path::Path, suffix: &str) -> String {
+    let names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read the output directory")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    assert_eq!(names.len(), 1, "files ending with {suffix}: {names:?}");
+    std::fs::read_to_string(&names[0]).expect("read the report")
+}
