@@ -304,7 +304,10 @@ fn a_timeout_counts_once_everywhere() {
         1,
         "enable_command_stats = true",
     )
-    .replace("op_timeout = \"1s\"", "op_timeout = \"100ms\"");
+    .replace("op_timeout = \"1s\"", "op_timeout = \"100ms\"")
+    // The handshake's PING (is the host loading?) crosses the 400 ms forwarder both ways, and
+    // connect_timeout bounds connect plus handshake.
+    .replace("connect_timeout = \"250ms\"", "connect_timeout = \"2s\"");
     let r = Respite::start(&cfg, port, admin);
     let mut c = r.raw();
     // The connection is up before the request (a connect in progress would queue it).
