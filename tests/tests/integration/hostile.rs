@@ -1509,8 +1509,11 @@ fn clients_that_ask_and_never_read_are_held_to_the_budget_and_evicted() {
         "evicted {}",
         respite.stat(evicted)
     );
+    // The budget and its quarter's reserve (40 MiB), the 200 attackers' pipelines read and not
+    // yet parsed (up to 300 KB each: 60 MiB) and allocator slack: measured 96-128 MiB on the
+    // shared 2-core machine. One such client pinned 440 MB before the budget.
     assert!(
-        rss_growth_mib < BUDGET_MIB + 96,
+        rss_growth_mib < BUDGET_MIB + 160,
         "respite grew {rss_growth_mib} MiB with a {BUDGET_MIB} MiB budget"
     );
     assert!(
