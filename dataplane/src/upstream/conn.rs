@@ -671,6 +671,20 @@ async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
                     backoff.reset();
                 }
                 debug!(cluster = %conn.host.cluster(), upstream = %conn.addr, "upstream connection closed");
+                // Closed with nobody waiting, after a while up (Redis's `timeout` closing an idle
+                // client): reconnect at once, requests queueing meanwhile, rather than failing
+                // them fast through a backoff. A host that accepts and closes at once is not
+                // idle: it lived less than IDLE_CLOSE_LIFE and backs off as before.
+                if !waiting
+                    && up_since.elapsed() >= IDLE_CLOSE_LIFE
+                    && !conn.is_closed()
+                    && !conn.retiring.get()
+                {
+                    conn.fail_all();
+                    conn.set_state(State::Connecting);
+                    backoff.reset();
+                    continue;
+                }
             }
             // Shut down (a reload removed the host) while connecting: nothing failed.
             Err(_) if conn.is_closed() => {}
@@ -702,6 +716,10 @@ async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
         let _ = net::timeout(delay, conn.wake_supervisor.notified()).await;
     }
 }
+
+/// A connection closed with no request waiting after at least this long up was closed for
+/// being idle: it reconnects without backoff.
+const IDLE_CLOSE_LIFE: Duration = Duration::from_millis(500);
 
 /// First reconnect delay ceiling (full jitter: the delay is uniform below it).
 const BACKOFF_BASE: Duration = Duration::from_millis(50);
