@@ -35,6 +35,17 @@ fn respite_with(backends: &[String], workers: usize, op_timeout: &str, extra: &s
     Respite::start(&cfg, port, admin)
 }
 
+/// A one-worker config over `addrs` with `runtime.maxmemory_clients = budget` (bytes), and its
+/// listener and admin ports.
+fn budget_config(addrs: &[String], budget: u64) -> (String, u16, u16) {
+    let (port, admin) = (free_port(), free_port());
+    let cfg = simple_config(port, admin, addrs, 1, "").replace(
+        "drain_timeout = \"5s\"",
+        &format!("drain_timeout = \"5s\"\nmaxmemory_clients = {budget}"),
+    );
+    (cfg, port, admin)
+}
+
 /// The undisturbed client's p99 GET latency must stay under this. The machine is shared (other
 /// builds run on the same 2 cores), so single GETs are only required to finish within
 /// [`GET_MAX`]: a client that blocked a worker would show up as seconds, not milliseconds.
@@ -1449,14 +1460,7 @@ fn clients_that_ask_and_never_read_are_held_to_the_budget_and_evicted() {
         placement.key_on(0, "near"),
         placement.key_on(1, "far"),
     );
-    let (port, admin) = (free_port(), free_port());
-    let cfg = simple_config(port, admin, &addrs, 1, "").replace(
-        "drain_timeout = \"5s\"",
-        &format!(
-            "drain_timeout = \"5s\"\nmaxmemory_clients = {}",
-            BUDGET_MIB << 20
-        ),
-    );
+    let (cfg, port, admin) = budget_config(&addrs, BUDGET_MIB << 20);
     let respite = Respite::start(&cfg, port, admin);
     let pid = respite.pid();
     let mut c = respite.raw();
@@ -1614,11 +1618,8 @@ fn a_backend_holds_no_more_replies_for_respite_than_its_window() {
     const WINDOW: u64 = 4 << 20;
     let backends = servers(1);
     let addrs = addrs(&backends);
-    let (port, admin) = (free_port(), free_port());
-    let cfg = simple_config(port, admin, &addrs, 1, "").replace(
-        "drain_timeout = \"5s\"",
-        &format!("drain_timeout = \"5s\"\nmaxmemory_clients = {}", 64 << 20),
-    ) + &format!("max_reply_bytes_in_flight = {WINDOW}\n");
+    let (cfg, port, admin) = budget_config(&addrs, 64 << 20);
+    let cfg = cfg + &format!("max_reply_bytes_in_flight = {WINDOW}\n");
     let respite = Respite::start(&cfg, port, admin);
     let mut c = respite.raw();
     let value = vec![b'v'; 64 * 1024];
@@ -1680,14 +1681,7 @@ fn large_requests_at_once_are_received_within_the_budget() {
     const BUDGET_MIB: u64 = 32;
     let backends = servers(1);
     let addrs = addrs(&backends);
-    let (port, admin) = (free_port(), free_port());
-    let cfg = simple_config(port, admin, &addrs, 1, "").replace(
-        "drain_timeout = \"5s\"",
-        &format!(
-            "drain_timeout = \"5s\"\nmaxmemory_clients = {}",
-            BUDGET_MIB << 20
-        ),
-    );
+    let (cfg, port, admin) = budget_config(&addrs, BUDGET_MIB << 20);
     let cfg = cfg.replace("op_timeout = \"1s\"", "op_timeout = \"30s\"");
     let respite = Respite::start(&cfg, port, admin);
     let pid = respite.pid();
