@@ -14,7 +14,8 @@
 //! than to whichever of hundreds of woken sessions runs first). A light session — one
 //! that holds and awaits almost nothing, such as a client sending small requests one at a time —
 //! may go on into a reserve of a quarter of the limit, so clients that ask and never read cannot
-//! hold up the others. Clients that ask and do not read would keep
+//! hold up the others; paused, it resumes as soon as the reserve has room, ahead of the heavy
+//! sessions queued before it. Clients that ask and do not read would keep
 //! it there for ever, every other client of the worker waiting behind them: when `held` alone
 //! passes the limit, or sessions wait for room with most of the budget held and not draining for
 //! [`STALL`], the worker evicts the clients holding the most, as Redis evicts clients
@@ -82,6 +83,9 @@ pub struct Budget {
     typical: Cell<usize>,
     /// Sessions paused until the budget has room again, oldest first.
     waiting: RefCell<VecDeque<Weak<Sink>>>,
+    /// Light sessions paused until the reserve has room: woken all at once and ahead of the
+    /// others, so a client that asks for little never queues behind the heavy ones.
+    light_waiting: RefCell<Vec<Weak<Sink>>>,
     /// Wakes the eviction task when `held` passed the limit.
     pub over: Notify,
     /// Bytes of sessions that closed since memory was last handed back to the kernel (their
@@ -165,20 +169,34 @@ impl Budget {
         if new.0 > old.0 && self.over_limit() {
             self.over.notify();
         } else if (new.0 < old.0 || new.1 < old.1)
-            && !(self.waiting.borrow().is_empty() && self.receivers.borrow().is_empty())
+            && !(self.waiting.borrow().is_empty()
+                && self.light_waiting.borrow().is_empty()
+                && self.receivers.borrow().is_empty())
         {
             self.wake_if_room();
         }
     }
 
-    /// Registers a session that paused for room; it is woken (its reader notified) once there is.
-    pub fn wait(&self, sink: Weak<Sink>) {
-        self.waiting.borrow_mut().push_back(sink);
+    /// Registers a session that paused for room; it is woken (its reader notified) once there is:
+    /// `light` (it holds and awaits at most [`LIGHT`]) once the reserve has room.
+    pub fn wait(&self, sink: Weak<Sink>, light: bool) {
+        if light {
+            self.light_waiting.borrow_mut().push(sink);
+        } else {
+            self.waiting.borrow_mut().push_back(sink);
+        }
     }
 
-    /// Resumes the [`WAKE_BATCH`] sessions that waited longest, if the budget is back under
-    /// three quarters of its limit (closed sessions are dropped from the queue on the way).
+    /// Resumes every paused light session once the reserve has room; then, if the budget is
+    /// back under three quarters of its limit, the [`WAKE_BATCH`] sessions that waited longest
+    /// (closed sessions are dropped from the queue on the way).
     pub fn wake_if_room(&self) {
+        if !self.light_waiting.borrow().is_empty() && self.has_room(true) {
+            let woken = std::mem::take(&mut *self.light_waiting.borrow_mut());
+            for sink in woken.iter().filter_map(Weak::upgrade) {
+                sink.reader.notify();
+            }
+        }
         if !self.low() {
             return;
         }
@@ -265,7 +283,12 @@ impl Budget {
     pub fn stuck(&self) -> bool {
         !self.low()
             && self.held.get().saturating_mul(2) >= self.limit.get()
-            && self.waiting.borrow().iter().any(|w| w.strong_count() > 0)
+            && (self.waiting.borrow().iter().any(|w| w.strong_count() > 0)
+                || self
+                    .light_waiting
+                    .borrow()
+                    .iter()
+                    .any(|w| w.strong_count() > 0))
     }
 
     /// A session that held at most `peak` bytes closed.
@@ -367,7 +390,7 @@ mod tests {
             })
             .collect();
         for s in &sinks {
-            budget.wait(Rc::downgrade(s));
+            budget.wait(Rc::downgrade(s), false);
         }
         // A closed session in the queue is skipped, not counted in the batch.
         drop(sinks.remove(1));
@@ -386,6 +409,40 @@ mod tests {
             .map(|i| (WAKE_BATCH..2 * WAKE_BATCH).contains(&i))
             .collect();
         assert_eq!(woken, second, "then the next batch");
+    }
+
+    #[test]
+    fn paused_light_sessions_resume_first_once_the_reserve_has_room() {
+        use std::rc::Rc;
+        let store = crate::stats::Store::new();
+        let stats = Rc::new(super::super::stats::ListenerStats::new(store, 0, "t"));
+        let budget = Rc::new(Budget::default());
+        budget.set_limit(1000);
+        budget.update((0, 0), (0, 1300));
+        let sink = || {
+            Rc::new(Sink::new(
+                stats.clone(),
+                Rc::new(Cell::new(0)),
+                budget.clone(),
+            ))
+        };
+        let heavy: Vec<Rc<Sink>> = (0..3).map(|_| sink()).collect();
+        for s in &heavy {
+            budget.wait(Rc::downgrade(s), false);
+        }
+        let light = sink();
+        budget.wait(Rc::downgrade(&light), true);
+        budget.wake_if_room();
+        assert!(!notified(&light.reader), "the reserve is full too");
+        // Under the reserve (limit + 1/4), above three quarters: only the light one goes on.
+        budget.update((0, 1300), (0, 1100));
+        assert!(
+            notified(&light.reader),
+            "a light session resumes in the reserve"
+        );
+        assert!(heavy.iter().all(|s| !notified(&s.reader)));
+        budget.update((0, 1100), (0, 0));
+        assert!(heavy.iter().all(|s| notified(&s.reader)));
     }
 
     #[test]

@@ -100,6 +100,9 @@ struct Inner {
     slots: VecDeque<Slot>,
     /// The client is gone: replies are counted and dropped.
     closed: bool,
+    /// Respite cut the client off ([`Sink::evict`], its output-buffer limit): its requests not
+    /// yet written upstream are dropped.
+    cut_off: bool,
     /// The reader has stopped: once every slot is written, the writer closes the connection.
     reader_done: bool,
     reader_paused: bool,
@@ -257,6 +260,7 @@ impl Sink {
             }
         }
         self.stats.output_buffer_limit_close.inc();
+        self.inner.borrow_mut().cut_off = true;
         self.close();
         self.shut();
     }
@@ -265,6 +269,7 @@ impl Sink {
     /// `maxmemory-clients` client eviction); its outstanding replies are dropped as they come.
     pub fn evict(&self) {
         self.stats.evicted_clients.inc();
+        self.inner.borrow_mut().cut_off = true;
         self.close();
         self.shut();
     }
@@ -432,9 +437,14 @@ impl Sink {
     /// Marks the reader as waiting for capacity: the writer wakes it as output drains, the
     /// budget as the worker's bytes fall.
     pub fn pause_reader(self: &Rc<Self>) {
-        self.inner.borrow_mut().reader_paused = true;
+        let light = {
+            let mut inner = self.inner.borrow_mut();
+            inner.reader_paused = true;
+            let asked = inner.slots.len().saturating_mul(inner.estimate);
+            held(&inner).saturating_add(asked) <= budget::LIGHT
+        };
         if !self.budget.has_room(false) {
-            self.budget.wait(Rc::downgrade(self));
+            self.budget.wait(Rc::downgrade(self), light);
         }
     }
 
@@ -684,6 +694,10 @@ impl Slots for Sink {
 }
 
 impl Deliver for Sink {
+    fn cut_off(&self) -> bool {
+        self.inner.borrow().cut_off
+    }
+
     fn deliver(&self, seq: u64, part: u32, reply: &[u8]) {
         let mut inner = self.inner.borrow_mut();
         let Some(idx) = seq.checked_sub(inner.head_seq) else {

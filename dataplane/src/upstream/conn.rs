@@ -3,6 +3,8 @@
 //! Requests from any session are appended to one output buffer and written with one write per
 //! flush; replies come back in the order requests were written (Redis answers a connection's
 //! commands in order), so they are matched FIFO against the queue of pending targets.
+//! While the host holds as many reply bytes for the connection as its window allows, new
+//! requests wait in a waiting room ([`super::room`]) and go out in turns, one per client.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
+use super::room::Room;
 use super::{
     HostState, HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry, Streak,
     Target, UPSTREAM_FAILURE, UPSTREAM_OVERFLOW,
@@ -64,6 +67,30 @@ struct Pending {
     len: usize,
     /// The reply bytes it was counted for in `Inner::in_flight` when written.
     charge: usize,
+}
+
+impl Pending {
+    /// A waiting request as a pending one never written (to be answered with the others).
+    fn waiting(w: Waiting) -> Pending {
+        Pending {
+            target: Some(w.target),
+            deadline: None,
+            reads_at_write: 0,
+            retry: w.retry,
+            log_at: 0,
+            sent: None,
+            waived: false,
+            len: 0,
+            charge: 0,
+        }
+    }
+}
+
+/// A request in the waiting room: its bytes, where its reply goes, its redirect state.
+struct Waiting {
+    request: Vec<u8>,
+    target: Target,
+    retry: Retry,
 }
 
 /// `ASKING`, sent before a request redirected by `ASK` (Redis Cluster spec, "ASK redirection").
@@ -121,12 +148,15 @@ struct Inner {
     /// The writer stopped with requests queued because `in_flight` was full: a reply that
     /// makes room wakes it.
     backed_up: bool,
+    /// Requests that came while the window could not take them, by client, let into `out`
+    /// in turns as replies make room ([`Conn::admit`]).
+    room: Room<Waiting>,
 }
 
 impl Inner {
     /// True while some request still waits for its reply on this connection.
     fn awaiting(&self) -> bool {
-        self.pending.len() > self.timed_out || self.waived > 0
+        self.pending.len() > self.timed_out || self.waived > 0 || !self.room.is_empty()
     }
 
     /// Drops retained request bytes nobody can need any more.
@@ -220,6 +250,7 @@ impl<H: HostState> Conn<H> {
                 in_flight: 0,
                 estimate,
                 backed_up: false,
+                room: Room::default(),
             }),
             write_ready: Notify::default(),
             timer_ready: Notify::default(),
@@ -275,11 +306,58 @@ impl<H: HostState> Conn<H> {
         }
         // Requests not yet handed to the kernel: bounded, so a host that is connecting or stopped
         // reading makes requests fail at once instead of piling up without limit.
-        if inner.pending.len() - inner.written >= self.settings.max_pending_requests {
+        let unwritten = inner.pending.len() - inner.written;
+        if unwritten + inner.room.len() >= self.settings.max_pending_requests {
             drop(inner);
             self.stats.rq_pending_overflow.inc();
             return Err(SendError::Overflow);
         }
+        // A request the window could not take now waits in the room, and so does every request
+        // once any waits there (a client's own order). Resends (redirects, retries) go straight
+        // out: they are late already, and a Redis Cluster pool holds their slot's later
+        // requests behind them.
+        let resend = asking || retry.hops > 0 || retry.tries > 0;
+        if !resend && (!inner.room.is_empty() || !self.fits(&inner, unwritten)) {
+            let sender = Rc::as_ptr(&target.sink) as *const () as usize;
+            let waiting = Waiting {
+                request: request.to_vec(),
+                target,
+                retry,
+            };
+            inner.room.push(sender, waiting);
+            let idle = inner.out.is_empty() && !inner.backed_up;
+            drop(inner);
+            self.stats.rq_total.inc();
+            self.stats.upstream_rq_total.inc();
+            if idle {
+                self.write_ready.notify();
+            }
+            return Ok(());
+        }
+        let first = self.enqueue(&mut inner, request, target, retry, asking);
+        self.stats.rq_total.inc();
+        self.stats.upstream_rq_total.inc();
+        let flush_now = self.settings.max_buffer_size_before_flush == 0
+            || inner.out.len() >= self.settings.max_buffer_size_before_flush;
+        drop(inner);
+        // Wake the writer for the first queued byte (it arms the flush timer) and when the batch
+        // is full; in between it is already awake or waiting on the timer.
+        if flush_now || first {
+            self.write_ready.notify();
+        }
+        Ok(())
+    }
+
+    /// Appends one request to the output, and to the request log of a connection that
+    /// resends; `asking` puts `ASKING` before it. True when it is the first byte queued.
+    fn enqueue(
+        &self,
+        inner: &mut Inner,
+        request: &[u8],
+        target: Target,
+        retry: Retry,
+        asking: bool,
+    ) -> bool {
         let first = inner.out.is_empty();
         if first {
             // The batch clock of the session read that sent it (a clock read saved per batch;
@@ -316,17 +394,46 @@ impl<H: HostState> Conn<H> {
             len: request.len(),
             charge: 0,
         });
-        self.stats.rq_total.inc();
-        self.stats.upstream_rq_total.inc();
-        let flush_now = self.settings.max_buffer_size_before_flush == 0
-            || inner.out.len() >= self.settings.max_buffer_size_before_flush;
-        drop(inner);
-        // Wake the writer for the first queued byte (it arms the flush timer) and when the batch
-        // is full; in between it is already awake or waiting on the timer.
-        if flush_now || first {
-            self.write_ready.notify();
+        first
+    }
+
+    /// True when one more request, behind the `unwritten` ones already queued, fits the
+    /// window as the writer will charge it: nothing ahead of it (a single request always
+    /// goes), or the replies in flight and those of the queue plus its own estimate.
+    #[inline]
+    fn fits(&self, inner: &Inner, unwritten: usize) -> bool {
+        let ahead = inner
+            .in_flight
+            .saturating_add(unwritten.saturating_mul(inner.estimate));
+        ahead == 0
+            || ahead.saturating_add(inner.estimate) <= self.settings.max_reply_bytes_in_flight
+    }
+
+    /// Lets waiting requests into the output, one client's at a time in turns, while the
+    /// window can take them. A request of a client Respite cut off goes into `cancelled`
+    /// instead: nobody reads its reply, and Redis would not run it either.
+    fn admit(&self, inner: &mut Inner, cancelled: &mut Vec<Target>) {
+        while !inner.room.is_empty() && self.fits(inner, inner.pending.len() - inner.written) {
+            let Some((sender, w)) = inner.room.pop() else {
+                break;
+            };
+            if w.target.sink.cut_off() {
+                // All of that client's waiting requests at once: it is gone for good.
+                cancelled.push(w.target);
+                cancelled.extend(inner.room.remove(sender).into_iter().map(|w| w.target));
+                continue;
+            }
+            self.enqueue(inner, &w.request, w.target, w.retry, false);
         }
-        Ok(())
+    }
+
+    /// Answers requests of cut-off clients that never went out (counted, Envoy's
+    /// `upstream_rq_cancelled`).
+    fn cancel(&self, cancelled: Vec<Target>) {
+        for target in cancelled {
+            self.stats.rq_cancelled.inc();
+            target.deliver(UPSTREAM_FAILURE);
+        }
     }
 
     /// Retires the connection after a config change replaced its pool: no session sends to it
@@ -381,13 +488,14 @@ impl<H: HostState> Conn<H> {
             inner.in_flight = 0;
             inner.backed_up = false;
             inner.estimate = initial_estimate(&self.settings);
-            let drained = inner
+            let mut drained: Vec<Pending> = inner
                 .pending
                 .drain(..)
                 .enumerate()
                 .filter(|(i, p)| *i >= timed_out || p.waived)
                 .map(|(_, p)| p)
                 .collect();
+            drained.extend(inner.room.take_all().into_iter().map(Pending::waiting));
             inner.compact_log();
             drained
         };
@@ -416,7 +524,8 @@ impl<H: HostState> Conn<H> {
             }
             inner.out.clear();
             inner.first_queued = None;
-            let drained = inner.pending.drain(..).collect();
+            let mut drained: Vec<Pending> = inner.pending.drain(..).collect();
+            drained.extend(inner.room.take_all().into_iter().map(Pending::waiting));
             inner.compact_log();
             drained
         };
@@ -474,7 +583,7 @@ impl<H: HostState> Conn<H> {
                 reply.len(),
                 self.settings.max_reply_bytes_in_flight,
             );
-            if inner.backed_up && self.has_room(&inner) {
+            if (inner.backed_up || !inner.room.is_empty()) && self.has_room(&inner) {
                 inner.backed_up = false;
                 self.write_ready.notify();
             }
@@ -961,7 +1070,10 @@ async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, gene
                 net::shutdown(&stream);
                 return;
             }
-            (!inner.out.is_empty(), inner.first_queued)
+            (
+                !inner.out.is_empty() || !inner.room.is_empty(),
+                inner.first_queued,
+            )
         };
         if !has_output {
             conn.write_ready.notified().await;
@@ -970,7 +1082,8 @@ async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, gene
         let s = &conn.settings;
         if s.max_buffer_size_before_flush > 0 {
             let queued = conn.inner.borrow().out.len();
-            if queued < s.max_buffer_size_before_flush {
+            // Nothing queued but the room's: the window decides, not the batching.
+            if queued > 0 && queued < s.max_buffer_size_before_flush {
                 let deadline = first_queued.unwrap_or_else(Instant::now) + s.buffer_flush_timeout;
                 if Instant::now() < deadline {
                     // Woken early by a send that filled the buffer, or flush at the deadline.
@@ -983,12 +1096,19 @@ async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, gene
                 }
             }
         }
-        let full = {
+        let (full, empty, cancelled) = {
             let mut inner = conn.inner.borrow_mut();
+            let mut cancelled = Vec::new();
+            conn.admit(&mut inner, &mut cancelled);
             let full = !conn.has_room(&inner);
             inner.backed_up |= full;
-            full
+            (full, inner.out.is_empty(), cancelled)
         };
+        conn.cancel(cancelled);
+        if empty && !full {
+            // Everything admitted was cancelled.
+            continue;
+        }
         if full {
             // The host holds as many reply bytes for us as we allow: the rest waits here
             // (bounded by max_pending_requests) until replies are read.

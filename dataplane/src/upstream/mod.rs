@@ -12,6 +12,7 @@ mod conn;
 mod host;
 mod lease;
 mod limit;
+mod room;
 mod subscriber;
 
 use std::cell::RefCell;
@@ -50,6 +51,14 @@ pub const UPSTREAM_OVERFLOW: &[u8] =
 pub trait Deliver {
     /// `reply` is one complete RESP reply; `seq` and `part` are the values given in [`Target`].
     fn deliver(&self, seq: u64, part: u32, reply: &[u8]);
+
+    /// True once Respite cut the client off (its output-buffer limit, or evicted for the
+    /// worker's memory budget): its requests not yet written upstream are dropped instead of
+    /// sent, as Redis drops what waits in the query buffer of a client it frees for the same
+    /// reasons. A client that merely closed is not cut off: what it sent still runs.
+    fn cut_off(&self) -> bool {
+        false
+    }
 }
 
 /// Redirect state of a request, carried along when a Redis Cluster pool sends it again.
@@ -328,6 +337,9 @@ pub struct HostStats {
     /// Times a connection held requests back because the replies it had asked for reached
     /// `max_reply_bytes_in_flight` (Envoy's name for an upstream that backed up).
     pub flow_control_backed_up: Arc<Counter>,
+    /// Requests of clients Respite cut off (output-buffer limit, memory-budget eviction)
+    /// dropped from the waiting room before they were written (Envoy's name).
+    pub rq_cancelled: Arc<Counter>,
     /// New connections held back because the host answered `PING` with `-LOADING` (it is
     /// loading its dataset after a restart).
     pub cx_loading: Arc<Counter>,
@@ -367,6 +379,7 @@ impl HostStats {
             cx_connect_rate_limited: c("upstream_cx_connect_rate_limited"),
             rq_pending_overflow: c("upstream_rq_pending_overflow"),
             flow_control_backed_up: c("upstream_flow_control_backed_up_total"),
+            rq_cancelled: c("upstream_rq_cancelled"),
             cx_loading: c("upstream_cx_loading"),
             rq_loading: c("upstream_rq_loading"),
         }

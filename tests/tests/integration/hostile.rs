@@ -1669,6 +1669,46 @@ fn a_backend_holds_no_more_replies_for_respite_than_its_window() {
     assert_eq!(c.cmd(&[b"GET", b"small"]), bulk(b"s"));
 }
 
+/// (3) Fairness on a shared upstream connection: 50 clients each pipelining 1 000 `GET` of a
+/// 1 MiB value and never reading, on the host a well-behaved client also uses, one worker,
+/// default limits. Requests past the reply window wait in the connection's waiting room and
+/// leave in turns, one per client, so the prober waits behind at most one request of each
+/// attacker instead of all of them: with one first-in first-out queue it got 2 answers in 5 s
+/// (one took 15 s); in turns it keeps being answered. Requests of the attackers cut off for the
+/// budget are dropped before they are written.
+#[test]
+fn a_client_waits_behind_one_request_of_each_flooding_client_not_all_of_them() {
+    let _g = serial();
+    let backends = servers(1);
+    let addrs = addrs(&backends);
+    let (port, admin) = (free_port(), free_port());
+    let respite = Respite::start(&simple_config(port, admin, &addrs, 1, ""), port, admin);
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", b"big", &vec![b'v'; 1 << 20]]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"small", b"s"]), OK);
+    let prober = Prober::start(&respite.addr(), b"small", b"s");
+    let request = RawClient::encode(&[b"GET", b"big"]);
+    let (conns, writers) = never_reading(&respite.addr(), 50, &request, 1_000);
+    std::thread::sleep(Duration::from_secs(5));
+    let lat = prober.finish();
+    let cancelled = respite.stat("cluster.cache.upstream_rq_cancelled");
+    let evicted = respite.stat("redis.main.evicted_clients");
+    eprintln!("prober {lat:?}, evicted {evicted}, cancelled {cancelled}");
+    assert!(
+        lat.count >= 100 && lat.p99 < GET_MAX,
+        "the prober starved behind the flood: {lat:?}"
+    );
+    assert!(
+        evicted == 0 || cancelled > 0,
+        "{evicted} clients evicted, none of their waiting requests dropped"
+    );
+    drop(conns);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(c.cmd(&[b"GET", b"small"]), bulk(b"s"));
+}
+
 /// (3) Requests count in the budget: four clients sending a 48 MiB `SET` each at once, with
 /// `maxmemory_clients = 32 MiB`, are received one after another past the budget (one at a time
 /// always goes on, so none waits for ever): every value is stored byte for byte, Respite's RSS

@@ -1,0 +1,178 @@
+//! The waiting room of a shared upstream connection: requests that arrive while its reply
+//! window is full wait here, one queue per sender, and leave in round robin, one request per
+//! sender per turn.
+//!
+//! Why: a connection is shared by every session of the worker that routes to its host. With
+//! one first-in first-out queue, a client that pipelines thousands of requests for large values
+//! puts them all ahead of everyone else's, and a well-behaved client of the same host waits for
+//! all of them (seconds under an attack). In turns, a sender waits behind at most one request of
+//! each other sender. Each sender's own requests keep their order, which is the only order a
+//! client can see; between senders there is none to keep (Redis gives none across
+//! connections either).
+
+use std::collections::{HashMap, VecDeque};
+
+/// Requests waiting for room, by sender. `T` is the request; a sender is any key that tells
+/// clients apart (the address of the client's reply slots).
+pub(super) struct Room<T> {
+    /// Each waiting sender's requests, oldest first. A sender leaves the map when its queue
+    /// empties, so the map holds only senders that wait.
+    queues: HashMap<usize, VecDeque<T>>,
+    /// Senders with waiting requests, in turn order: the front is served next.
+    turns: VecDeque<usize>,
+    /// Requests waiting, over every sender.
+    len: usize,
+}
+
+impl<T> Default for Room<T> {
+    fn default() -> Self {
+        Room {
+            queues: HashMap::new(),
+            turns: VecDeque::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Room<T> {
+    /// Requests waiting, over every sender.
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing waits (the connection's fast path: one load).
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `item` waits behind `sender`'s earlier requests; a sender not yet waiting takes the
+    /// last turn.
+    pub(super) fn push(&mut self, sender: usize, item: T) {
+        let queue = self.queues.entry(sender).or_default();
+        if queue.is_empty() {
+            self.turns.push_back(sender);
+        }
+        queue.push_back(item);
+        self.len += 1;
+    }
+
+    /// The oldest request of the sender whose turn it is, and the sender; that sender goes to
+    /// the back of the turns if it has more.
+    pub(super) fn pop(&mut self) -> Option<(usize, T)> {
+        while let Some(sender) = self.turns.pop_front() {
+            let Some(queue) = self.queues.get_mut(&sender) else {
+                continue;
+            };
+            let Some(item) = queue.pop_front() else {
+                self.queues.remove(&sender);
+                continue;
+            };
+            if queue.is_empty() {
+                self.queues.remove(&sender);
+            } else {
+                self.turns.push_back(sender);
+            }
+            self.len -= 1;
+            return Some((sender, item));
+        }
+        None
+    }
+
+    /// Takes every waiting request of `sender` (a client that is gone), oldest first.
+    pub(super) fn remove(&mut self, sender: usize) -> VecDeque<T> {
+        let queue = self.queues.remove(&sender).unwrap_or_default();
+        self.len -= queue.len();
+        // Its turn, if it has one, is skipped by `pop`: the map no longer has it.
+        queue
+    }
+
+    /// Takes every waiting request (a failed or closed connection answers them).
+    pub(super) fn take_all(&mut self) -> Vec<T> {
+        let mut all = Vec::with_capacity(self.len);
+        while let Some((_, item)) = self.pop() {
+            all.push(item);
+        }
+        self.queues = HashMap::new();
+        self.turns = VecDeque::new();
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn senders_take_turns_and_keep_their_own_order() {
+        let mut room = Room::default();
+        assert!(room.is_empty());
+        // Sender 1 floods first; 2 and 3 arrive behind it.
+        for i in 0..5 {
+            room.push(1, (1, i));
+        }
+        room.push(2, (2, 0));
+        room.push(3, (3, 0));
+        room.push(2, (2, 1));
+        assert_eq!(room.len(), 8);
+        let order: Vec<_> = std::iter::from_fn(|| room.pop().map(|(_, item)| item)).collect();
+        assert_eq!(
+            order,
+            [
+                (1, 0),
+                (2, 0),
+                (3, 0),
+                (1, 1),
+                (2, 1),
+                (1, 2),
+                (1, 3),
+                (1, 4)
+            ]
+        );
+        assert!(room.is_empty());
+        assert_eq!(room.len(), 0);
+        assert!(room.queues.is_empty() && room.turns.is_empty());
+    }
+
+    #[test]
+    fn a_sender_that_comes_back_takes_the_last_turn() {
+        let mut room = Room::default();
+        room.push(1, 'a');
+        room.push(2, 'b');
+        assert_eq!(room.pop(), Some((1, 'a')));
+        room.push(1, 'c');
+        room.push(3, 'd');
+        assert_eq!(room.pop(), Some((2, 'b')));
+        assert_eq!(room.pop(), Some((1, 'c')));
+        assert_eq!(room.pop(), Some((3, 'd')));
+        assert_eq!(room.pop(), None);
+    }
+
+    #[test]
+    fn a_removed_sender_loses_its_queue_and_its_turn() {
+        let mut room = Room::default();
+        for i in 0..3 {
+            room.push(7, i);
+        }
+        room.push(8, 10);
+        assert_eq!(room.remove(7), [0, 1, 2]);
+        assert_eq!(room.len(), 1);
+        assert_eq!(room.pop(), Some((8, 10)));
+        assert_eq!(room.pop(), None);
+        assert!(room.is_empty() && room.remove(7).is_empty());
+    }
+
+    #[test]
+    fn take_all_empties_the_room() {
+        let mut room = Room::default();
+        for i in 0..4 {
+            room.push(i % 2, i);
+        }
+        let mut all = room.take_all();
+        all.sort_unstable();
+        assert_eq!(all, [0, 1, 2, 3]);
+        assert!(room.is_empty());
+        assert_eq!(room.pop(), None);
+    }
+}
