@@ -1709,10 +1709,30 @@ fn commands_to_a_migrating_slot_keep_their_order() {
     };
     migrate("{t}a");
 
+    // How many TRYAGAIN the source has answered (Redis's INFO errorstats).
+    let tryagains = || match query(&source, &["INFO", "errorstats"]) {
+        Reply::Bulk(Some(text)) => String::from_utf8_lossy(&text)
+            .lines()
+            .find_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0),
+        other => panic!("INFO errorstats: {other:?}"),
+    };
+    let before = tryagains();
     let mut batch = RawClient::encode(&[b"MSET", b"{t}a", b"1", b"{t}b", b"1"]);
     batch.extend(RawClient::encode(&[b"SET", b"{t}a", b"2"]));
     c.send_raw(&batch);
-    std::thread::sleep(Duration::from_millis(3));
+    // The rest of the slot moves only once the source answered the MSET with TRYAGAIN (its
+    // keys split): a fixed 3 ms sleep lost that race on a loaded machine, and the MSET then
+    // met the slot whole on the target.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tryagains() == before {
+        assert!(
+            Instant::now() < deadline,
+            "the MSET never reached the source"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     migrate("{t}b");
     for node in cluster.primaries() {
         assert_eq!(

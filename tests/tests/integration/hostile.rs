@@ -1648,14 +1648,14 @@ fn a_backend_holds_no_more_replies_for_respite_than_its_window() {
     assert!(backed_up > 0, "the window never held requests back");
     // The window bounds the reply bytes asked; Redis keeps them in reply blocks allocated
     // larger than what they hold when small replies (the prober's) come between large ones:
-    // measured up to about 3.3 times the bytes. With the largest window (1 GiB) the backend
-    // held 53 MiB here.
+    // measured up to about 4.1 times the bytes (CI). With the largest window (1 GiB) the
+    // backend held 53 MiB here.
     assert!(
-        peak_omem <= 4 * WINDOW,
+        peak_omem <= 5 * WINDOW,
         "the backend held {peak_omem} B of replies for respite (window {WINDOW} B)"
     );
     assert!(
-        used_growth <= 4 * WINDOW + (8 << 20),
+        used_growth <= 5 * WINDOW + (8 << 20),
         "the backend's used_memory grew {used_growth} B (window {WINDOW} B)"
     );
     assert!(
