@@ -324,6 +324,7 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::rc::Rc;
 
     /// True if `n` was notified (polls its wait once).
     fn notified(n: &Notify) -> bool {
@@ -372,23 +373,22 @@ mod tests {
         );
     }
 
-    #[test]
-    fn paused_sessions_resume_oldest_first_a_batch_at_a_time() {
-        use std::rc::Rc;
+    /// A budget of `limit` bytes and a maker of sessions reporting into it.
+    fn budget_with_sessions(limit: usize) -> (Rc<Budget>, impl Fn() -> Rc<Sink>) {
         let store = crate::stats::Store::new();
         let stats = Rc::new(super::super::stats::ListenerStats::new(store, 0, "t"));
         let budget = Rc::new(Budget::default());
-        budget.set_limit(1000);
+        budget.set_limit(limit);
+        let b = budget.clone();
+        let sink = move || Rc::new(Sink::new(stats.clone(), Rc::new(Cell::new(0)), b.clone()));
+        (budget, sink)
+    }
+
+    #[test]
+    fn paused_sessions_resume_oldest_first_a_batch_at_a_time() {
+        let (budget, sink) = budget_with_sessions(1000);
         budget.update((0, 0), (1000, 0));
-        let mut sinks: Vec<Rc<Sink>> = (0..20)
-            .map(|_| {
-                Rc::new(Sink::new(
-                    stats.clone(),
-                    Rc::new(Cell::new(0)),
-                    budget.clone(),
-                ))
-            })
-            .collect();
+        let mut sinks: Vec<Rc<Sink>> = (0..20).map(|_| sink()).collect();
         for s in &sinks {
             budget.wait(Rc::downgrade(s), false);
         }
@@ -413,19 +413,8 @@ mod tests {
 
     #[test]
     fn paused_light_sessions_resume_first_once_the_reserve_has_room() {
-        use std::rc::Rc;
-        let store = crate::stats::Store::new();
-        let stats = Rc::new(super::super::stats::ListenerStats::new(store, 0, "t"));
-        let budget = Rc::new(Budget::default());
-        budget.set_limit(1000);
+        let (budget, sink) = budget_with_sessions(1000);
         budget.update((0, 0), (0, 1300));
-        let sink = || {
-            Rc::new(Sink::new(
-                stats.clone(),
-                Rc::new(Cell::new(0)),
-                budget.clone(),
-            ))
-        };
         let heavy: Vec<Rc<Sink>> = (0..3).map(|_| sink()).collect();
         for s in &heavy {
             budget.wait(Rc::downgrade(s), false);

@@ -431,7 +431,7 @@ impl Sink {
         waiting < MAX_PENDING_SLOTS
             && held < MAX_OUT_BYTES
             && (waiting == 0 || asked < MAX_ASKED_BYTES)
-            && self.budget.has_room(held + asked <= budget::LIGHT)
+            && self.budget.has_room(is_light(&inner))
     }
 
     /// Marks the reader as waiting for capacity: the writer wakes it as output drains, the
@@ -440,8 +440,7 @@ impl Sink {
         let light = {
             let mut inner = self.inner.borrow_mut();
             inner.reader_paused = true;
-            let asked = inner.slots.len().saturating_mul(inner.estimate);
-            held(&inner).saturating_add(asked) <= budget::LIGHT
+            is_light(&inner)
         };
         if !self.budget.has_room(false) {
             self.budget.wait(Rc::downgrade(self), light);
@@ -661,6 +660,14 @@ fn start_hold(hold: &mut Hold) {
     if let Hold::For(d) = *hold {
         *hold = Hold::Until(Instant::now() + d);
     }
+}
+
+/// True when the session holds and awaits at most [`budget::LIGHT`] bytes: it may use the
+/// budget's reserve, and resumes first once it has room.
+#[inline]
+fn is_light(inner: &Inner) -> bool {
+    let asked = inner.slots.len().saturating_mul(inner.estimate);
+    held(inner).saturating_add(asked) <= budget::LIGHT
 }
 
 fn is_error(reply: &[u8]) -> bool {
