@@ -155,6 +155,21 @@ pub async fn write_all(stream: &TcpStream, buf: Vec<u8>) -> BufResult<(), Vec<u8
     s.write_all(buf).await
 }
 
+/// Writes all of `buf[range]` (a range past its end writes what is there), returning `buf`:
+/// a large buffer written piece by piece, each piece under its own deadline.
+pub async fn write_range(
+    stream: &TcpStream,
+    buf: Vec<u8>,
+    range: std::ops::Range<usize>,
+) -> BufResult<(), Vec<u8>> {
+    use compio::buf::{IntoInner, IoBuf};
+    let end = range.end.min(buf.len());
+    let start = range.start.min(end);
+    let mut s = stream;
+    let BufResult(res, slice) = s.write_all(buf.slice(start..end)).await;
+    BufResult(res, slice.into_inner())
+}
+
 /// True when an idle connection can still be used: nothing is waiting to be read and the peer
 /// has not closed it (a non-blocking `MSG_PEEK`; a Redis that restarted or closed an idle
 /// client has sent FIN or RST by now). Bytes waiting on a connection that expects none mean

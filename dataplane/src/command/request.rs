@@ -90,6 +90,12 @@ impl<'a> Request<'a> {
         self.bytes
     }
 
+    /// The client's RESP frame, whole (`None` for an inline request).
+    #[inline]
+    pub fn frame(&self) -> Option<&'a [u8]> {
+        self.frame
+    }
+
     /// The argument ranges into [`Request::bytes`].
     #[inline]
     pub fn ranges(&self) -> &'a [Range<usize>] {

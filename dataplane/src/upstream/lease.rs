@@ -60,6 +60,10 @@ pub enum BlockedError {
     Io(std::io::Error),
 }
 
+/// Bytes of a large request written under one `op_timeout` ([`Lease::exchange_large`]): a
+/// host taking less than this per `op_timeout` is hung.
+pub const LARGE_PIECE: usize = 1024 * 1024;
+
 /// Idle connections kept ready per (host, protocol) once the host has been leased.
 pub const MIN_IDLE: usize = 1;
 
@@ -588,6 +592,41 @@ impl Lease {
         result
     }
 
+    /// Like [`Lease::exchange`] for one request too large to bound as a whole by `op_timeout`
+    /// (hundreds of MiB take seconds to write): `prefix` (`ASKING`, or nothing) goes first,
+    /// then `request` in pieces of [`LARGE_PIECE`] bytes, each of which the host must take
+    /// within `op_timeout` (a host that stops reading is hung), then the replies to both must
+    /// come within `op_timeout` of the last byte. Returns the last reply, and `request` back
+    /// (to send it again after a redirect).
+    ///
+    /// Errors: as for [`Lease::exchange`]; the lease is then unusable.
+    pub async fn exchange_large(
+        &mut self,
+        prefix: &[u8],
+        request: Vec<u8>,
+    ) -> (std::io::Result<Vec<u8>>, Vec<u8>) {
+        let Some(stream) = self.stream.as_ref() else {
+            return (Err(std::io::ErrorKind::NotConnected.into()), request);
+        };
+        let timeout = self.pool.settings.op_timeout;
+        let (written, request) = write_large(stream, timeout, prefix, request).await;
+        let replies = 1 + usize::from(!prefix.is_empty());
+        let result = match written {
+            Ok(()) => net::timeout(timeout, read_replies(stream, replies))
+                .await
+                .unwrap_or_else(|| Err(std::io::ErrorKind::TimedOut.into()))
+                .and_then(|mut r| {
+                    r.pop()
+                        .ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
+                }),
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            self.close();
+        }
+        (result, request)
+    }
+
     /// Like [`Lease::exchange`] for a request that blocks at the backend (BLPOP & co.) for
     /// `wait`, its own timeout (`None`: until served): bounded by `wait` plus `op_timeout` (the
     /// backend answers a timed-out block itself; past that it is hung), and abandoned as soon
@@ -671,6 +710,39 @@ impl Lease {
             self.pool.forget(self.addr);
         }
     }
+}
+
+/// Writes `prefix`, then `buf` [`LARGE_PIECE`] bytes at a time, each piece within `timeout`;
+/// returns `buf` (empty when a write was cut by the timeout: it keeps its buffer).
+async fn write_large(
+    stream: &TcpStream,
+    timeout: std::time::Duration,
+    prefix: &[u8],
+    mut buf: Vec<u8>,
+) -> (std::io::Result<()>, Vec<u8>) {
+    let timed_out = || std::io::Error::from(std::io::ErrorKind::TimedOut);
+    if !prefix.is_empty() {
+        match net::timeout(timeout, net::write_all(stream, prefix.to_vec())).await {
+            Some(BufResult(Ok(()), _)) => {}
+            Some(BufResult(Err(e), _)) => return (Err(e), buf),
+            None => return (Err(timed_out()), buf),
+        }
+    }
+    let mut at = 0;
+    while at < buf.len() {
+        let end = at.saturating_add(LARGE_PIECE).min(buf.len());
+        let Some(BufResult(res, b)) =
+            net::timeout(timeout, net::write_range(stream, buf, at..end)).await
+        else {
+            return (Err(timed_out()), Vec::new());
+        };
+        buf = b;
+        if let Err(e) = res {
+            return (Err(e), buf);
+        }
+        at = end;
+    }
+    (Ok(()), buf)
 }
 
 impl Drop for Lease {

@@ -1830,6 +1830,42 @@ fn transactions_across_a_slot_move(cluster: &RedisCluster) {
     assert_eq!(cmd(&mut c, &["GET", &key]), bulk("2"));
 }
 
+/// Large requests over the cluster (part of `blocked_client_across_slot_migration_and_failover`,
+/// sharing its cluster): a 2 MiB `SET` goes on a leased connection of its own; after its slot
+/// moved (Respite's map not refreshed), the old owner's `MOVED` is followed on a lease to the
+/// new owner, which then holds the value byte for byte; the client never sees the move.
+fn large_requests_across_a_slot_move(cluster: &RedisCluster) {
+    let respite = respite_over(cluster, "primary", "cluster_refresh_rate = \"60s\"");
+    let ranges = cluster.slot_ranges();
+    let (&(slot, _), (from, _)) = ranges.iter().next().expect("a slot range");
+    let from = from.clone();
+    let to = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| *p != from)
+        .expect("a second primary");
+    let key = (0..)
+        .map(|i| format!("large:{i}"))
+        .find(|k| key_slot(k.as_bytes()) == slot)
+        .expect("a key of the slot");
+    let value = |fill: u8| vec![fill; 2 << 20];
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", key.as_bytes(), &value(b'a')]), b"+OK\r\n");
+    assert_eq!(query(&from, &["STRLEN", &key]), Reply::Int(2 << 20));
+    cluster.reshard(&from, &to, 1);
+    assert_eq!(cluster.slot_owner(slot), to);
+    let leased = respite.stat("cluster.rc.leased_cx_total");
+    assert_eq!(c.cmd(&[b"SET", key.as_bytes(), &value(b'b')]), b"+OK\r\n");
+    assert!(
+        respite.stat("cluster.rc.leased_cx_total") >= leased + 2,
+        "the SET and its redirect each on a lease: {:?}",
+        respite.stats()
+    );
+    assert_eq!(query(&to, &["STRLEN", &key]), Reply::Int(2 << 20));
+    assert_eq!(query(&to, &["GETRANGE", &key, "-2", "-1"]), bulk("bb"));
+    assert_eq!(cmd(&mut c, &["STRLEN", &key]), Reply::Int(2 << 20));
+}
+
 /// Pub/sub over the cluster (part of `blocked_client_across_slot_migration_and_failover`,
 /// sharing its cluster): a shard channel subscribed through Respite keeps receiving after its
 /// slot moved to another primary (Redis ends the subscription with `sunsubscribe`; Respite
@@ -1967,6 +2003,7 @@ fn pubsub_across_a_slot_move_and_a_failover(cluster: &RedisCluster) {
 fn blocked_client_across_slot_migration_and_failover() {
     let cluster = RedisCluster::start();
     transactions_across_a_slot_move(&cluster);
+    large_requests_across_a_slot_move(&cluster);
     pubsub_across_a_slot_move_and_a_failover(&cluster);
     let respite = respite_over(&cluster, "primary", "");
     // The lowest slot of a primary: what `reshard … 1` moves.

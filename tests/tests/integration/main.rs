@@ -32,6 +32,7 @@ mod hostile;
 mod hot_keys;
 mod job_queue;
 mod ketama_nutcracker;
+mod large_requests;
 mod latency;
 mod loading;
 mod log_limits;

@@ -606,3 +606,41 @@ cluster = "mirror"
         b"*4\r\n$8\r\npmessage\r\n$4\r\na:n*\r\n$6\r\na:news\r\n$4\r\nboth\r\n"
     );
 }
+
+/// Large requests (which otherwise go on a connection of their own) go where small ones do on
+/// routes that rewrite keys or mirror: `r:x` stripped to `x` on its cluster, and a catch-all
+/// `SET` copied whole to the mirror.
+#[test]
+fn large_requests_are_rewritten_and_mirrored() {
+    let b = servers(3);
+    let routes = r#"[listeners.prefix_routes]
+[[listeners.prefix_routes.routes]]
+prefix = "r:"
+cluster = "plain"
+remove_prefix = true
+[listeners.prefix_routes.catch_all_route]
+cluster = "primary"
+[[listeners.prefix_routes.catch_all_route.request_mirror_policy]]
+cluster = "mirror"
+"#;
+    let respite = start(
+        routes,
+        &[
+            ("plain", vec![b[0].addr()]),
+            ("primary", vec![b[1].addr()]),
+            ("mirror", vec![b[2].addr()]),
+        ],
+    );
+    let large = vec![b'v'; 2 << 20];
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", b"r:x", &large]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"y", &large]), OK);
+    assert_eq!(get_on(&b[0], b"x"), bulk(&large));
+    assert!(
+        wait_until(Duration::from_secs(5), || get_on(&b[2], b"y")
+            == bulk(&large)),
+        "the mirror has no copy of the large SET"
+    );
+    assert_eq!(get_on(&b[1], b"y"), bulk(&large));
+    assert_eq!(keys_on(&b[0]), vec!["x"]);
+}

@@ -12,6 +12,7 @@ use tracing::debug;
 
 mod barrier;
 mod blocking;
+mod large;
 mod mode;
 mod multi;
 mod script_control;
@@ -69,6 +70,8 @@ struct Session {
     subs: Option<Box<Subscriptions>>,
     /// The worker's pub/sub, which holds them upstream.
     hub: Rc<Hub>,
+    /// A large request just placed, whose frame the read loop hands over.
+    large: Option<large::Large>,
 }
 
 /// Keeps a session registered with its worker until both its reader and its writer are done
@@ -131,6 +134,7 @@ pub async fn run(
         blocked_clients: worker.blocked_clients.clone(),
         subs: None,
         hub: worker.pubsub.clone(),
+        large: None,
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -233,7 +237,13 @@ pub async fn run(
                 Ok(Parsed::Resp { consumed }) => {
                     // The frame is the `consumed` bytes the parser took (always there).
                     session.handle(&rt, Request::new(rest, &args, rest.get(..consumed)));
-                    start += consumed;
+                    match session.large.take() {
+                        Some(large) => {
+                            let frame = large::take_frame(&mut buf, &mut start, consumed);
+                            large.send(frame, sink.clone(), worker.budget.clone());
+                        }
+                        None => start += consumed,
+                    }
                 }
                 Ok(Parsed::Inline { consumed }) => {
                     session.handle(&rt, Request::new(&scratch, &args, None));
@@ -545,6 +555,12 @@ impl Session {
             // Faults hit only what goes upstream (docs/faults.md): never AUTH, PING or any
             // other command answered locally, nor requests rejected before this point.
             if self.fault(rt, spec.id) {
+                return;
+            }
+            if how == Upstream::Keyed
+                && req.frame().is_some_and(|f| f.len() >= large::LARGE_REQUEST)
+                && self.large(rt, &req, spec)
+            {
                 return;
             }
             return self.dispatch(rt).run(&req, spec, how);

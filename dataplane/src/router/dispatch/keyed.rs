@@ -57,6 +57,41 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         self.rewrite_and_send(spec.id, read, route, req, first_key, classic);
     }
 
+    /// Where a keyed command would go whole and unchanged, for sending its client's frame on a
+    /// connection of its own (a request too large to share one): the primary pool and shard of
+    /// its keys' route. `None` whenever [`Dispatch::keyed`] would do anything else with it —
+    /// no key, keys on different routes or shards, a route that rewrites keys or copies
+    /// requests to mirrors — or there is no host: the request then goes the shared way.
+    pub fn whole(
+        &mut self,
+        req: &Request<'_>,
+        spec: &'static CommandSpec,
+    ) -> Option<super::TxDest<P>> {
+        let arg = req.argv();
+        self.scratch.key_idx.clear();
+        command::keys(spec, req.argc(), arg, &mut self.scratch.key_idx).ok()?;
+        let router = self.router;
+        let (route_id, route) = router.route(arg(*self.scratch.key_idx.first()?))?;
+        if route.rewrites() || !route.mirrors.is_empty() {
+            return None;
+        }
+        let one_route = self
+            .scratch
+            .key_idx
+            .iter()
+            .skip(1)
+            .all(|&i| router.route_id(arg(i)) == Some(route_id));
+        if !one_route {
+            return None;
+        }
+        let shard = self.shard_of_keys(&route.pool, req).ok()??;
+        Some(super::TxDest {
+            route: route_id,
+            pool: route.pool.clone(),
+            shard,
+        })
+    }
+
     /// A listener `custom_commands` entry of table id `cmd`: a single-key command routed by
     /// `key`, its argument 1.
     pub fn custom(&mut self, req: &Request<'_>, key: &[u8], cmd: u16) {

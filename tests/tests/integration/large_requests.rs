@@ -1,0 +1,193 @@
+//! Large requests (1 MiB and more) against real redis-servers: each goes to its backend on a
+//! leased connection of its own, so other clients of that backend never wait behind it, while
+//! its own client's requests keep their order around it. Redis Cluster redirects of a large
+//! request are in `cluster` (it shares that module's cluster); its memory bound and the other
+//! clients' latency under several at once are in `hostile`.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use respite_tests::free_port;
+use respite_tests::respite::{Respite, simple_config};
+
+const MIB: usize = 1 << 20;
+
+/// One worker over `backends` (so every client shares one upstream connection per host), with
+/// `op_timeout` 5 s for values of several MiB on a busy machine.
+fn start(backends: &[String]) -> Respite {
+    start_with(backends, "5s")
+}
+
+fn start_with(backends: &[String], op_timeout: &str) -> Respite {
+    let (port, admin) = (free_port(), free_port());
+    let cfg = simple_config(port, admin, backends, 1, "").replace(
+        "op_timeout = \"1s\"",
+        &format!("op_timeout = \"{op_timeout}\""),
+    );
+    Respite::start(&cfg, port, admin)
+}
+
+/// A client's large requests, pipelined among small ones to two backends, are answered in
+/// order and see the effects of the requests before them: the value built by `SET` and two
+/// large `APPEND`s is whole and in order on its backend, and each large request took a lease.
+#[test]
+fn large_requests_keep_their_place_among_a_clients_pipelined_requests() {
+    let backends = servers(2);
+    let addrs = addrs(&backends);
+    let place = Placement::new(&addrs);
+    let (k, other) = (place.key_on(0, "big"), place.key_on(1, "small"));
+    let (k, other) = (k.as_bytes(), other.as_bytes());
+    let respite = start(&addrs);
+    let (a, b) = (vec![b'a'; 2 * MIB], vec![b'b'; 3 * MIB]);
+    let mut c = respite.raw();
+    let replies = c.pipeline(&[
+        cmd(&[b"SET", k, b"<"]),
+        cmd(&[b"SET", other, b"1"]),
+        cmd(&[b"APPEND", k, &a]),
+        cmd(&[b"INCR", other]),
+        cmd(&[b"GETRANGE", k, b"0", b"1"]),
+        cmd(&[b"APPEND", k, &b]),
+        cmd(&[b"STRLEN", k]),
+        cmd(&[b"SET", other, &a]),
+        cmd(&[b"STRLEN", other]),
+        cmd(&[b"GETRANGE", k, b"-2", b"-1"]),
+    ]);
+    let total = (1 + 2 * MIB + 3 * MIB) as i64;
+    assert_eq!(
+        replies,
+        vec![
+            OK.to_vec(),
+            OK.to_vec(),
+            int(1 + 2 * MIB as i64),
+            int(2),
+            bulk(b"<a"),
+            int(total),
+            int(total),
+            OK.to_vec(),
+            int(2 * MIB as i64),
+            bulk(b"bb"),
+        ]
+    );
+    let mut direct = backends[0].raw();
+    assert_eq!(direct.cmd(&[b"STRLEN", k]), int(total));
+    let value = direct.cmd(&[b"GET", k]);
+    let mut want = b"<".to_vec();
+    want.extend_from_slice(&a);
+    want.extend_from_slice(&b);
+    assert!(
+        value == bulk(&want),
+        "the value is not SET + APPEND + APPEND in order"
+    );
+    assert_eq!(respite.stat("cluster.cache.leased_cx_total"), 3);
+}
+
+/// A large `SET` that its backend holds (`CLIENT PAUSE … WRITE` postpones it) does not hold up
+/// another client's `GET` to the same backend: on a shared connection Redis would run that
+/// `GET` only after the `SET`, a pause later. Once the pause ends the `SET` is answered.
+#[test]
+fn other_clients_do_not_wait_behind_a_large_request() {
+    let backends = servers(1);
+    let respite = start(&addrs(&backends));
+    let mut reader = respite.raw();
+    assert_eq!(reader.cmd(&[b"SET", b"small", b"s"]), OK);
+    let pause = Duration::from_millis(2000);
+    assert_eq!(
+        backends[0].raw().cmd(&[
+            b"CLIENT",
+            b"PAUSE",
+            pause.as_millis().to_string().as_bytes(),
+            b"WRITE"
+        ]),
+        OK
+    );
+    let paused_at = Instant::now();
+    let addr = respite.addr();
+    let writer = std::thread::spawn(move || {
+        let mut c = respite_tests::RawClient::connect(&addr);
+        let reply = c.cmd(&[b"SET", b"large", &vec![b'x'; 4 * MIB]]);
+        (reply, paused_at.elapsed())
+    });
+    // The SET reaches the backend and waits there.
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    assert_eq!(reader.cmd(&[b"GET", b"small"]), bulk(b"s"));
+    let took = asked.elapsed();
+    let (reply, set_took) = writer.join().unwrap();
+    eprintln!("GET behind a paused large SET: {took:?}; the SET: {set_took:?}");
+    assert_eq!(reply, OK);
+    assert!(
+        set_took >= pause - Duration::from_millis(100),
+        "the premise: the backend held the SET ({set_took:?})"
+    );
+    assert!(
+        took < Duration::from_millis(800),
+        "the GET waited {took:?} behind the large SET"
+    );
+    assert_eq!(
+        backends[0].raw().cmd(&[b"STRLEN", b"large"]),
+        int(4 * MIB as i64)
+    );
+}
+
+/// A client that sends a large `SET` and closes at once takes nothing down: the value is stored
+/// whole or not at all, its leased connection comes back, and the next client is served.
+#[test]
+fn a_client_leaving_during_its_large_request_leaves_nothing_behind() {
+    let backends = servers(1);
+    let respite = start(&addrs(&backends));
+    for i in 0..4u8 {
+        let mut c = respite.raw();
+        c.send(&[b"SET", b"gone", &vec![b'0' + i; 8 * MIB]]);
+        drop(c);
+    }
+    let mut c = respite.raw();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            respite.stat("cluster.cache.leased_cx_active") == 0
+        }),
+        "leases still held: {:?}",
+        respite.stats()
+    );
+    let len = backends[0].raw().cmd(&[b"STRLEN", b"gone"]);
+    assert!(
+        len == int(0) || len == int(8 * MIB as i64),
+        "{}",
+        show(&len)
+    );
+    assert_eq!(c.cmd(&[b"SET", b"after", b"v"]), OK);
+    assert_eq!(c.cmd(&[b"GET", b"after"]), bulk(b"v"));
+}
+
+/// A backend that stops reading in the middle of a large request (SIGSTOP) fails it with
+/// `-upstream failure` once a MiB of it has waited `op_timeout` to be taken, rather than holding
+/// the client for as long as the backend is stopped; nothing of it is applied, and once the
+/// backend runs again the client is served.
+#[test]
+fn a_backend_that_stops_reading_fails_a_large_request_after_op_timeout() {
+    let backends = servers(1);
+    let respite = start_with(&addrs(&backends), "1s");
+    let mut c = respite.raw();
+    // A large request first: its leased connection stays open, idle, for the next one (a new
+    // one could not shake hands with a stopped backend: `no upstream host`).
+    assert_eq!(c.cmd(&[b"SET", b"warm", &vec![b'w'; 2 * MIB]]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"k", b"before"]), OK);
+    let stopped = Stopped::new(backends[0].pid());
+    let asked = Instant::now();
+    let reply = c.cmd(&[b"SET", b"k", &vec![b'x'; 64 * MIB]]);
+    let took = asked.elapsed();
+    eprintln!(
+        "large SET to a stopped backend: {} after {took:?}",
+        show(&reply)
+    );
+    assert_eq!(reply, b"-upstream failure\r\n");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    drop(stopped);
+    assert_eq!(c.cmd(&[b"GET", b"k"]), bulk(b"before"));
+    assert_eq!(c.cmd(&[b"SET", b"k", &vec![b'y'; 2 * MIB]]), OK);
+    assert_eq!(
+        backends[0].raw().cmd(&[b"STRLEN", b"k"]),
+        int(2 * MIB as i64)
+    );
+}
