@@ -13,9 +13,10 @@
 //! [`WAKE_BATCH`] at a time, so the room freed goes to the clients that waited longest rather
 //! than to whichever of hundreds of woken sessions runs first). A light session — one
 //! that holds and awaits almost nothing, such as a client sending small requests one at a time —
-//! may go on into a reserve of a quarter of the limit, so clients that ask and never read cannot
-//! hold up the others; paused, it resumes as soon as the reserve has room, ahead of the heavy
-//! sessions queued before it. Clients that ask and do not read would keep
+//! goes on while the bytes actually held are under the limit plus a reserve of a quarter of it,
+//! whatever others asked for, so clients that ask and never read cannot hold up the others;
+//! paused, it resumes as soon as the reserve has room, ahead of the heavy sessions queued
+//! before it. Clients that ask and do not read would keep
 //! it there for ever, every other client of the worker waiting behind them: when `held` alone
 //! passes the limit, or sessions wait for room with most of the budget held and not draining for
 //! [`STALL`], the worker evicts the clients holding the most, as Redis evicts clients
@@ -125,12 +126,22 @@ impl Budget {
     }
 
     /// True when sessions may send more requests upstream; `light`: the session asking holds
-    /// and awaits at most [`LIGHT`] bytes, and may use the reserve above the limit.
+    /// and awaits at most [`LIGHT`] bytes. A light session is held back only by the bytes
+    /// actually held, up to the limit plus a reserve of a quarter of it, not by the replies
+    /// other sessions asked for: those are estimates, which a burst of new clients pipelining
+    /// requests for large values overshoots many times over (each asked at a small estimate
+    /// before any reply told the size: 32 GiB asked against a 512 MiB share, measured) while
+    /// holding too little to be evicted, and a client sending one small request at a time
+    /// would wait for all of them to drain. What light sessions add is small, and held bytes
+    /// past the limit are evicted.
     #[inline]
     pub fn has_room(&self, light: bool) -> bool {
         let limit = self.limit.get();
-        let bound = if light { limit + limit / 4 } else { limit };
-        limit == 0 || self.used() < bound
+        match (limit, light) {
+            (0, _) => true,
+            (_, true) => self.held.get() < limit + limit / 4,
+            (_, false) => self.used() < limit,
+        }
     }
 
     fn used(&self) -> usize {
@@ -414,7 +425,7 @@ mod tests {
     #[test]
     fn paused_light_sessions_resume_first_once_the_reserve_has_room() {
         let (budget, sink) = budget_with_sessions(1000);
-        budget.update((0, 0), (0, 1300));
+        budget.update((0, 0), (1300, 0));
         let heavy: Vec<Rc<Sink>> = (0..3).map(|_| sink()).collect();
         for s in &heavy {
             budget.wait(Rc::downgrade(s), false);
@@ -424,13 +435,13 @@ mod tests {
         budget.wake_if_room();
         assert!(!notified(&light.reader), "the reserve is full too");
         // Under the reserve (limit + 1/4), above three quarters: only the light one goes on.
-        budget.update((0, 1300), (0, 1100));
+        budget.update((1300, 0), (1100, 0));
         assert!(
             notified(&light.reader),
             "a light session resumes in the reserve"
         );
         assert!(heavy.iter().all(|s| !notified(&s.reader)));
-        budget.update((0, 1100), (0, 0));
+        budget.update((1100, 0), (0, 0));
         assert!(heavy.iter().all(|s| notified(&s.reader)));
     }
 
@@ -444,12 +455,18 @@ mod tests {
         b.update((400, 500), (400, 600));
         assert!(!b.has_room(false), "held + asked = limit: no room");
         assert!(b.has_room(true), "a light session may use the reserve");
-        b.update((400, 600), (400, 850));
-        assert!(!b.has_room(true), "the reserve is a quarter of the limit");
+        b.update((400, 600), (400, 32_000));
+        assert!(
+            b.has_room(true),
+            "replies others asked for never hold back a light session"
+        );
         assert!(!b.over_limit(), "asked bytes alone never evict");
-        b.update((400, 850), (1001, 0));
+        b.update((400, 32_000), (1249, 0));
+        assert!(b.has_room(true));
         assert!(b.over_limit());
-        b.update((1001, 0), (0, 0));
+        b.update((1249, 0), (1250, 0));
+        assert!(!b.has_room(true), "the reserve is a quarter of the limit");
+        b.update((1250, 0), (0, 0));
         assert_eq!((b.held(), b.has_room(false)), (0, true));
     }
 
