@@ -304,21 +304,28 @@ impl<H: HostState> Conn<H> {
             State::Backoff | State::Closed => return Err(SendError::NoHost),
             State::Connecting | State::Ready => {}
         }
+        let resend = asking || retry.hops > 0 || retry.tries > 0;
+        let sender = Rc::as_ptr(&target.sink) as *const () as usize;
         // Requests not yet handed to the kernel: bounded, so a host that is connecting or stopped
-        // reading makes requests fail at once instead of piling up without limit.
+        // reading makes requests fail at once instead of piling up without limit. At the bound a
+        // client waiting less than another takes the newest place of the one waiting most.
         let unwritten = inner.pending.len() - inner.written;
+        let mut displaced = None;
         if unwritten + inner.room.len() >= self.settings.max_pending_requests {
-            drop(inner);
-            self.stats.rq_pending_overflow.inc();
-            return Err(SendError::Overflow);
+            if !resend {
+                displaced = inner.room.displace_for(sender).map(|w| w.target);
+            }
+            if displaced.is_none() {
+                drop(inner);
+                self.stats.rq_pending_overflow.inc();
+                return Err(SendError::Overflow);
+            }
         }
         // A request the window could not take now waits in the room, and so does every request
         // once any waits there (a client's own order). Resends (redirects, retries) go straight
         // out: they are late already, and a Redis Cluster pool holds their slot's later
         // requests behind them.
-        let resend = asking || retry.hops > 0 || retry.tries > 0;
         if !resend && (!inner.room.is_empty() || !self.fits(&inner, unwritten)) {
-            let sender = Rc::as_ptr(&target.sink) as *const () as usize;
             let waiting = Waiting {
                 request: request.to_vec(),
                 target,
@@ -329,6 +336,7 @@ impl<H: HostState> Conn<H> {
             drop(inner);
             self.stats.rq_total.inc();
             self.stats.upstream_rq_total.inc();
+            self.refuse_displaced(displaced);
             if idle {
                 self.write_ready.notify();
             }
@@ -340,12 +348,22 @@ impl<H: HostState> Conn<H> {
         let flush_now = self.settings.max_buffer_size_before_flush == 0
             || inner.out.len() >= self.settings.max_buffer_size_before_flush;
         drop(inner);
+        self.refuse_displaced(displaced);
         // Wake the writer for the first queued byte (it arms the flush timer) and when the batch
         // is full; in between it is already awake or waiting on the timer.
         if flush_now || first {
             self.write_ready.notify();
         }
         Ok(())
+    }
+
+    /// Answers the request that gave its place in the full room to another client's
+    /// ([`super::room::Room::displace_for`]) as a refused one is answered.
+    fn refuse_displaced(&self, displaced: Option<Target>) {
+        if let Some(target) = displaced {
+            self.stats.rq_pending_overflow.inc();
+            target.deliver(SendError::Overflow.reply());
+        }
     }
 
     /// Appends one request to the output, and to the request log of a connection that

@@ -9,8 +9,17 @@
 //! each other sender. Each sender's own requests keep their order, which is the only order a
 //! client can see; between senders there is none to keep (Redis gives none across
 //! connections either).
+//!
+//! At the connection's bound (`max_pending_requests`) the room is full: a sender waiting less
+//! than another takes the newest place of the one waiting most (longest-queue drop), so a
+//! client sending one request at a time is not refused because others flooded the room.
 
 use std::collections::{HashMap, VecDeque};
+
+/// Senders looked at, next in turn, for the one waiting most when the room is full: a sample
+/// keeps that bounded while thousands of senders wait (they are served soonest, so their
+/// newest requests are the furthest from going out).
+const SAMPLE: usize = 64;
 
 /// Requests waiting for room, by sender. `T` is the request; a sender is any key that tells
 /// clients apart (the address of the client's reply slots).
@@ -80,6 +89,35 @@ impl<T> Room<T> {
         None
     }
 
+    /// The room is full and `sender` has one more request: takes the newest request of the
+    /// sender waiting most (among the [`SAMPLE`] next in turn) if it waits more than `sender`
+    /// would with its new one, so `sender`'s takes its place; `None` when none does (the new
+    /// request is then the one refused).
+    pub(super) fn displace_for(&mut self, sender: usize) -> Option<T> {
+        let mine = self.queues.get(&sender).map_or(0, VecDeque::len);
+        // A sender already waiting its share or more is refused at once: a flood costs no
+        // search.
+        if mine > 0 && mine.saturating_mul(self.queues.len()) >= self.len {
+            return None;
+        }
+        let (most, victim) = self
+            .turns
+            .iter()
+            .take(SAMPLE)
+            .filter_map(|s| self.queues.get(s).map(|q| (q.len(), *s)))
+            .max()?;
+        if most <= mine + 1 {
+            return None;
+        }
+        let queue = self.queues.get_mut(&victim)?;
+        let item = queue.pop_back()?;
+        if queue.is_empty() {
+            self.queues.remove(&victim);
+        }
+        self.len -= 1;
+        Some(item)
+    }
+
     /// Takes every waiting request of `sender` (a client that is gone), oldest first.
     pub(super) fn remove(&mut self, sender: usize) -> VecDeque<T> {
         let queue = self.queues.remove(&sender).unwrap_or_default();
@@ -103,6 +141,44 @@ impl<T> Room<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_room_gives_the_newest_place_of_the_longest_queue_to_a_shorter_one() {
+        let mut room = Room::default();
+        for i in 0..6 {
+            room.push(1, (1, i));
+        }
+        for i in 0..2 {
+            room.push(2, (2, i));
+        }
+        assert_eq!(room.displace_for(3), Some((1, 5)), "the flooder's newest");
+        room.push(3, (3, 0));
+        assert_eq!(room.len(), 8);
+        assert_eq!(
+            room.displace_for(1),
+            None,
+            "the longest queue loses its own"
+        );
+        assert_eq!(room.displace_for(2), Some((1, 4)));
+        room.push(2, (2, 2));
+        // 1 waits 4, 2 waits 3: 2's next would make it 4, as many as 1.
+        assert_eq!(room.displace_for(2), None);
+        let order: Vec<_> = std::iter::from_fn(|| room.pop().map(|(_, item)| item)).collect();
+        assert_eq!(
+            order,
+            vec![
+                (1, 0),
+                (2, 0),
+                (3, 0),
+                (1, 1),
+                (2, 1),
+                (1, 2),
+                (2, 2),
+                (1, 3)
+            ],
+            "each keeps its own order"
+        );
+    }
 
     #[test]
     fn senders_take_turns_and_keep_their_own_order() {

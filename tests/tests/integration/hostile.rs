@@ -1782,3 +1782,65 @@ fn large_requests_at_once_are_received_within_the_budget() {
         "{lat:?}"
     );
 }
+
+/// (3) A connection's waiting room at its bound (`max_pending_requests = 64`, filled by one
+/// client pipelining 500 `GET`s while the backend is stopped) does not refuse a client that
+/// waits for nothing: its `GET` takes the place of the flooder's newest, which is refused
+/// instead (`-upstream overflow`), and is answered once the backend runs again. Before, the
+/// newcomer was the one refused, so a flood of one client locked every other client out.
+#[test]
+fn a_full_waiting_room_refuses_the_flooder_not_the_newcomer() {
+    let _g = serial();
+    let backends = servers(1);
+    let (port, admin) = (free_port(), free_port());
+    let cfg = simple_config(port, admin, &addrs(&backends), 1, "").replace(
+        "connect_timeout = \"250ms\"",
+        "connect_timeout = \"250ms\"\nmax_pending_requests = 64",
+    );
+    let cfg = cfg.replace("op_timeout = \"1s\"", "op_timeout = \"10s\"");
+    let respite = Respite::start(&cfg, port, admin);
+    let mut light = respite.raw();
+    assert_eq!(light.cmd(&[b"SET", b"k", b"v"]), OK);
+    let overflow =
+        b"-upstream overflow: too many requests queued for this host (max_pending_requests)\r\n";
+    let stopped = Stopped::new(backends[0].pid());
+    let mut flooder = respite.raw();
+    let get = RawClient::encode(&[b"GET", b"k"]);
+    flooder.send_raw(&get.repeat(500));
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            respite.stat("cluster.cache.upstream_rq_pending_overflow") >= 150
+        }),
+        "the premise: the flooder filled the room: {:?}",
+        respite.stats()
+    );
+    let refused = respite.stat("cluster.cache.upstream_rq_pending_overflow");
+    light.send(&[b"GET", b"k"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            respite.stat("cluster.cache.upstream_rq_pending_overflow") > refused
+        }),
+        "nobody refused for the newcomer"
+    );
+    drop(stopped);
+    assert_eq!(light.read_reply(), bulk(b"v"), "the newcomer is answered");
+    // The flooder's replies in order: the first ones answered, one of its queued ones refused.
+    let replies: Vec<Vec<u8>> = (0..500).map(|_| flooder.read_reply()).collect();
+    let refused_in_room = replies
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.as_slice() == overflow)
+        .map(|(i, _)| i)
+        .collect::<Vec<_>>();
+    assert!(
+        replies
+            .iter()
+            .all(|r| r.as_slice() == overflow || *r == bulk(b"v"))
+    );
+    assert_eq!(replies[0], bulk(b"v"));
+    assert_eq!(
+        refused_in_room.len() as i64,
+        respite.stat("cluster.cache.upstream_rq_pending_overflow"),
+        "every refusal was the flooder's"
+    );
+}
