@@ -680,13 +680,15 @@ fn hung_host_bounds_queueing_and_overflows() {
 
     let stopped = Stopped::new(backends[0].pid());
     let t0 = Instant::now();
-    // Writer: 24 SETs of 1 MiB to the stopped host, pipelined from its own thread.
+    // Writer: 24 SETs of 960 KiB to the stopped host, pipelined from its own thread (under the
+    // 1 MiB from which a request goes on a connection of its own: these must share the stuck
+    // one).
     let big = {
         let addr = respite.addr();
         let keys = victim_keys[..24].to_vec();
         std::thread::spawn(move || {
             let mut w = RawClient::connect(&addr);
-            let value = vec![b'x'; 1 << 20];
+            let value = vec![b'x'; 960 << 10];
             let mut r = w.stream().try_clone().expect("clone");
             let writer = std::thread::spawn(move || {
                 for k in &keys {
