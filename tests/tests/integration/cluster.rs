@@ -1773,14 +1773,9 @@ fn wait_blocked(addr: &str, n: i64) {
     }
 }
 
-/// Transactions whose slot moved behind Respite's back (part of
-/// `blocked_client_across_slot_migration_and_failover`, sharing its cluster; Respite's periodic
-/// refresh is 60 s here, so only the redirect tells it): without WATCH, the old owner's `MOVED`
-/// at queue time aborts the first attempt there and the transaction runs once at the new owner;
-/// with WATCH, EXEC answers nil and nothing runs. Moves the lowest slot of the first primary to
-/// a second one and back.
-fn transactions_across_a_slot_move(cluster: &RedisCluster) {
-    let respite = respite_over(cluster, "primary", "cluster_refresh_rate = \"60s\"");
+/// The lowest slot of a primary (what `reshard … 1` moves), that primary, another one, and a key
+/// `prefix:N` of the slot.
+fn slot_to_move(cluster: &RedisCluster, prefix: &str) -> (u16, String, String, String) {
     let ranges = cluster.slot_ranges();
     let (&(slot, _), (from, _)) = ranges.iter().next().expect("a slot range");
     let from = from.clone();
@@ -1790,9 +1785,21 @@ fn transactions_across_a_slot_move(cluster: &RedisCluster) {
         .find(|p| *p != from)
         .expect("a second primary");
     let key = (0..)
-        .map(|i| format!("txm:{i}"))
+        .map(|i| format!("{prefix}:{i}"))
         .find(|k| key_slot(k.as_bytes()) == slot)
         .expect("a key of the slot");
+    (slot, from, to, key)
+}
+
+/// Transactions whose slot moved behind Respite's back (part of
+/// `blocked_client_across_slot_migration_and_failover`, sharing its cluster; Respite's periodic
+/// refresh is 60 s here, so only the redirect tells it): without WATCH, the old owner's `MOVED`
+/// at queue time aborts the first attempt there and the transaction runs once at the new owner;
+/// with WATCH, EXEC answers nil and nothing runs. Moves the lowest slot of the first primary to
+/// a second one and back.
+fn transactions_across_a_slot_move(cluster: &RedisCluster) {
+    let respite = respite_over(cluster, "primary", "cluster_refresh_rate = \"60s\"");
+    let (slot, from, to, key) = slot_to_move(cluster, "txm");
     let mut c = respite.raw();
     assert_eq!(cmd(&mut c, &["SET", &key, "0"]), ok());
 
@@ -1836,18 +1843,7 @@ fn transactions_across_a_slot_move(cluster: &RedisCluster) {
 /// new owner, which then holds the value byte for byte; the client never sees the move.
 fn large_requests_across_a_slot_move(cluster: &RedisCluster) {
     let respite = respite_over(cluster, "primary", "cluster_refresh_rate = \"60s\"");
-    let ranges = cluster.slot_ranges();
-    let (&(slot, _), (from, _)) = ranges.iter().next().expect("a slot range");
-    let from = from.clone();
-    let to = cluster
-        .primaries()
-        .into_iter()
-        .find(|p| *p != from)
-        .expect("a second primary");
-    let key = (0..)
-        .map(|i| format!("large:{i}"))
-        .find(|k| key_slot(k.as_bytes()) == slot)
-        .expect("a key of the slot");
+    let (slot, from, to, key) = slot_to_move(cluster, "large");
     let value = |fill: u8| vec![fill; 2 << 20];
     let mut c = respite.raw();
     assert_eq!(c.cmd(&[b"SET", key.as_bytes(), &value(b'a')]), b"+OK\r\n");

@@ -75,13 +75,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         if route.rewrites() || !route.mirrors.is_empty() {
             return None;
         }
-        let one_route = self
-            .scratch
-            .key_idx
-            .iter()
-            .skip(1)
-            .all(|&i| router.route_id(arg(i)) == Some(route_id));
-        if !one_route {
+        if !self.one_route(req, route_id) {
             return None;
         }
         let shard = self.shard_of_keys(&route.pool, req).ok()??;
@@ -90,6 +84,17 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             pool: route.pool.clone(),
             shard,
         })
+    }
+
+    /// True when every key of `req` after the first (at `scratch.key_idx`) takes route
+    /// `route_id`, the first key's.
+    pub(super) fn one_route(&self, req: &Request<'_>, route_id: usize) -> bool {
+        let arg = req.argv();
+        self.scratch
+            .key_idx
+            .iter()
+            .skip(1)
+            .all(|&i| self.router.route_id(arg(i)) == Some(route_id))
     }
 
     /// A listener `custom_commands` entry of table id `cmd`: a single-key command routed by

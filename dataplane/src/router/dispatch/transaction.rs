@@ -135,13 +135,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         let Some((route_id, route)) = router.route(arg(first)) else {
             return Queued::No(NO_UPSTREAM_HOST.into());
         };
-        let one_route = self
-            .scratch
-            .key_idx
-            .iter()
-            .skip(1)
-            .all(|&i| router.route_id(arg(i)) == Some(route_id));
-        if !one_route {
+        if !self.one_route(req, route_id) {
             return Queued::No(CROSSSLOT.into());
         }
         if !route.rewrites() {
