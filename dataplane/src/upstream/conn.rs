@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
+use super::backoff::{BACKOFF_CAP, Backoff};
 use super::room::Room;
 use super::{
     HostState, HostStats, NO_UPSTREAM_HOST, POOL_REPLACED, PoolSettings, Redirect, Retry, Streak,
@@ -748,7 +749,7 @@ fn is_redirect(reply: &[u8], script: bool) -> bool {
 /// (`connection_rate_limit_per_sec`); while waiting for it the connection counts as in backoff
 /// (requests fail fast with `no upstream host`).
 async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
-    let mut backoff = Backoff::new(BACKOFF_BASE, BACKOFF_CAP);
+    let mut backoff = Backoff::reconnect();
     loop {
         if conn.is_closed() {
             conn.fail_all();
@@ -847,11 +848,6 @@ async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
 /// A connection closed with no request waiting after at least this long up was closed for
 /// being idle: it reconnects without backoff.
 const IDLE_CLOSE_LIFE: Duration = Duration::from_millis(500);
-
-/// First reconnect delay ceiling (full jitter: the delay is uniform below it).
-const BACKOFF_BASE: Duration = Duration::from_millis(50);
-/// Largest reconnect delay ceiling.
-const BACKOFF_CAP: Duration = Duration::from_secs(5);
 
 /// Opens the TCP connection and runs the handshake, in this order: `HELLO 3 [AUTH user pass]`
 /// for RESP3 connections or `AUTH [user] pass` for RESP2 ones when credentials are configured,
@@ -1290,36 +1286,6 @@ async fn expire_timeouts<H: HostState>(conn: Rc<Conn<H>>) {
     }
 }
 
-/// Exponential backoff with full jitter (AWS architecture blog, "Exponential Backoff And
-/// Jitter"): each delay is uniform in [0, min(cap, base × 2^attempt)].
-struct Backoff {
-    base: Duration,
-    cap: Duration,
-    attempt: u32,
-}
-
-impl Backoff {
-    fn new(base: Duration, cap: Duration) -> Backoff {
-        Backoff {
-            base,
-            cap,
-            attempt: 0,
-        }
-    }
-    fn reset(&mut self) {
-        self.attempt = 0;
-    }
-    fn next(&mut self) -> Duration {
-        let exp = self.base.saturating_mul(1u32 << self.attempt.min(16));
-        self.attempt = self.attempt.saturating_add(1);
-        let ceiling = exp.min(self.cap);
-        // Never zero, so a dead host is not hammered in a tight loop.
-        ceiling
-            .mul_f64(fastrand::f64())
-            .max(Duration::from_millis(10))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1374,23 +1340,5 @@ mod tests {
         ] {
             assert!(!is_redirect(r, false), "{r:?}");
         }
-    }
-
-    #[test]
-    fn backoff_grows_to_cap_with_jitter() {
-        let mut b = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
-        for attempt in 0..20u32 {
-            let d = b.next();
-            let ceiling = Duration::from_millis(50)
-                .saturating_mul(1u32 << attempt.min(16))
-                .min(Duration::from_secs(5));
-            assert!(
-                d <= ceiling.max(Duration::from_millis(10)),
-                "{attempt}: {d:?}"
-            );
-            assert!(d >= Duration::from_millis(10));
-        }
-        b.reset();
-        assert!(b.next() <= Duration::from_millis(50));
     }
 }

@@ -18,6 +18,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::PoolSettings;
+use super::backoff::Backoff;
 use super::conn::{open, read_replies};
 use crate::net::{self, BufResult, Notify, TcpStream};
 use crate::stats::{Counter, Gauge, Histogram};
@@ -174,6 +175,15 @@ pub struct LeasePool {
     warming: RefCell<HashSet<(SocketAddr, bool)>>,
     /// Hosts that have accepted `MULTI` on a leased connection (see [`LeasePool::accepts_multi`]).
     multi_ok: RefCell<HashSet<SocketAddr>>,
+    /// Hosts whose last new connection failed, and until when new ones are not tried
+    /// ([`LeasePool::lease`]); removed by the next connection that succeeds.
+    down: RefCell<HashMap<SocketAddr, Down>>,
+}
+
+/// A host in reconnect backoff for leases.
+struct Down {
+    until: Instant,
+    backoff: Backoff,
 }
 
 impl LeasePool {
@@ -196,6 +206,7 @@ impl LeasePool {
             retired: Cell::new(false),
             warming: RefCell::default(),
             multi_ok: RefCell::default(),
+            down: RefCell::default(),
         });
         let weak = Rc::downgrade(&pool);
         net::spawn(async move {
@@ -235,7 +246,14 @@ impl LeasePool {
     /// the host has fewer than `max_leased_connections`, else the first to be returned within
     /// `op_timeout`.
     ///
-    /// Errors: [`LeaseError::Exhausted`] after `op_timeout`; [`LeaseError::Connect`].
+    /// A host whose last new connection failed is in reconnect backoff (as a shared connection
+    /// is, [`super::backoff`]): until the delay passes, a lease that needs a new connection fails
+    /// at once. So a pipeline of requests that each need a lease (large requests, blocking
+    /// commands, transactions) to a host that hangs in the handshake costs its client one
+    /// `connect_timeout`, not one per request.
+    ///
+    /// Errors: [`LeaseError::Exhausted`] after `op_timeout`; [`LeaseError::Connect`] (also
+    /// at once while the host is in backoff).
     pub async fn lease(
         self: &Rc<Self>,
         addr: SocketAddr,
@@ -266,12 +284,19 @@ impl LeasePool {
             }
             let opened = self.open.borrow().get(&addr).copied().unwrap_or(0);
             if opened < self.max_per_host {
+                if self.in_backoff(addr) {
+                    return Err(LeaseError::Connect(std::io::Error::other(
+                        "in reconnect backoff after a failed connect",
+                    )));
+                }
                 *self.open.borrow_mut().entry(addr).or_insert(0) += 1;
                 let settings = PoolSettings {
                     resp3,
                     ..(*self.settings).clone()
                 };
-                return match open_leased(addr, &settings, &self.cluster).await {
+                let opened = open_leased(addr, &settings, &self.cluster).await;
+                self.note_connect(addr, opened.is_ok());
+                return match opened {
                     Ok(conn) => {
                         self.stats.connects.inc();
                         Ok(self.given(addr, resp3, conn, started))
@@ -310,7 +335,8 @@ impl LeasePool {
     /// which stops what may be holding them): an idle one, else a new one even past
     /// `max_leased_connections` (closed, not kept, when it comes back over the bound). A new
     /// one may take `patience` longer than `connect_timeout` to connect and shake hands: a host running a
-    /// script answers nothing until the script passes Redis's `busy-reply-threshold`.
+    /// script answers nothing until the script passes Redis's `busy-reply-threshold`. It is
+    /// tried even while the host is in reconnect backoff.
     ///
     /// Errors: [`LeaseError::Connect`].
     pub async fn lease_now(
@@ -348,7 +374,9 @@ impl LeasePool {
             connect_timeout: self.settings.connect_timeout.saturating_add(patience),
             ..(*self.settings).clone()
         };
-        match open_leased(addr, &settings, &self.cluster).await {
+        let opened = open_leased(addr, &settings, &self.cluster).await;
+        self.note_connect(addr, opened.is_ok());
+        match opened {
             Ok(conn) => {
                 self.stats.connects.inc();
                 Ok(self.given(addr, resp3, conn, started))
@@ -428,7 +456,9 @@ impl LeasePool {
             resp3,
             ..(*self.settings).clone()
         };
-        match open_leased(addr, &settings, &self.cluster).await {
+        let opened = open_leased(addr, &settings, &self.cluster).await;
+        self.note_connect(addr, opened.is_ok());
+        match opened {
             Ok((stream, upstream_id)) if !self.retired.get() => {
                 self.stats.connects.inc();
                 self.stats.idle.inc();
@@ -445,6 +475,29 @@ impl LeasePool {
             }
             Err(_) => self.forget(addr),
         }
+    }
+
+    /// True while `addr` is in reconnect backoff (see [`LeasePool::lease`]).
+    fn in_backoff(&self, addr: SocketAddr) -> bool {
+        self.down
+            .borrow()
+            .get(&addr)
+            .is_some_and(|d| Instant::now() < d.until)
+    }
+
+    /// Records a new connection to `addr` that succeeded (the host leaves backoff) or failed
+    /// (the next delay starts).
+    fn note_connect(&self, addr: SocketAddr, ok: bool) {
+        let mut down = self.down.borrow_mut();
+        if ok {
+            down.remove(&addr);
+            return;
+        }
+        let d = down.entry(addr).or_insert_with(|| Down {
+            until: Instant::now(),
+            backoff: Backoff::reconnect(),
+        });
+        d.until = Instant::now() + d.backoff.next();
     }
 
     /// A connection to `addr` is gone: its place is free for the next waiter.

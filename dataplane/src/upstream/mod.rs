@@ -6,6 +6,7 @@
 //! redirects); this layer only moves bytes and reports what happened on the wire. It knows a
 //! host only through [`HostState`] and a Redis Cluster pool only through [`Redirect`].
 
+mod backoff;
 mod check;
 mod cluster_slots;
 mod conn;

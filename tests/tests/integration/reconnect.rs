@@ -791,3 +791,89 @@ fn hung_host_bounds_queueing_and_overflows() {
     });
     assert!(back, "after SIGCONT: {}", show(&last));
 }
+
+/// Requests that each take a leased connection of their own (large SETs, blocking BLPOPs),
+/// pipelined to a SIGSTOPped host: the first waits `connect_timeout` for the handshake and
+/// fails; the host is then in reconnect backoff for leases as for the shared connection, so
+/// the rest fail at once (`no upstream host`) instead of one `connect_timeout` each (24 ×
+/// 250 ms = 6 s before). The backoff is the stopped host's only: the other host's large SET
+/// goes through meanwhile, and after SIGCONT the stopped host's work again.
+#[test]
+fn leases_to_a_hung_host_fail_fast_after_the_first_failed_handshake() {
+    const CONNECT: Duration = Duration::from_millis(250);
+    const SLACK: Duration = Duration::from_millis(1000);
+    let backends = [Backend::start(), Backend::start()];
+    let addrs: Vec<String> = backends.iter().map(Backend::addr).collect();
+    let placement = Placement::new(&addrs);
+    let on = |b: usize, prefix: &str| -> Vec<Vec<u8>> {
+        (0..)
+            .map(|i| format!("{prefix}:{i}").into_bytes())
+            .filter(|k| placement.owner(k) == b)
+            .take(24)
+            .collect()
+    };
+    let (victim_keys, other_keys) = (on(0, "hung"), on(1, "live"));
+    let (port, admin) = (free_port(), free_port());
+    let cfg = config(port, admin, &addrs, 1, "1s", "");
+    let respite = Respite::start(&cfg, port, admin);
+    let value = vec![b'x'; (1 << 20) + 4096];
+
+    let stopped = Stopped::new(backends[0].pid());
+    // Each pipeline from its own writer thread, replies timed from the first write.
+    let pipelined = |requests: Vec<Vec<u8>>| -> (Vec<Vec<u8>>, Duration) {
+        let mut c = RawClient::connect(&respite.addr());
+        let mut w = c.stream().try_clone().expect("clone");
+        let n = requests.len();
+        let t0 = Instant::now();
+        let writer = std::thread::spawn(move || {
+            for r in &requests {
+                let _ = w.write_all(r);
+            }
+        });
+        let replies: Vec<Vec<u8>> = (0..n).map(|_| c.read_reply()).collect();
+        let took = t0.elapsed();
+        writer.join().expect("writer");
+        (replies, took)
+    };
+    let sets = victim_keys
+        .iter()
+        .map(|k| RawClient::encode(&[b"SET", k, &value]))
+        .collect();
+    let (set_replies, sets_took) = pipelined(sets);
+    let blpops = victim_keys
+        .iter()
+        .map(|k| RawClient::encode(&[b"BLPOP", k, b"5"]))
+        .collect();
+    let (blpop_replies, blpops_took) = pipelined(blpops);
+    eprintln!(
+        "hung host, connect_timeout {CONNECT:?}: 24 large SETs answered in {sets_took:?}, 24 \
+         BLPOPs in {blpops_took:?}"
+    );
+    for (i, r) in set_replies.iter().chain(&blpop_replies).enumerate() {
+        assert!(
+            DOWN_ERRORS.contains(&r.as_slice()),
+            "request {i}: {}",
+            show(r)
+        );
+    }
+    for (what, took) in [("large SETs", sets_took), ("BLPOPs", blpops_took)] {
+        assert!(
+            took <= 3 * CONNECT + SLACK,
+            "24 pipelined {what} to the hung host answered after {took:?}"
+        );
+    }
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", &other_keys[0], &value]), OK);
+
+    drop(stopped);
+    let mut last = Vec::new();
+    let back = wait_until(Duration::from_secs(10), || {
+        last = c.cmd(&[b"SET", &victim_keys[0], &value]);
+        last == OK
+    });
+    assert!(back, "after SIGCONT: {}", show(&last));
+    assert_eq!(
+        c.cmd(&[b"STRLEN", &victim_keys[0]]),
+        format!(":{}\r\n", value.len()).into_bytes()
+    );
+}
