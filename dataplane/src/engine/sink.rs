@@ -705,6 +705,10 @@ impl Deliver for Sink {
         self.inner.borrow().cut_off
     }
 
+    fn light(&self) -> bool {
+        self.inner.try_borrow().is_ok_and(|inner| is_light(&inner))
+    }
+
     fn deliver(&self, seq: u64, part: u32, reply: &[u8]) {
         let mut inner = self.inner.borrow_mut();
         let Some(idx) = seq.checked_sub(inner.head_seq) else {

@@ -327,12 +327,13 @@ impl<H: HostState> Conn<H> {
         // out: they are late already, and a Redis Cluster pool holds their slot's later
         // requests behind them.
         if !resend && (!inner.room.is_empty() || !self.fits(&inner, unwritten)) {
+            let light = target.sink.light();
             let waiting = Waiting {
                 request: request.to_vec(),
                 target,
                 retry,
             };
-            inner.room.push(sender, waiting);
+            inner.room.push(sender, waiting, light);
             let idle = inner.out.is_empty() && !inner.backed_up;
             drop(inner);
             self.stats.rq_total.inc();

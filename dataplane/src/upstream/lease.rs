@@ -175,15 +175,19 @@ pub struct LeasePool {
     warming: RefCell<HashSet<(SocketAddr, bool)>>,
     /// Hosts that have accepted `MULTI` on a leased connection (see [`LeasePool::accepts_multi`]).
     multi_ok: RefCell<HashSet<SocketAddr>>,
-    /// Hosts whose last new connection failed, and until when new ones are not tried
-    /// ([`LeasePool::lease`]); removed by the next connection that succeeds.
-    down: RefCell<HashMap<SocketAddr, Down>>,
+    /// Per (host, RESP3), the reconnect backoff of new connections ([`LeasePool::lease`]).
+    /// Per protocol: a host that refuses `HELLO 3` (Redis 5) must not lock RESP2 clients out.
+    down: RefCell<HashMap<(SocketAddr, bool), Down>>,
 }
 
-/// A host in reconnect backoff for leases.
+/// The reconnect backoff of one (host, protocol) for leases.
 struct Down {
+    /// New connections are not tried before this.
     until: Instant,
     backoff: Backoff,
+    /// When the last new connection succeeded: a failure of an attempt started before it is
+    /// old news and changes nothing.
+    ok_at: Instant,
 }
 
 impl LeasePool {
@@ -284,7 +288,10 @@ impl LeasePool {
             }
             let opened = self.open.borrow().get(&addr).copied().unwrap_or(0);
             if opened < self.max_per_host {
-                if self.in_backoff(addr) {
+                if self.in_backoff(addr, resp3) {
+                    // A waiter woken for this place fails too: the next one learns it now,
+                    // not at op_timeout.
+                    self.wake_one(addr);
                     return Err(LeaseError::Connect(std::io::Error::other(
                         "in reconnect backoff after a failed connect",
                     )));
@@ -294,8 +301,9 @@ impl LeasePool {
                     resp3,
                     ..(*self.settings).clone()
                 };
+                let tried = Instant::now();
                 let opened = open_leased(addr, &settings, &self.cluster).await;
-                self.note_connect(addr, opened.is_ok());
+                self.note_connect(addr, resp3, tried, opened.is_ok());
                 return match opened {
                     Ok(conn) => {
                         self.stats.connects.inc();
@@ -374,8 +382,9 @@ impl LeasePool {
             connect_timeout: self.settings.connect_timeout.saturating_add(patience),
             ..(*self.settings).clone()
         };
+        let tried = Instant::now();
         let opened = open_leased(addr, &settings, &self.cluster).await;
-        self.note_connect(addr, opened.is_ok());
+        self.note_connect(addr, resp3, tried, opened.is_ok());
         match opened {
             Ok(conn) => {
                 self.stats.connects.inc();
@@ -420,6 +429,7 @@ impl LeasePool {
         if idle >= MIN_IDLE
             || opened >= self.max_per_host
             || self.retired.get()
+            || self.in_backoff(addr, resp3)
             || !self.warming.borrow_mut().insert((addr, resp3))
         {
             return;
@@ -456,8 +466,9 @@ impl LeasePool {
             resp3,
             ..(*self.settings).clone()
         };
+        let tried = Instant::now();
         let opened = open_leased(addr, &settings, &self.cluster).await;
-        self.note_connect(addr, opened.is_ok());
+        self.note_connect(addr, resp3, tried, opened.is_ok());
         match opened {
             Ok((stream, upstream_id)) if !self.retired.get() => {
                 self.stats.connects.inc();
@@ -477,27 +488,33 @@ impl LeasePool {
         }
     }
 
-    /// True while `addr` is in reconnect backoff (see [`LeasePool::lease`]).
-    fn in_backoff(&self, addr: SocketAddr) -> bool {
+    /// True while (`addr`, `resp3`) is in reconnect backoff (see [`LeasePool::lease`]).
+    fn in_backoff(&self, addr: SocketAddr, resp3: bool) -> bool {
         self.down
             .borrow()
-            .get(&addr)
+            .get(&(addr, resp3))
             .is_some_and(|d| Instant::now() < d.until)
     }
 
-    /// Records a new connection to `addr` that succeeded (the host leaves backoff) or failed
-    /// (the next delay starts).
-    fn note_connect(&self, addr: SocketAddr, ok: bool) {
+    /// Records a new connection to `addr` tried at `tried` that succeeded (the backoff starts
+    /// over) or failed (the next delay starts). Failures of attempts that ran side by side
+    /// count once: one made while a delay runs, or started before the last success, changes
+    /// nothing, so a burst of clients failing together does not push the delay to its cap.
+    fn note_connect(&self, addr: SocketAddr, resp3: bool, tried: Instant, ok: bool) {
+        let now = Instant::now();
         let mut down = self.down.borrow_mut();
-        if ok {
-            down.remove(&addr);
-            return;
-        }
-        let d = down.entry(addr).or_insert_with(|| Down {
-            until: Instant::now(),
+        let d = down.entry((addr, resp3)).or_insert_with(|| Down {
+            until: now,
             backoff: Backoff::reconnect(),
+            ok_at: tried,
         });
-        d.until = Instant::now() + d.backoff.next();
+        if ok {
+            d.backoff.reset();
+            d.until = now;
+            d.ok_at = now;
+        } else if now >= d.until && tried >= d.ok_at {
+            d.until = now + d.backoff.next();
+        }
     }
 
     /// A connection to `addr` is gone: its place is free for the next waiter.

@@ -60,6 +60,14 @@ pub trait Deliver {
     fn cut_off(&self) -> bool {
         false
     }
+
+    /// True when the client holds and awaits little (the engine's budget calls it light, an
+    /// estimate from reply sizes): a request of it that has to wait in a connection's waiting
+    /// room while nothing else of it waits there takes a first turn (`room.rs`). A receiver
+    /// that cannot tell says false.
+    fn light(&self) -> bool {
+        false
+    }
 }
 
 /// Redirect state of a request, carried along when a Redis Cluster pool sends it again.
