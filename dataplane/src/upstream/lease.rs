@@ -301,9 +301,7 @@ impl LeasePool {
                     resp3,
                     ..(*self.settings).clone()
                 };
-                let tried = Instant::now();
-                let opened = open_leased(addr, &settings, &self.cluster).await;
-                self.note_connect(addr, resp3, tried, opened.is_ok());
+                let opened = self.open_noted(addr, &settings).await;
                 return match opened {
                     Ok(conn) => {
                         self.stats.connects.inc();
@@ -382,9 +380,7 @@ impl LeasePool {
             connect_timeout: self.settings.connect_timeout.saturating_add(patience),
             ..(*self.settings).clone()
         };
-        let tried = Instant::now();
-        let opened = open_leased(addr, &settings, &self.cluster).await;
-        self.note_connect(addr, resp3, tried, opened.is_ok());
+        let opened = self.open_noted(addr, &settings).await;
         match opened {
             Ok(conn) => {
                 self.stats.connects.inc();
@@ -466,9 +462,7 @@ impl LeasePool {
             resp3,
             ..(*self.settings).clone()
         };
-        let tried = Instant::now();
-        let opened = open_leased(addr, &settings, &self.cluster).await;
-        self.note_connect(addr, resp3, tried, opened.is_ok());
+        let opened = self.open_noted(addr, &settings).await;
         match opened {
             Ok((stream, upstream_id)) if !self.retired.get() => {
                 self.stats.connects.inc();
@@ -486,6 +480,19 @@ impl LeasePool {
             }
             Err(_) => self.forget(addr),
         }
+    }
+
+    /// Opens a leased connection to `addr` with `settings` and records the outcome in the
+    /// backoff of (`addr`, `settings.resp3`) ([`LeasePool::note_connect`]).
+    async fn open_noted(
+        &self,
+        addr: SocketAddr,
+        settings: &PoolSettings,
+    ) -> std::io::Result<(TcpStream, Option<u64>)> {
+        let tried = Instant::now();
+        let opened = open_leased(addr, settings, &self.cluster).await;
+        self.note_connect(addr, settings.resp3, tried, opened.is_ok());
+        opened
     }
 
     /// True while (`addr`, `resp3`) is in reconnect backoff (see [`LeasePool::lease`]).

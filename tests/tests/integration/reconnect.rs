@@ -647,6 +647,19 @@ fn tcp_keepalive_detects_dead_idle_connection() {
 
 // ---- max_pending_requests and hung hosts ---------------------------------------------------
 
+/// `n` keys placed on the first of two backends (`hung:…`) and `n` on the second (`live:…`).
+fn hung_and_live_keys(addrs: &[String], n: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let placement = Placement::new(addrs);
+    let on = |b: usize, prefix: &str| -> Vec<Vec<u8>> {
+        (0..)
+            .map(|i| format!("{prefix}:{i}").into_bytes())
+            .filter(|k| placement.owner(k) == b)
+            .take(n)
+            .collect()
+    };
+    (on(0, "hung"), on(1, "live"))
+}
+
 /// A SIGSTOPped backend that stops reading while big values fill the socket buffers: requests
 /// queued behind the stuck write are bounded (`max_pending_requests = 8`): past it requests get
 /// `-upstream overflow ...` at once; every request is answered within about 2 × op_timeout (the
@@ -659,15 +672,7 @@ fn hung_host_bounds_queueing_and_overflows() {
     const SLACK: Duration = Duration::from_millis(1000);
     let backends = [Backend::start(), Backend::start()];
     let addrs: Vec<String> = backends.iter().map(Backend::addr).collect();
-    let placement = Placement::new(&addrs);
-    let on = |b: usize, prefix: &str| -> Vec<Vec<u8>> {
-        (0..)
-            .map(|i| format!("{prefix}:{i}").into_bytes())
-            .filter(|k| placement.owner(k) == b)
-            .take(40)
-            .collect()
-    };
-    let (victim_keys, other_keys) = (on(0, "hung"), on(1, "live"));
+    let (victim_keys, other_keys) = hung_and_live_keys(&addrs, 40);
     let (port, admin) = (free_port(), free_port());
     let cfg = config(port, admin, &addrs, 1, "1s", "max_pending_requests = 8");
     let respite = Respite::start(&cfg, port, admin);
@@ -804,15 +809,7 @@ fn leases_to_a_hung_host_fail_fast_after_the_first_failed_handshake() {
     const SLACK: Duration = Duration::from_millis(1000);
     let backends = [Backend::start(), Backend::start()];
     let addrs: Vec<String> = backends.iter().map(Backend::addr).collect();
-    let placement = Placement::new(&addrs);
-    let on = |b: usize, prefix: &str| -> Vec<Vec<u8>> {
-        (0..)
-            .map(|i| format!("{prefix}:{i}").into_bytes())
-            .filter(|k| placement.owner(k) == b)
-            .take(24)
-            .collect()
-    };
-    let (victim_keys, other_keys) = (on(0, "hung"), on(1, "live"));
+    let (victim_keys, other_keys) = hung_and_live_keys(&addrs, 24);
     let (port, admin) = (free_port(), free_port());
     let cfg = config(port, admin, &addrs, 1, "1s", "");
     let respite = Respite::start(&cfg, port, admin);
