@@ -97,7 +97,25 @@ fn run(
                 }
             },
         };
-        let ok = s.write_all(&request).is_ok() && s.read_exact(&mut buf).is_ok() && buf == expected;
+        let outcome = s
+            .write_all(&request)
+            .and_then(|()| s.read_exact(&mut buf))
+            .map(|()| buf == expected);
+        let ok = matches!(outcome, Ok(true));
+        if !ok {
+            // Why, for the log: an I/O error (reset, end of stream, timeout) or a wrong reply.
+            let why = match outcome {
+                Err(e) => format!("{:?}: {e}", e.kind()),
+                Ok(_) => format!(
+                    "reply {:?}",
+                    String::from_utf8_lossy(buf.get(..40).unwrap_or(&buf))
+                ),
+            };
+            eprintln!(
+                "attack: probe {addr} failed at {t_s:.1} s after {:?}: {why}",
+                sent.elapsed()
+            );
+        }
         samples.push(ProbeSample {
             t_s,
             latency_us: sent.elapsed().as_micros() as u64,

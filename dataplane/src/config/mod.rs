@@ -403,7 +403,8 @@ pub struct ClusterConfig {
     /// then gets an error. 1 to [`limits::MAX_LEASED_CONNECTIONS`]; default 32.
     pub max_leased_connections: usize,
     /// Per host and worker, the bytes of replies Respite may have asked the host for and not
-    /// yet read (estimated from the sizes of the replies it has been reading; shared out over
+    /// yet read (estimated from the sizes of the replies it has been reading, with at most 64
+    /// requests out at once until a connection's traffic shows it needs more; shared out over
     /// `connections_per_host`): past it requests wait in the connection's queue until replies
     /// come back, so the host's output buffer for Respite stays about this size whatever clients
     /// pipeline. [`limits::MIN_REPLY_BYTES_IN_FLIGHT`] to [`limits::MAX_REPLY_BYTES_IN_FLIGHT`];

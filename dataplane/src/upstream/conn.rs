@@ -146,6 +146,8 @@ struct Inner {
     /// What the next written request is expected to bring back (bytes): a decaying maximum of
     /// the replies read on this connection ([`next_estimate`]).
     estimate: usize,
+    /// Most requests written and not answered ([`Depth`]).
+    depth: Depth,
     /// The writer stopped with requests queued because `in_flight` was full: a reply that
     /// makes room wakes it.
     backed_up: bool,
@@ -250,6 +252,7 @@ impl<H: HostState> Conn<H> {
                 log_base: 0,
                 in_flight: 0,
                 estimate,
+                depth: Depth::default(),
                 backed_up: false,
                 room: Room::default(),
             }),
@@ -426,7 +429,8 @@ impl<H: HostState> Conn<H> {
             .in_flight
             .saturating_add(unwritten.saturating_mul(inner.estimate));
         ahead == 0
-            || ahead.saturating_add(inner.estimate) <= self.settings.max_reply_bytes_in_flight
+            || (inner.written.saturating_add(unwritten) < inner.depth.limit
+                && ahead.saturating_add(inner.estimate) <= self.settings.max_reply_bytes_in_flight)
     }
 
     /// Lets waiting requests into the output, one client's at a time in turns, while the
@@ -508,6 +512,7 @@ impl<H: HostState> Conn<H> {
             inner.in_flight = 0;
             inner.backed_up = false;
             inner.estimate = initial_estimate(&self.settings);
+            inner.depth = Depth::default();
             let mut drained: Vec<Pending> = inner
                 .pending
                 .drain(..)
@@ -597,6 +602,9 @@ impl<H: HostState> Conn<H> {
                 return false;
             };
             inner.written -= 1;
+            let waiting = inner.backed_up || !inner.room.is_empty() || !inner.out.is_empty();
+            let written = inner.written;
+            inner.depth.on_reply(written, waiting, clock::now);
             inner.in_flight = inner.in_flight.saturating_sub(p.charge);
             inner.estimate = next_estimate(
                 inner.estimate,
@@ -681,12 +689,14 @@ impl<H: HostState> Conn<H> {
     }
 
     /// True when one more request may be written: nothing is in flight (a single request
-    /// always goes, however large its reply may be), or its estimate fits the window.
+    /// always goes, however large its reply may be), or it fits both the depth and, by its
+    /// estimate, the window.
     #[inline]
     fn has_room(&self, inner: &Inner) -> bool {
         inner.in_flight == 0
-            || inner.in_flight.saturating_add(inner.estimate)
-                <= self.settings.max_reply_bytes_in_flight
+            || (inner.written < inner.depth.limit
+                && inner.in_flight.saturating_add(inner.estimate)
+                    <= self.settings.max_reply_bytes_in_flight)
     }
 
     /// Tells the cluster's topology that this host failed (Redis Cluster pools only).
@@ -708,11 +718,78 @@ fn initial_estimate(s: &PoolSettings) -> usize {
 /// smaller one lowers it by 1/64, so a run of large values is never hidden by the small replies
 /// between them, and the window opens again within a few hundred small replies. It never goes
 /// below 1/1024 of the window: however small the replies so far, at most 1024 requests are out
-/// on one connection, so a burst of requests for large values that nothing announced makes the
-/// host buffer at most 1024 of them before their first reply closes the window.
+/// on one connection; how many of those a burst may send at once is the [`Depth`]'s to say.
 #[inline]
 fn next_estimate(estimate: usize, len: usize, window: usize) -> usize {
     len.max(estimate - (estimate >> 6)).max(window >> 10)
+}
+
+/// Requests a connection lets out at once before its traffic has shown it needs more.
+pub const INITIAL_DEPTH: usize = 64;
+
+/// The most requests a connection ever has out: the estimate's floor allows no more.
+pub const MAX_DEPTH: usize = 1024;
+
+/// How many requests a connection may have written and not answered.
+///
+/// The reply estimate learned from small replies says nothing of the next request's: after a
+/// run of one small request at a time (the estimate at its floor), a client pipelining `GET` of a
+/// 1 MiB value would make the host buffer 1 024 MiB for a 64 MiB window before the first reply
+/// told its size (the attack benchmark saw 1.4 GiB in Redis). So the count is bounded too, the
+/// way TCP bounds a congestion window it has not validated (slow start, RFC 5681; a window not
+/// used is not kept, RFC 7661): `limit` starts at [`INITIAL_DEPTH`], grows by one per reply while
+/// requests wait on it (doubling per round trip), and at the first moment the connection drains
+/// after each [`DEPTH_PERIOD`] it halves, but not below twice the most it had out in that period,
+/// nor below [`INITIAL_DEPTH`] (never above [`MAX_DEPTH`]). A busy pipeline keeps its depth
+/// however often it drains; a connection that carried one request at a time for half a second
+/// lets 64 requests for values nothing announced reach the host at once.
+#[derive(Debug, Clone, Copy)]
+struct Depth {
+    /// Requests that may be out at once.
+    limit: usize,
+    /// The most requests out in the current period.
+    peak: usize,
+    /// When the current period began.
+    since: Instant,
+}
+
+/// The period over which a connection's use of its depth is judged ([`Depth`]).
+const DEPTH_PERIOD: Duration = Duration::from_millis(100);
+
+impl Default for Depth {
+    fn default() -> Self {
+        Depth {
+            limit: INITIAL_DEPTH,
+            peak: 0,
+            since: Instant::now(),
+        }
+    }
+}
+
+impl Depth {
+    /// After a write: `written` requests are out.
+    #[inline]
+    fn on_write(&mut self, written: usize) {
+        self.peak = self.peak.max(written);
+    }
+
+    /// After a reply: `written` requests are still out; `waiting` when requests wait to be
+    /// written; `now` is read only when the connection drained.
+    #[inline]
+    fn on_reply(&mut self, written: usize, waiting: bool, now: impl FnOnce() -> Instant) {
+        if written == 0 {
+            let now = now();
+            if now.saturating_duration_since(self.since) >= DEPTH_PERIOD {
+                self.limit = (self.limit / 2)
+                    .max(self.peak.saturating_mul(2))
+                    .clamp(INITIAL_DEPTH, MAX_DEPTH);
+                self.peak = 0;
+                self.since = now;
+            }
+        } else if waiting && written + 1 >= self.limit {
+            self.limit = (self.limit + 1).min(MAX_DEPTH);
+        }
+    }
 }
 
 /// True for the replies a Redis Cluster node gives instead of an answer: `MOVED`, `ASK`,
@@ -1143,11 +1220,15 @@ async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, gene
                 written,
                 in_flight,
                 estimate,
+                depth,
                 ..
             } = &mut *inner;
             let (mut count, mut bytes) = (0, 0);
             for p in pending.iter_mut().skip(*written) {
-                if *in_flight > 0 && in_flight.saturating_add(*estimate) > window {
+                if *in_flight > 0
+                    && (*written + count >= depth.limit
+                        || in_flight.saturating_add(*estimate) > window)
+                {
                     break;
                 }
                 p.charge = *estimate;
@@ -1162,6 +1243,7 @@ async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, gene
                 p.sent = Some(now);
             }
             *written += count;
+            depth.on_write(*written);
             if bytes < inner.out.len() {
                 // Held back by the window: the rest is written as replies make room.
                 let rest = inner.out.split_off(bytes);
@@ -1314,6 +1396,63 @@ mod tests {
             trips += 1;
         }
         assert!(trips <= 6, "{trips} round trips to open the window");
+    }
+
+    /// Replays a closed-loop pipeline of `n` requests through a [`Depth`], one period after
+    /// the last: writes what the limit lets out, answers one, repeats until all are answered.
+    /// Returns the most out at once.
+    fn pipeline(d: &mut Depth, n: usize) -> usize {
+        let at = d.since + DEPTH_PERIOD;
+        let (mut queued, mut out, mut most) = (n, 0usize, 0);
+        while queued + out > 0 {
+            let go = queued.min(d.limit.saturating_sub(out).max(usize::from(out == 0)));
+            queued -= go;
+            out += go;
+            d.on_write(out);
+            most = most.max(out);
+            out -= 1;
+            d.on_reply(out, queued > 0, || at);
+        }
+        most
+    }
+
+    #[test]
+    fn depth_grows_only_while_used_and_falls_back_when_not() {
+        let mut d = Depth::default();
+        // One request at a time, as a probe sends: the depth stays at its start.
+        for _ in 0..1000 {
+            assert_eq!(pipeline(&mut d, 1), 1);
+        }
+        assert_eq!(
+            d.limit, INITIAL_DEPTH,
+            "a burst after that lets 64 out at once"
+        );
+        assert_eq!(
+            pipeline(&mut d, 5000),
+            MAX_DEPTH,
+            "slow start reaches the cap"
+        );
+        assert_eq!(d.limit, MAX_DEPTH, "a busy pipeline keeps its depth");
+        assert_eq!(pipeline(&mut d, 5000), MAX_DEPTH);
+        // Deep pipelines of 300 keep what they use, twice over.
+        pipeline(&mut d, 300);
+        assert_eq!(d.limit, 600);
+        // Back to one at a time: the depth halves at each drain, down to its start.
+        pipeline(&mut d, 1);
+        assert_eq!(d.limit, 300);
+        for _ in 0..3 {
+            pipeline(&mut d, 1);
+        }
+        assert_eq!(d.limit, INITIAL_DEPTH);
+        // Drains within one period leave the depth alone.
+        pipeline(&mut d, 5000);
+        assert_eq!(d.limit, MAX_DEPTH);
+        let within = d.since + DEPTH_PERIOD / 2;
+        for _ in 0..10 {
+            d.on_write(1);
+            d.on_reply(0, false, || within);
+        }
+        assert_eq!(d.limit, MAX_DEPTH);
     }
 
     #[test]

@@ -1669,6 +1669,58 @@ fn a_backend_holds_no_more_replies_for_respite_than_its_window() {
     assert_eq!(c.cmd(&[b"GET", b"small"]), bulk(b"s"));
 }
 
+/// (3) The window holds for a burst that nothing announced: after a run of small requests one
+/// at a time (the reply estimate at its floor, where a 4 MiB window alone would let 1 024
+/// requests out), one client pipelining 1 000 `GET` of a 64 KiB value makes the host buffer at
+/// most 64 of them at once (the connection's depth): 4 MiB, not 64 MiB. The backend is told to
+/// close any client whose output buffer passes 8 MiB (`client-output-buffer-limit normal 8mb 0
+/// 0`): the depth keeps Respite's connection under it, so every reply arrives; before it, the
+/// burst passed 8 MiB at once and all 1 000 replies were `-upstream failure`.
+#[test]
+fn a_burst_after_small_requests_asks_the_host_for_no_more_than_the_depth() {
+    let _g = serial();
+    let backends = servers(1);
+    let addrs = addrs(&backends);
+    let (port, admin) = (free_port(), free_port());
+    let cfg = simple_config(port, admin, &addrs, 1, "") + "max_reply_bytes_in_flight = 4194304\n";
+    let respite = Respite::start(&cfg, port, admin);
+    let mut c = respite.raw();
+    let value = vec![b'v'; 64 * 1024];
+    assert_eq!(c.cmd(&[b"SET", b"big", &value]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"small", b"s"]), OK);
+    assert_eq!(
+        backends[0].raw().cmd(&[
+            b"CONFIG",
+            b"SET",
+            b"client-output-buffer-limit",
+            b"normal 8mb 0 0"
+        ]),
+        OK
+    );
+    for _ in 0..2_000 {
+        assert_eq!(c.cmd(&[b"GET", b"small"]), bulk(b"s"));
+    }
+    let mut burst = Vec::new();
+    for _ in 0..1_000 {
+        RawClient::encode_into(&mut burst, &[b"GET", b"big"]);
+    }
+    c.send_raw(&burst);
+    let want = bulk(&value);
+    let replies: Vec<Vec<u8>> = (0..1_000).map(|_| c.read_reply()).collect();
+    if let Some(r) = replies.iter().find(|r| **r != want) {
+        eprintln!(
+            "first wrong: {:?}",
+            String::from_utf8_lossy(&r[..r.len().min(80)])
+        );
+    }
+    let wrong = replies.iter().filter(|r| **r != want).count();
+    assert_eq!(
+        wrong, 0,
+        "replies of the burst lost to the host's output-buffer limit"
+    );
+    assert_eq!(c.cmd(&[b"GET", b"small"]), bulk(b"s"));
+}
+
 /// (3) Fairness on a shared upstream connection: 50 clients each pipelining 1 000 `GET` of a
 /// 1 MiB value and never reading, on the host a well-behaved client also uses, one worker,
 /// default limits. Requests past the reply window wait in the connection's waiting room and
