@@ -344,7 +344,8 @@ pub struct HostStats {
     /// Requests refused because `max_pending_requests` were already queued (Envoy's name).
     pub rq_pending_overflow: Arc<Counter>,
     /// Times a connection held requests back because the replies it had asked for reached
-    /// `max_reply_bytes_in_flight` (Envoy's name for an upstream that backed up).
+    /// `max_reply_bytes_in_flight`, or the requests out reached its depth (Envoy's name for an
+    /// upstream that backed up).
     pub flow_control_backed_up: Arc<Counter>,
     /// Requests of clients Respite cut off (output-buffer limit, memory-budget eviction)
     /// dropped from the waiting room before they were written (Envoy's name).
