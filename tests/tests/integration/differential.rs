@@ -87,15 +87,17 @@ fn raw() -> impl Strategy<Value = Raw> {
 /// All keys: [`UNTAGGED`] plain ones, then the tagged ones.
 const NKEYS: usize = UNTAGGED + 3;
 
-/// The key space for backends at `addrs`: `UNTAGGED` short keys, taken from `k0`, `k1`, … so
-/// that every backend owns at least one (placement depends on the backends' ports), then the
-/// tagged keys.
+/// The key space for backends at `addrs`: `UNTAGGED` keys chosen so that every backend owns at
+/// least one (placement depends on the backends' ports), then the tagged keys. The candidates
+/// vary in every character (`k` and a hex multiple of the golden ratio): ketama over
+/// twemproxy's 32-bit FNV-1a puts keys that differ only in their last digits (`k0`…`k999`)
+/// on a narrow arc of the ring, and for some ports one of three backends owned none of them.
 fn key_space(addrs: &[String]) -> Vec<String> {
     let placement = Placement::new(addrs);
     let mut chosen: Vec<String> = Vec::new();
     let mut owned = vec![0usize; addrs.len()];
-    for i in 0..1000 {
-        let k = format!("k{i}");
+    for i in 0..1000u64 {
+        let k = format!("k{:x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let o = placement.owner(k.as_bytes());
         // Take a key if its backend has fewer than its share, until UNTAGGED keys are chosen.
         if owned[o] < UNTAGGED.div_ceil(addrs.len()) {
@@ -108,7 +110,7 @@ fn key_space(addrs: &[String]) -> Vec<String> {
     }
     assert!(
         chosen.len() == UNTAGGED && owned.iter().all(|&n| n > 0),
-        "cannot spread keys over the backends: {owned:?}"
+        "cannot spread keys over the backends {addrs:?}: {owned:?}"
     );
     chosen.extend(TAGGED.iter().map(|t| t.to_string()));
     chosen
