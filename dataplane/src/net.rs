@@ -77,7 +77,7 @@ pub fn accept_queued(listener: &TcpListener) -> io::Result<Option<TcpStream>> {
     match SockRef::from(listener).accept() {
         Ok((socket, _peer)) => {
             let stream = TcpStream::from_std(socket.into())?;
-            stream.set_nodelay(true)?;
+            downstream_options(&stream)?;
             Ok(Some(stream))
         }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
@@ -102,11 +102,26 @@ pub fn tcp_migrate_req() -> Option<bool> {
     Some(v.trim() != "0")
 }
 
-/// Accepts one downstream connection and sets `TCP_NODELAY` on it.
+/// Accepts one downstream connection, with [`downstream_options`].
 pub async fn accept(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr)> {
     let (stream, peer) = listener.accept().await?;
-    stream.set_nodelay(true)?;
+    downstream_options(&stream)?;
     Ok((stream, peer))
+}
+
+/// Unsent bytes a downstream socket accepts before a write waits (`TCP_NOTSENT_LOWAT`).
+pub const DOWNSTREAM_NOTSENT_LOWAT: u32 = 256 * 1024;
+
+/// `TCP_NODELAY`, and [`DOWNSTREAM_NOTSENT_LOWAT`]: replies a client has not read stay in
+/// Respite's output buffer, where its output-buffer limit and the worker's budget count them,
+/// rather than in the kernel's send queue (up to `tcp_wmem`'s 4 MiB per socket), where they
+/// count against the host's TCP memory (`tcp_mem`): a few thousand clients that do not read
+/// would push it into memory pressure, and every connection of the host, the upstream ones
+/// included, would then drop packets and wait for retransmits. The mark does not limit what is
+/// in flight to a client that reads, so throughput is unchanged.
+pub fn downstream_options(stream: &TcpStream) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    SockRef::from(stream).set_tcp_notsent_lowat(DOWNSTREAM_NOTSENT_LOWAT)
 }
 
 /// Connects to `addr` within `timeout`, with `TCP_NODELAY` and TCP keepalive on (the kernel's
@@ -153,6 +168,23 @@ pub async fn read_append(stream: &TcpStream, buf: Vec<u8>) -> BufResult<usize, V
 pub async fn write_all(stream: &TcpStream, buf: Vec<u8>) -> BufResult<(), Vec<u8>> {
     let mut s = stream;
     s.write_all(buf).await
+}
+
+/// Writes all of `bufs`, in order: one write for one buffer, one vectored write for several
+/// (a large output in chunks goes out in one system call, as one buffer would).
+pub async fn write_all_bufs(
+    stream: &TcpStream,
+    mut bufs: Vec<Vec<u8>>,
+) -> BufResult<(), Vec<Vec<u8>>> {
+    if bufs.len() == 1
+        && let Some(one) = bufs.pop()
+    {
+        let BufResult(res, one) = write_all(stream, one).await;
+        bufs.push(one);
+        return BufResult(res, bufs);
+    }
+    let mut s = stream;
+    s.write_vectored_all(bufs).await
 }
 
 /// Writes all of `buf[range]` (a range past its end writes what is there), returning `buf`:

@@ -8,6 +8,7 @@ mod budget;
 mod claim;
 mod nofile;
 mod observe;
+mod output;
 mod pubsub;
 mod session;
 mod sink;

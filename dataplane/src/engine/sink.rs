@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::budget::{self, Budget};
 use super::observe::Pending;
+use super::output::Output;
 use super::stats::ListenerStats;
 use crate::command::Merge;
 use crate::command::split::{Part, merge};
@@ -93,9 +94,9 @@ struct Slot {
 
 #[derive(Default)]
 struct Inner {
-    out: Vec<u8>,
-    /// Replies in `out` (for `downstream_rq_active` and drain accounting).
-    out_replies: usize,
+    /// Replies ready for the client, in order (with how many: for `downstream_rq_active` and
+    /// drain accounting).
+    out: Output,
     head_seq: u64,
     slots: VecDeque<Slot>,
     /// The client is gone: replies are counted and dropped.
@@ -374,22 +375,19 @@ impl Sink {
         if inner.closed {
             return false;
         }
-        let mut copy = if inner.slots.is_empty() {
-            std::mem::take(&mut inner.out)
-        } else {
-            inner.spare.pop().unwrap_or_default()
+        // A RESP3 client gets the array as a push: the same frame with `>` for `*`.
+        let (kind, body): (&[u8], &[u8]) = match frame.split_first() {
+            Some((b'*', rest)) if resp3 => (b">", rest),
+            _ => (b"", frame),
         };
-        match frame.split_first() {
-            Some((b'*', rest)) if resp3 => {
-                copy.push(b'>');
-                copy.extend_from_slice(rest);
-            }
-            _ => copy.extend_from_slice(frame),
-        }
         if inner.slots.is_empty() {
-            inner.out = copy;
+            inner.out.extend(kind);
+            inner.out.extend(body);
             self.stats.tx_buffered.add(frame.len() as i64);
         } else {
+            let mut copy = inner.spare.pop().unwrap_or_default();
+            copy.extend_from_slice(kind);
+            copy.extend_from_slice(body);
             inner.queued_push += copy.len();
             inner.slots.push_back(Slot {
                 cmd: NO_CMD,
@@ -459,7 +457,7 @@ impl Sink {
             inner.queued_push = inner.queued_push.saturating_sub(reply.len());
             if !inner.closed {
                 self.stats.tx_buffered.add(reply.len() as i64);
-                inner.out.extend_from_slice(reply);
+                inner.out.extend(reply);
             }
             return;
         }
@@ -472,8 +470,8 @@ impl Sink {
             drop_active(self, 1);
         } else {
             self.stats.tx_buffered.add(reply.len() as i64);
-            inner.out.extend_from_slice(reply);
-            inner.out_replies += 1;
+            inner.out.extend(reply);
+            inner.out.end_reply();
         }
     }
 
@@ -566,17 +564,21 @@ impl Sink {
         self.writer.notify();
     }
 
-    /// Takes everything ready to write, swapping in `spare`; returns the bytes and how many
-    /// replies they hold, or `None` if nothing is ready (or the sink is corked and the reader
-    /// still running).
-    pub fn take_output(&self, spare: Vec<u8>) -> Result<(Vec<u8>, usize), Vec<u8>> {
+    /// Moves what is ready to write into `batch` (see [`Output::take`]; `spare` is the writer's
+    /// emptied buffer); returns the bytes and how many replies end in them, or `None` if
+    /// nothing is ready (or the sink is corked and the reader still running).
+    pub fn take_output(
+        &self,
+        batch: &mut Vec<Vec<u8>>,
+        spare: &mut Vec<u8>,
+    ) -> Option<(usize, usize)> {
         let mut inner = self.inner.borrow_mut();
         if inner.out.is_empty() || (inner.corked && !inner.closed && !inner.reader_done) {
-            return Err(spare);
+            return None;
         }
-        let n = std::mem::take(&mut inner.out_replies);
-        inner.in_flight = inner.out.len();
-        Ok((std::mem::replace(&mut inner.out, spare), n))
+        let (bytes, n) = inner.out.take(batch, spare);
+        inner.in_flight = bytes;
+        Some((bytes, n))
     }
 
     /// Called by the writer after `n` replies (`bytes` long) reached the kernel, or failed to.
@@ -616,8 +618,7 @@ impl Sink {
         inner.reader_done = true;
         // Held replies are released (and dropped) now, so they do not keep requests active.
         self.drain_ready(&mut inner, Instant::now());
-        let n = std::mem::take(&mut inner.out_replies);
-        let dropped = std::mem::take(&mut inner.out).len();
+        let (dropped, n) = inner.out.clear();
         // Replies still to come are dropped as they arrive: what waits in slots goes now.
         for slot in inner.slots.iter_mut() {
             if let SlotState::Ready(bytes, _) | SlotState::Push(bytes) = &mut slot.state {

@@ -156,9 +156,16 @@ impl<T> Room<T> {
 
     /// Takes every waiting request of `sender` (a client that is gone), oldest first.
     pub(super) fn remove(&mut self, sender: usize) -> VecDeque<T> {
-        let queue = self.queues.remove(&sender).unwrap_or_default();
+        let Some(queue) = self.queues.remove(&sender) else {
+            return VecDeque::new();
+        };
         self.len -= queue.len();
-        // Its turn, if it has one, is skipped by `pop`: the map no longer has it.
+        // Its turn goes too: left in place, turns of gone senders would fill the sample
+        // `displace_for` looks at (thousands of clients evicted at once leave thousands), and a
+        // full room would then refuse a newcomer for want of anyone to displace. Clients leave
+        // far less often than requests come, so the scan is cheap where it counts.
+        self.turns.retain(|s| *s != sender);
+        self.first.retain(|s| *s != sender);
         queue
     }
 
@@ -215,6 +222,30 @@ mod tests {
             ],
             "each keeps its own order"
         );
+    }
+
+    #[test]
+    fn a_full_room_displaces_for_a_newcomer_after_many_senders_left() {
+        let mut room = Room::default();
+        for sender in 0..(3 * SAMPLE) {
+            room.push(sender, sender, false);
+            room.push(sender, sender, false);
+        }
+        // The first two samples' worth of senders are gone (evicted clients).
+        for sender in 0..(2 * SAMPLE) {
+            assert_eq!(room.remove(sender).len(), 2);
+        }
+        assert_eq!(room.len(), 2 * SAMPLE);
+        let taken = room.displace_for(usize::MAX);
+        assert!(
+            taken.is_some_and(|s| s >= 2 * SAMPLE),
+            "a sender still waiting gives its place: {taken:?}"
+        );
+        // Turns go to senders still waiting only, each once per round.
+        let senders: Vec<usize> = std::iter::from_fn(|| room.pop().map(|(s, _)| s))
+            .take(SAMPLE)
+            .collect();
+        assert_eq!(senders, (2 * SAMPLE..3 * SAMPLE).collect::<Vec<_>>());
     }
 
     #[test]

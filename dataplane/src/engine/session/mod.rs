@@ -642,36 +642,35 @@ async fn write_loop(
     stats: Rc<super::stats::ListenerStats>,
     open: Rc<Open>,
 ) {
+    let mut batch: Vec<Vec<u8>> = Vec::new();
     let mut spare: Vec<u8> = Vec::new();
     let mut failed = false;
     loop {
-        match sink.take_output(spare) {
-            Ok((buf, n)) => {
-                let len = buf.len();
-                let BufResult(res, mut buf) = net::write_all(&stream, buf).await;
-                if let Err(e) = res {
-                    debug!(peer = %peer_text(&stream), error = %e, "downstream write failed");
-                    sink.written(n, len);
-                    sink.close();
-                    failed = true;
-                    break;
-                }
-                stats.tx_bytes.add(len as u64);
-                sink.written(n, len);
-                buf.clear();
-                if buf.capacity() > READ_KEEP {
-                    buf = Vec::new();
-                }
-                spare = buf;
+        let Some((len, n)) = sink.take_output(&mut batch, &mut spare) else {
+            if sink.finished() || sink.is_closed() {
+                break;
             }
-            Err(s) => {
-                spare = s;
-                if sink.finished() || sink.is_closed() {
-                    break;
-                }
-                sink.wait_output().await;
-            }
+            sink.wait_output().await;
+            continue;
+        };
+        let BufResult(res, mut bufs) = net::write_all_bufs(&stream, batch).await;
+        sink.written(n, len);
+        if let Err(e) = res {
+            debug!(peer = %peer_text(&stream), error = %e, "downstream write failed");
+            sink.close();
+            failed = true;
+            break;
         }
+        stats.tx_bytes.add(len as u64);
+        // The last buffer (the tail, or a chunk) is kept for the next tail; the others go.
+        if let Some(mut last) = bufs.pop()
+            && last.capacity() <= READ_KEEP
+        {
+            last.clear();
+            spare = last;
+        }
+        bufs.clear();
+        batch = bufs;
     }
     sink.close();
     match open.worker.drain_deadline() {
