@@ -31,6 +31,13 @@ use crate::stats::probe::RequestPath;
 /// Buffers grown past this by a huge request or reply are replaced once drained.
 const KEEP_CAPACITY: usize = 8 * 1024 * 1024;
 
+/// A read buffer grown past this by large replies is given back once the connection has had
+/// nothing to read for [`IDLE_SHRINK_AFTER`]: kept while large replies flow (regrowing it for
+/// each would cost an allocation per reply), it would otherwise hold up to [`KEEP_CAPACITY`]
+/// per connection for as long as the connection lives, after the load that grew it left.
+const IDLE_KEEP: usize = 64 * 1024;
+const IDLE_SHRINK_AFTER: Duration = Duration::from_secs(1);
+
 /// Connection life cycle, as seen by request dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -1108,6 +1115,21 @@ async fn read_loop<H: HostState>(conn: &Conn<H>, stream: &TcpStream) {
     let mut start = 0usize;
     let mut scanner = ReplyScanner::default();
     loop {
+        if start == buf.len()
+            && buf.capacity() > IDLE_KEEP
+            && net::timeout(IDLE_SHRINK_AFTER, net::readable_or_closed(stream))
+                .await
+                .is_none()
+        {
+            let grown = std::mem::replace(&mut buf, Vec::with_capacity(16 * 1024));
+            start = 0;
+            // The allocator keeps what it is given back until asked (or the thread allocates
+            // again, which an idle worker does not): worth a collection for a large buffer.
+            if grown.capacity() >= 1024 * 1024 {
+                drop(grown);
+                net::release_free_memory();
+            }
+        }
         make_room(&mut buf, &mut start);
         let BufResult(res, b) = net::read_append(stream, buf).await;
         buf = b;

@@ -1836,6 +1836,56 @@ fn replies_a_client_has_not_read_wait_in_respite_not_in_the_kernel() {
     assert_eq!(c.cmd(&[b"PING"]), b"+PONG\r\n");
 }
 
+/// (3) Memory returns after large replies stop: a client reading 64 `GET`s of a 1 MiB value,
+/// pipelined 16 at a time, grows the upstream connection's read buffer (kept while large
+/// replies flow); a moment after the load ends Respite's RSS is back within 3 MiB of where it
+/// was before it. The buffer used to stay for the connection's life (up to 8 MiB each).
+#[test]
+fn memory_grown_by_large_replies_is_given_back_once_they_stop() {
+    let _g = serial();
+    let backends = servers(1);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let pid = respite.pid();
+    let mut c = respite.raw();
+    let value = vec![b'v'; 1 << 20];
+    assert_eq!(c.cmd(&[b"SET", b"big", &value]), OK);
+    assert_eq!(c.cmd(&[b"GET", b"missing"]), b"$-1\r\n");
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = rss_kib(pid);
+    let mut reader = respite.raw();
+    let mut batch = Vec::new();
+    for _ in 0..16 {
+        RawClient::encode_into(&mut batch, &[b"GET", b"big"]);
+    }
+    let want = bulk(&value);
+    let mut peak = before;
+    for _ in 0..4 {
+        reader.send_raw(&batch);
+        for _ in 0..16 {
+            assert!(reader.read_reply() == want);
+        }
+        peak = peak.max(rss_kib(pid));
+    }
+    drop(reader);
+    let mut after = rss_kib(pid);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) && after > before + 3 * 1024 {
+        std::thread::sleep(Duration::from_millis(250));
+        after = rss_kib(pid);
+    }
+    eprintln!(
+        "respite RSS before {before} KiB, peak {peak} KiB, {after} KiB {:?} after the load",
+        t.elapsed()
+    );
+    assert!(
+        after <= before + 3 * 1024,
+        "respite kept {} KiB of {} KiB grown for large replies (before {before} KiB)",
+        after.saturating_sub(before),
+        peak.saturating_sub(before)
+    );
+    assert_eq!(c.cmd(&[b"GET", b"missing"]), b"$-1\r\n");
+}
+
 /// (3) Requests count in the budget: four clients sending a 48 MiB `SET` each at once, with
 /// `maxmemory_clients = 32 MiB`, are received one after another past the budget (one at a time
 /// always goes on, so none waits for ever): every value is stored byte for byte, Respite holds
