@@ -2,17 +2,19 @@
 //! are counted and dropped, bounded per worker and mirror cluster so a slow or dead mirror never
 //! holds memory or time of the primary path.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
 use super::dispatch::{Client, Pool};
 use crate::cluster::{ClusterPool, Dest};
 use crate::config::MirrorPolicy;
+use crate::net::Notify;
 use crate::stats::{Counter, Gauge, Store};
 use crate::upstream::{Deliver, Target};
 
 const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
 /// `runtime_fraction` is applied as `hash(key) % FRACTION_SCALE < fraction × 100`, i.e. with a
 /// resolution of 0.01%.
@@ -35,6 +37,10 @@ pub struct MirrorStats {
     in_flight: Cell<usize>,
     /// The cluster's `max_pending_requests`; updated when a reload changes it.
     limit: Cell<usize>,
+    /// Fences sent and not yet answered ([`MirrorStats::fence`]), by id (a reply's `seq`; copies
+    /// have 0), and the next id.
+    fences: RefCell<Vec<(u64, Rc<Notify>)>>,
+    next_fence: Cell<u64>,
 }
 
 impl MirrorStats {
@@ -50,6 +56,8 @@ impl MirrorStats {
             active: store.gauge(&format!("cluster.{cluster}.mirror_rq_active"), worker),
             in_flight: Cell::new(0),
             limit: Cell::new(limit),
+            fences: RefCell::new(Vec::new()),
+            next_fence: Cell::new(1),
         })
     }
 
@@ -153,6 +161,50 @@ impl MirrorStats {
         });
     }
 
+    /// Sends a `PING` to `pool` at `dest` on `client`'s connection, behind the copies sent
+    /// there before it (the same sender: a connection's waiting room keeps one sender's
+    /// requests in order, and turns between senders could let a `PING` of its own overtake
+    /// them). The returned notification fires once it is answered or failed, which says
+    /// those copies have run. `None` when the pool refused it (no host: nothing waits there).
+    pub fn fence<P: Pool>(
+        self: &Rc<Self>,
+        pool: &P,
+        dest: Dest,
+        client: Client,
+    ) -> Option<Rc<Notify>> {
+        let id = self.next_fence.get();
+        self.next_fence.set(id.wrapping_add(1).max(1));
+        let target = Target {
+            sink: self.clone(),
+            seq: id,
+            part: 0,
+            cmd: u16::MAX,
+            script: false,
+        };
+        let answered = Rc::new(Notify::default());
+        self.fences.borrow_mut().push((id, answered.clone()));
+        if pool.send(dest, client, false, PING, target).is_err() {
+            self.fences.borrow_mut().retain(|(f, _)| *f != id);
+            return None;
+        }
+        Some(answered)
+    }
+
+    /// Counts one copy about to be sent on a connection of its own (a large request), if the
+    /// in-flight bound allows (else counted as overflow: false). The copy's reply, or the
+    /// failure in its place, goes to [`Deliver::deliver`].
+    pub fn begin(&self) -> bool {
+        let n = self.in_flight.get();
+        if n >= self.limit.get() {
+            self.overflow.inc();
+            return false;
+        }
+        self.total.inc();
+        self.in_flight.set(n + 1);
+        self.active.inc();
+        true
+    }
+
     /// A copy that could not be made (its keys span shards of the mirror but not of the
     /// primary): counted as handed over and failed.
     pub fn unsendable(&self) {
@@ -163,7 +215,14 @@ impl MirrorStats {
 
 impl Deliver for MirrorStats {
     /// The mirror's reply (or the pool's failure reply): counted, then dropped.
-    fn deliver(&self, _seq: u64, _part: u32, reply: &[u8]) {
+    fn deliver(&self, seq: u64, _part: u32, reply: &[u8]) {
+        if seq != 0 {
+            let mut fences = self.fences.borrow_mut();
+            if let Some(i) = fences.iter().position(|(id, _)| *id == seq) {
+                fences.swap_remove(i).1.notify();
+            }
+            return;
+        }
         self.in_flight.set(self.in_flight.get().saturating_sub(1));
         self.active.dec();
         if reply.first() == Some(&b'-') {

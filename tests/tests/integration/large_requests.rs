@@ -191,3 +191,192 @@ fn a_backend_that_stops_reading_fails_a_large_request_after_op_timeout() {
         int(2 * MIB as i64)
     );
 }
+
+/// One worker over `primary`, every request copied to `mirror` (Envoy
+/// `request_mirror_policy`).
+fn start_mirrored(primary: &str, mirror: &str) -> Respite {
+    let (port, admin) = (free_port(), free_port());
+    let cfg = format!(
+        r#"[admin]
+address = "127.0.0.1:{admin}"
+[runtime]
+workers = 1
+[[listeners]]
+name = "main"
+address = "127.0.0.1:{port}"
+op_timeout = "5s"
+[listeners.prefix_routes.catch_all_route]
+cluster = "cache"
+[[listeners.prefix_routes.catch_all_route.request_mirror_policy]]
+cluster = "mirror"
+[[clusters]]
+name = "cache"
+hosts = ["{primary}"]
+[[clusters]]
+name = "mirror"
+hosts = ["{mirror}"]
+"#
+    );
+    Respite::start(&cfg, port, admin)
+}
+
+/// A large request on a mirrored route goes to the primary and then to the mirror on
+/// connections of their own, from the client's buffer, and keeps its place at the mirror among
+/// the client's requests copied on the shared connection: after `SET k <`, a 2 MiB `APPEND`
+/// and `APPEND k >`, pipelined, the mirror holds `<`, the 2 MiB and `>` in that order, and each
+/// copy is counted a success. Then again with the mirror's shared connection backed up (the
+/// mirror paused by `CLIENT PAUSE … WRITE` while another client's 200 copies fill the
+/// connection's depth, so `SET k <`'s copy waits in Respite): sent at once on its own
+/// connection, the large copy would run first at the mirror, and `SET` would then overwrite
+/// it (the mirror held `<>`).
+#[test]
+fn a_mirrored_large_request_reaches_the_mirror_in_the_clients_order() {
+    let backends = servers(2);
+    let (primary, mirror) = (backends[0].addr(), backends[1].addr());
+    let respite = start_mirrored(&primary, &mirror);
+    let big = vec![b'a'; 2 * MIB];
+    let mut want = b"<".to_vec();
+    want.extend_from_slice(&big);
+    want.push(b'>');
+    for (round, key) in [b"plain".as_slice(), b"paused"].into_iter().enumerate() {
+        if round == 1 {
+            let pause: &[&[u8]] = &[b"CLIENT", b"PAUSE", b"500", b"WRITE"];
+            assert_eq!(backends[1].raw().cmd(pause), OK);
+            let fillers: Vec<Vec<Vec<u8>>> = (0..200)
+                .map(|i| cmd(&[b"SET", format!("filler:{i}").as_bytes(), b"x"]))
+                .collect();
+            let replies = respite.raw().pipeline(&fillers);
+            assert!(replies.iter().all(|r| r == OK));
+        }
+        let mut c = respite.raw();
+        let replies = c.pipeline(&[
+            cmd(&[b"SET", key, b"<"]),
+            cmd(&[b"APPEND", key, &big]),
+            cmd(&[b"APPEND", key, b">"]),
+        ]);
+        let len = want.len() as i64;
+        assert_eq!(replies, vec![OK.to_vec(), int(len - 1), int(len)]);
+        let mut direct = backends[1].raw();
+        assert!(
+            wait_until(Duration::from_secs(5), || direct.cmd(&[b"STRLEN", key])
+                == int(len)),
+            "the mirror's {} is {:?} long",
+            String::from_utf8_lossy(key),
+            direct.cmd(&[b"STRLEN", key])
+        );
+        assert!(
+            direct.cmd(&[b"GET", key]) == bulk(&want),
+            "the mirror's copies ran out of the client's order"
+        );
+        assert!(backends[0].raw().cmd(&[b"GET", key]) == bulk(&want));
+    }
+    assert_eq!(respite.stat("cluster.mirror.mirror_rq_success"), 206);
+    assert_eq!(respite.stat("cluster.mirror.mirror_rq_error"), 0);
+    assert!(
+        respite.stat("cluster.mirror.leased_cx_total") >= 1,
+        "the large copy did not take a connection of its own"
+    );
+}
+
+/// A 64 MiB `MSET` (the value, then a small key and value) on a mirrored route is held once:
+/// Respite's RSS grows by the value and a margin, not by three times it (its read buffer, then
+/// a copy in each of the primary's and the mirror's shared connections, as before: a 256 MiB
+/// mirrored `SET` then stalled the worker's other clients for 2.2 s), nor by the read buffer
+/// doubled for the arguments after the value (a 256 MiB `MSET` stalled them 0.6 s), and both
+/// backends store it byte for byte.
+#[test]
+fn a_mirrored_large_mset_is_held_once() {
+    const VALUE_MIB: usize = 64;
+    let backends = servers(2);
+    let (primary, mirror) = (backends[0].addr(), backends[1].addr());
+    let respite = start_mirrored(&primary, &mirror);
+    let pid = respite.pid();
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", b"small", b"s"]), OK);
+    std::thread::sleep(Duration::from_millis(300));
+    let base = rss_kib(pid);
+    let value: Vec<u8> = (0..VALUE_MIB * MIB)
+        .map(|i| b'a' + (i % 23) as u8)
+        .collect();
+    let addr = respite.addr();
+    let sender = std::thread::spawn(move || {
+        let mut c = respite_tests::RawClient::connect(&addr);
+        c.cmd(&[b"MSET", b"large", &value, b"after", b"a"])
+    });
+    let mut peak = base;
+    while !sender.is_finished() {
+        peak = peak.max(rss_kib(pid));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(sender.join().unwrap(), OK);
+    let growth_mib = peak.saturating_sub(base) / 1024;
+    eprintln!("a mirrored {VALUE_MIB} MiB MSET: respite RSS +{growth_mib} MiB at peak");
+    for b in &backends {
+        let mut direct = b.raw();
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                direct.cmd(&[b"STRLEN", b"large"]) == int((VALUE_MIB * MIB) as i64)
+            }),
+            "{} lacks the value",
+            b.addr()
+        );
+        assert_eq!(
+            direct.cmd(&[b"GETRANGE", b"large", b"-3", b"-1"]),
+            c_tail(VALUE_MIB * MIB)
+        );
+        assert_eq!(direct.cmd(&[b"GET", b"after"]), bulk(b"a"));
+    }
+    let bound = (VALUE_MIB + VALUE_MIB / 2) as u64;
+    assert!(
+        growth_mib < bound,
+        "respite grew {growth_mib} MiB for a mirrored {VALUE_MIB} MiB MSET (bound {bound} MiB)"
+    );
+    assert_eq!(c.cmd(&[b"GET", b"small"]), bulk(b"s"));
+}
+
+/// The last three bytes of the test value of `len` bytes, as a bulk reply.
+fn c_tail(len: usize) -> Vec<u8> {
+    let tail: Vec<u8> = (len - 3..len).map(|i| b'a' + (i % 23) as u8).collect();
+    bulk(&tail)
+}
+
+/// A large `MSET` whose keys all land on one backend goes whole on a connection of its own, as
+/// a large `SET` does (its one part would be the client's frame, rebuilt); one whose keys land
+/// on two backends is split as before. Both store every value byte for byte.
+#[test]
+fn a_large_mset_on_one_shard_goes_whole_and_one_on_two_is_split() {
+    let backends = servers(2);
+    let addrs = addrs(&backends);
+    let place = Placement::new(&addrs);
+    let (a0, b0, c1) = (
+        place.key_on(0, "mset-a"),
+        place.key_on(0, "mset-b"),
+        place.key_on(1, "mset-c"),
+    );
+    let respite = start(&addrs);
+    let mut c = respite.raw();
+    let big = vec![b'm'; 2 * MIB];
+    let args: &[&[u8]] = &[b"MSET", a0.as_bytes(), &big, b0.as_bytes(), b"small"];
+    assert_eq!(c.cmd(args), OK);
+    assert_eq!(respite.stat("cluster.cache.leased_cx_total"), 1);
+    let args: &[&[u8]] = &[b"MSET", b0.as_bytes(), &big, c1.as_bytes(), b"other"];
+    assert_eq!(c.cmd(args), OK);
+    assert_eq!(
+        respite.stat("cluster.cache.leased_cx_total"),
+        1,
+        "split, not leased"
+    );
+    let mut d0 = backends[0].raw();
+    assert!(d0.cmd(&[b"GET", a0.as_bytes()]) == bulk(&big));
+    assert!(d0.cmd(&[b"GET", b0.as_bytes()]) == bulk(&big));
+    assert_eq!(
+        backends[1].raw().cmd(&[b"GET", c1.as_bytes()]),
+        bulk(b"other")
+    );
+    let reply = c.cmd(&[b"MGET", a0.as_bytes(), b0.as_bytes(), c1.as_bytes()]);
+    let mut want = b"*3\r\n".to_vec();
+    want.extend_from_slice(&bulk(&big));
+    want.extend_from_slice(&bulk(&big));
+    want.extend_from_slice(&bulk(b"other"));
+    assert!(reply == want, "MGET after both MSETs");
+}

@@ -12,9 +12,21 @@
 //!   the reply is in: Respite holds at most one copy of it.
 //! - The client's later requests wait behind it (a barrier), as behind a blocking command,
 //!   so replies stay in order; it goes out once the client's earlier requests are answered.
-//! - Only a keyed request that [`crate::router::dispatch::Dispatch::whole`] places whole and
-//!   unchanged goes this way, outside MULTI and WATCH; anything else (split, mirrored,
-//!   rewritten) takes the shared path, copied as before.
+//! - Only a request that [`crate::router::dispatch::Dispatch::whole`] places whole and
+//!   unchanged goes this way, outside MULTI and WATCH: a keyed one, or a multi-key one (`MSET`)
+//!   whose keys all land on one shard, where its single part would be the client's frame
+//!   rebuilt. Anything else (keys on several shards, a route that rewrites keys) takes the
+//!   shared path, copied as before.
+//! - Mirrors (Envoy `request_mirror_policy`) get their copy the same way, from the same
+//!   buffer, once the primary has answered: on a shared connection the copy would cost a
+//!   copy of the bytes and hold every other copy to that mirror behind it (a 256 MiB mirrored
+//!   `SET` stalled the worker's other clients for 2.2 s). The client's earlier copies to that
+//!   mirror went on the session's shared connection to it: a `PING` sent on that connection
+//!   behind them (`MirrorStats::fence`), and answered, says they have run, so the large copy
+//!   cannot overtake them; the client's
+//!   later requests wait until the mirror has answered it, so they cannot overtake it either.
+//!   A copy the mirror fails is counted, as any mirror copy, and changes nothing for the
+//!   client.
 //! - Redis Cluster: `MOVED`/`ASK` are followed on another lease (at most [`MAX_REDIRECTS`]).
 
 use std::rc::Rc;
@@ -22,14 +34,14 @@ use std::rc::Rc;
 use super::Session;
 use super::barrier::Barrier;
 use super::blocking::MAX_REDIRECTS;
-use crate::cluster::ClusterPool;
+use crate::cluster::{ClusterPool, Dest};
 use crate::command::{CommandSpec, Request};
 use crate::engine::budget::Budget;
 use crate::engine::sink::Sink;
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
-use crate::router::dispatch::TxDest;
-use crate::upstream::{Deliver, UPSTREAM_FAILURE};
+use crate::router::dispatch::{Client, MirrorDest, TxDest};
+use crate::upstream::{Deliver, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
 
 /// Requests of at least this many bytes (the whole RESP frame) go on a connection of their own:
 /// behind 1 MiB a shared connection's other requests wait about a millisecond, and a lease's
@@ -45,13 +57,16 @@ const TOO_MANY_REDIRECTS: &[u8] = b"-TRYAGAIN too many cluster redirects for one
 pub(super) struct Large {
     dest: TxDest<ClusterPool>,
     addr: std::net::SocketAddr,
+    /// Where its mirrors' copies go.
+    mirrors: Vec<MirrorDest<ClusterPool>>,
     seq: u64,
+    session: u64,
     resp3: bool,
     barrier: Rc<Barrier>,
 }
 
 impl Session {
-    /// Takes `req` (a keyed command whose frame is at least [`LARGE_REQUEST`] bytes, past the
+    /// Takes `req` (a keyed or split command whose frame is at least [`LARGE_REQUEST`] bytes, past the
     /// auth gate and faults) for a connection of its own: its reply slot is taken and the
     /// session set to wait for it. False when it must go the shared way.
     pub(super) fn large(
@@ -63,7 +78,7 @@ impl Session {
         if !self.mode.is_shared() || self.watching.is_some() || self.barrier.is_some() {
             return false;
         }
-        let Some(dest) = self.dispatch(rt).whole(req, spec) else {
+        let Some((dest, mirrors)) = self.dispatch(rt).whole(req, spec) else {
             return false;
         };
         let Some(addr) = dest.pool.primary_addr(dest.shard) else {
@@ -77,7 +92,9 @@ impl Session {
         self.large = Some(Large {
             dest,
             addr,
+            mirrors,
             seq: self.sink.push(spec.id),
+            session: self.id,
             resp3: self.conn.resp3,
             barrier,
         });
@@ -87,47 +104,79 @@ impl Session {
 
 impl Large {
     /// Sends `frame` (the request's whole frame, owned) once the client's earlier requests are
-    /// answered, delivers its reply into `sink`, and lets the session go on. The frame's memory
-    /// is given back (`budget`'s trim) as soon as the host has it all.
+    /// answered, delivers its reply into `sink`, sends the mirrors' copies, and lets the
+    /// session go on. The frame's memory is given back (`budget`'s trim) as soon as the hosts
+    /// have it all.
     pub(super) fn send(self, frame: Vec<u8>, sink: Rc<Sink>, budget: Rc<Budget>) {
         net::spawn(async move {
             sink.answered_before(self.seq).await;
             let capacity = frame.capacity();
-            let reply = self.run(frame).await;
-            budget.released(capacity);
+            let (reply, mut frame) = exchange(&self.dest.pool, self.addr, self.resp3, frame).await;
             sink.deliver(self.seq, 0, &reply);
+            for m in &self.mirrors {
+                frame = self.copy(m, frame).await;
+            }
+            drop(frame);
+            budget.released(capacity);
             self.barrier.open(None);
         });
     }
 
-    /// Runs `frame` at its primary, following cluster redirects; returns the client's reply.
-    async fn run(&self, mut frame: Vec<u8>) -> Vec<u8> {
-        let mut addr = self.addr;
-        let mut asking = false;
-        for _ in 0..=MAX_REDIRECTS {
-            let mut lease = match self.dest.pool.leases.lease(addr, self.resp3).await {
-                Ok(lease) => lease,
-                Err(e) => return e.reply().to_vec(),
-            };
-            let prefix = if asking { ASKING } else { b"" };
-            let (reply, back) = lease.exchange_large(prefix, frame).await;
-            frame = back;
-            let Ok(reply) = reply else {
-                return UPSTREAM_FAILURE.to_vec();
-            };
-            let from = lease.addr();
-            lease.release(true);
-            let redirect = matches!(reply.get(..4), Some(b"-MOV" | b"-ASK"))
-                .then(|| self.dest.pool.lease_redirect(from, &reply))
-                .flatten();
-            let Some((to, ask)) = redirect else {
-                return reply;
-            };
-            addr = to;
-            asking = ask;
+    /// Sends `frame` to mirror `m` (see the module's doc) and counts its reply; returns the
+    /// frame.
+    async fn copy(&self, m: &MirrorDest<ClusterPool>, frame: Vec<u8>) -> Vec<u8> {
+        if !m.stats.begin() {
+            return frame;
         }
-        TOO_MANY_REDIRECTS.to_vec()
+        let client = Client {
+            session: self.session,
+            resp3: self.resp3,
+        };
+        if let Some(answered) = m.stats.fence(&*m.pool, Dest::Key(m.shard), client) {
+            answered.notified().await;
+        }
+        let Some(addr) = m.pool.primary_addr(m.shard) else {
+            m.stats.deliver(0, 0, NO_UPSTREAM_HOST);
+            return frame;
+        };
+        let (reply, frame) = exchange(&m.pool, addr, self.resp3, frame).await;
+        m.stats.deliver(0, 0, &reply);
+        frame
     }
+}
+
+/// Runs `frame` at `addr` of `pool` on a leased connection, following cluster redirects;
+/// returns the reply for the client (or the failure in its place) and the frame.
+async fn exchange(
+    pool: &ClusterPool,
+    mut addr: std::net::SocketAddr,
+    resp3: bool,
+    mut frame: Vec<u8>,
+) -> (Vec<u8>, Vec<u8>) {
+    let mut asking = false;
+    for _ in 0..=MAX_REDIRECTS {
+        let mut lease = match pool.leases.lease(addr, resp3).await {
+            Ok(lease) => lease,
+            Err(e) => return (e.reply().to_vec(), frame),
+        };
+        let prefix = if asking { ASKING } else { b"" };
+        let (reply, back) = lease.exchange_large(prefix, frame).await;
+        frame = back;
+        let Ok(reply) = reply else {
+            return (UPSTREAM_FAILURE.to_vec(), frame);
+        };
+        let from = lease.addr();
+        lease.release(true);
+        let redirect = matches!(reply.get(..4), Some(b"-MOV" | b"-ASK"))
+            .then(|| pool.lease_redirect(from, &reply))
+            .flatten();
+        let Some((to, ask)) = redirect else {
+            return (reply, frame);
+        };
+        addr = to;
+        asking = ask;
+    }
+    (TOO_MANY_REDIRECTS.to_vec(), frame)
 }
 
 /// Takes the frame of `consumed` bytes at `*start` out of `buf`, moving `*start` past it. At

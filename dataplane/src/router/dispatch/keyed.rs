@@ -1,6 +1,6 @@
 //! Keyed commands and a listener's `custom_commands`: routed whole to the shard of their keys.
 
-use super::{CROSSSLOT, Dispatch, Pool, Slots};
+use super::{CROSSSLOT, Dispatch, MirrorDest, Pool, Slots};
 use crate::cluster::Dest;
 use crate::command::Request;
 use crate::command::{self, CommandSpec};
@@ -59,31 +59,45 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
 
     /// Where a keyed command would go whole and unchanged, for sending its client's frame on a
     /// connection of its own (a request too large to share one): the primary pool and shard of
-    /// its keys' route. `None` whenever [`Dispatch::keyed`] would do anything else with it —
-    /// no key, keys on different routes or shards, a route that rewrites keys or copies
-    /// requests to mirrors — or there is no host: the request then goes the shared way.
+    /// its keys' route, and the shard of each of the route's mirrors that admits it (Envoy
+    /// `request_mirror_policy`, as [`Dispatch::keyed`] would copy it). `None` whenever
+    /// [`Dispatch::keyed`] would do anything else with it — no key, keys on different routes
+    /// or shards (of the primary or of a mirror), a route that rewrites keys — or there is no
+    /// host: the request then goes the shared way.
     pub fn whole(
         &mut self,
         req: &Request<'_>,
         spec: &'static CommandSpec,
-    ) -> Option<super::TxDest<P>> {
+    ) -> Option<(super::TxDest<P>, Vec<MirrorDest<P>>)> {
         let arg = req.argv();
         self.scratch.key_idx.clear();
         command::keys(spec, req.argc(), arg, &mut self.scratch.key_idx).ok()?;
         let router = self.router;
-        let (route_id, route) = router.route(arg(*self.scratch.key_idx.first()?))?;
-        if route.rewrites() || !route.mirrors.is_empty() {
-            return None;
-        }
-        if !self.one_route(req, route_id) {
+        let first_key = arg(*self.scratch.key_idx.first()?);
+        let (route_id, route) = router.route(first_key)?;
+        if route.rewrites() || !self.one_route(req, route_id) {
             return None;
         }
         let shard = self.shard_of_keys(&route.pool, req).ok()??;
-        Some(super::TxDest {
+        let read = command::is_read(spec);
+        let mut mirrors = Vec::new();
+        for m in route
+            .mirrors
+            .iter()
+            .filter(|m| m.admits(read, Some(first_key)))
+        {
+            mirrors.push(MirrorDest {
+                shard: self.shard_of_keys(&m.pool, req).ok()??,
+                pool: m.pool.clone(),
+                stats: m.stats.clone(),
+            });
+        }
+        let dest = super::TxDest {
             route: route_id,
             pool: route.pool.clone(),
             shard,
-        })
+        };
+        Some((dest, mirrors))
     }
 
     /// True when every key of `req` after the first (at `scratch.key_idx`) takes route

@@ -9,6 +9,17 @@ use crate::command::Request;
 use crate::command::{self, CommandSpec};
 use crate::router::{Mirror, RouteRuntime};
 
+/// Where the copy of a request for one mirror goes when the request is sent on a connection of
+/// its own ([`Dispatch::whole`]): shard `shard` of the mirror's pool.
+pub struct MirrorDest<P> {
+    /// The mirror cluster's pool.
+    pub pool: Rc<P>,
+    /// Where the request's keys are in it.
+    pub shard: usize,
+    /// The mirror's copy counters and in-flight bound.
+    pub stats: Rc<crate::router::MirrorStats>,
+}
+
 impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// Copies a keyed command (keys at `scratch.key_idx`, as forwarded) to `route`'s mirrors
     /// that admit it; `client_key`: its first key as the client sent it.

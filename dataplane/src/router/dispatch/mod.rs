@@ -22,6 +22,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 pub use fault::apply as apply_fault;
+pub use mirror::MirrorDest;
 pub use transaction::{MirrorPlace, Queued, TxDest, TxMirrors};
 
 use super::Router;
