@@ -253,7 +253,8 @@ impl ClusterPool {
                 } else {
                     pick(&h.hosts, shard, session).cloned()
                 };
-                conn.ok_or(SendError::NoHost)?.send(request, target)
+                conn.ok_or(SendError::NoHost)?
+                    .send(session, request, target)
             }
             PoolKind::Slots(p) => p.send(dest, session, resp3, read, request, target),
         }

@@ -391,8 +391,13 @@ impl SlotPool {
         } else {
             pick(conns)
         };
-        conn.ok_or(SendError::NoHost)?
-            .send_retry(out.request, out.target, out.retry, out.asking)
+        conn.ok_or(SendError::NoHost)?.send_retry(
+            session,
+            out.request,
+            out.target,
+            out.retry,
+            out.asking,
+        )
     }
 
     /// See [`super::ClusterPool::send`]: `dest` is a slot ([`Dest::Key`]) or a fan-out node.

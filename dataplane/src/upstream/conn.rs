@@ -292,19 +292,24 @@ impl<H: HostState> Conn<H> {
         self.host.is_healthy()
     }
 
-    /// Queues one encoded request whose reply goes to `target`.
+    /// Queues one encoded request of client session `session` whose reply goes to `target`.
+    /// The session, not the target, names the sender in the waiting room: a client's own
+    /// requests and the mirror copies of its earlier ones (whose target is the mirror's
+    /// counters) keep one order, which a switch of a cluster from mirror to primary by a reload
+    /// relies on.
     ///
     /// Errors: [`SendError::NoHost`] when the host is in reconnect backoff or removed;
     /// [`SendError::Overflow`] when `max_pending_requests` requests already wait to be written.
     /// The caller answers the request itself ([`SendError::reply`]).
-    pub fn send(&self, request: &[u8], target: Target) -> Result<(), SendError> {
-        self.send_retry(request, target, Retry::FIRST, false)
+    pub fn send(&self, session: u64, request: &[u8], target: Target) -> Result<(), SendError> {
+        self.send_retry(session, request, target, Retry::FIRST, false)
     }
 
     /// [`Conn::send`] with the redirect state of a request sent again; `asking` sends `ASKING`
     /// (reply dropped) right before it, as an `ASK` redirect requires.
     pub fn send_retry(
         &self,
+        session: u64,
         request: &[u8],
         target: Target,
         retry: Retry,
@@ -316,7 +321,7 @@ impl<H: HostState> Conn<H> {
             State::Connecting | State::Ready => {}
         }
         let resend = asking || retry.hops > 0 || retry.tries > 0;
-        let sender = Rc::as_ptr(&target.sink) as *const () as usize;
+        let sender = session as usize;
         // Requests not yet handed to the kernel: bounded, so a host that is connecting or stopped
         // reading makes requests fail at once instead of piling up without limit. At the bound a
         // client waiting less than another takes the newest place of the one waiting most.
@@ -449,9 +454,16 @@ impl<H: HostState> Conn<H> {
                 break;
             };
             if w.target.sink.cut_off() {
-                // All of that client's waiting requests at once: it is gone for good.
+                // All of that client's waiting requests at once: it is gone for good. The
+                // mirror copies among them (their own target) still go, in their order.
                 cancelled.push(w.target);
-                cancelled.extend(inner.room.remove(sender).into_iter().map(|w| w.target));
+                for w in inner.room.remove(sender) {
+                    if w.target.sink.cut_off() {
+                        cancelled.push(w.target);
+                    } else {
+                        inner.room.push(sender, w, false);
+                    }
+                }
                 continue;
             }
             self.enqueue(inner, &w.request, w.target, w.retry, false);

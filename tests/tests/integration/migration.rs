@@ -285,6 +285,7 @@ fn streamer(addr: String, stop: Arc<AtomicBool>, quiet: Arc<AtomicBool>) -> Stre
     use std::io::Write;
     use std::sync::atomic::AtomicU64;
     let mut c = RawClient::connect(&addr);
+    let t0 = Instant::now();
     let sent = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -342,8 +343,11 @@ fn streamer(addr: String, stop: Arc<AtomicBool>, quiet: Arc<AtomicBool>) -> Stre
             }
             Some(n) => {
                 if out.gaps.len() < 10 {
-                    out.gaps
-                        .push(format!("INCR stream: want {}, got {n}", out.last + 1));
+                    out.gaps.push(format!(
+                        "INCR stream: want {}, got {n} at {:?}",
+                        out.last + 1,
+                        t0.elapsed()
+                    ));
                 }
                 out.last = n;
                 out.acked += 1;
