@@ -35,7 +35,8 @@ const SAMPLE: usize = 64;
 const FIRST_STREAK: u32 = 8;
 
 /// Requests waiting for room, by sender. `T` is the request; a sender is any key that tells
-/// clients apart (the address of the client's reply slots).
+/// clients apart (the client session's id: its own requests and the mirror copies of them
+/// share it).
 pub(super) struct Room<T> {
     /// Each waiting sender's requests, oldest first. A sender leaves the map when its queue
     /// empties, so the map holds only senders that wait.
