@@ -23,10 +23,9 @@
 //!   `SET` stalled the worker's other clients for 2.2 s). The client's earlier copies to that
 //!   mirror went on the session's shared connection to it: a `PING` sent on that connection
 //!   behind them (`MirrorStats::fence`), and answered, says they have run, so the large copy
-//!   cannot overtake them; the client's
-//!   later requests wait until the mirror has answered it, so they cannot overtake it either.
-//!   A copy the mirror fails is counted, as any mirror copy, and changes nothing for the
-//!   client.
+//!   cannot overtake them; the client's later requests wait until the mirror has answered it,
+//!   so they cannot overtake it either. A copy the mirror fails is counted, as any mirror
+//!   copy, and changes nothing for the client.
 //! - Redis Cluster: `MOVED`/`ASK` are followed on another lease (at most [`MAX_REDIRECTS`]).
 
 use std::rc::Rc;
@@ -66,9 +65,9 @@ pub(super) struct Large {
 }
 
 impl Session {
-    /// Takes `req` (a keyed or split command whose frame is at least [`LARGE_REQUEST`] bytes, past the
-    /// auth gate and faults) for a connection of its own: its reply slot is taken and the
-    /// session set to wait for it. False when it must go the shared way.
+    /// Takes `req` (a keyed or split command whose frame is at least [`LARGE_REQUEST`] bytes,
+    /// past the auth gate and faults) for a connection of its own: its reply slot is taken and
+    /// the session set to wait for it. False when it must go the shared way.
     pub(super) fn large(
         &mut self,
         rt: &Rc<ListenerRuntime>,
