@@ -11,7 +11,7 @@ use crate::cluster::{ClusterPool, Dest};
 use crate::config::MirrorPolicy;
 use crate::net::Notify;
 use crate::stats::{Counter, Gauge, Store};
-use crate::upstream::{Deliver, Target};
+use crate::upstream::{Deliver, NO_UPSTREAM_HOST, Target};
 
 const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
@@ -119,18 +119,13 @@ impl MirrorStats {
         request: Vec<u8>,
         count: usize,
     ) {
-        let n = self.in_flight.get();
-        if n >= self.limit.get() {
-            self.overflow.inc();
+        if !self.begin() {
             return;
         }
-        self.total.inc();
         let Some(addr) = pool.primary_addr(shard) else {
-            self.error.inc();
+            self.deliver(0, 0, NO_UPSTREAM_HOST);
             return;
         };
-        self.in_flight.set(n + 1);
-        self.active.inc();
         let (me, pool) = (self.clone(), pool.clone());
         crate::net::spawn(async move {
             let ok = match pool.leases.lease(addr, false).await {
