@@ -19,7 +19,7 @@
 //! so a push and a reload never race. Requests are answered one at a time, in arrival order.
 
 use std::io::{self, Read as _};
-use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+use std::os::unix::fs::FileTypeExt as _;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,12 +83,14 @@ impl ControlSocket {
     /// [`ControlSocket::serve`].
     ///
     /// Call it before the process starts other threads: the file is created under a
-    /// temporary `umask` of `0177` (so it is never connectable by others, not even for the
-    /// moment before a `chmod`), and the umask is process-wide.
+    /// temporary `umask` of `0177`, which is process-wide. The mode is set by the bind itself
+    /// and never changed afterwards: a `chmod` after the bind would be a window in which the
+    /// socket is connectable by others, and it would undo an operator's own `chmod` made as
+    /// soon as the socket answers (a control process running as another user relies on that).
     ///
     /// # Errors
-    /// A live process answers on `path`; `path` exists and is not a socket; the bind or
-    /// `chmod` failed. Each names the path.
+    /// A live process answers on `path`; `path` exists and is not a socket; the bind failed.
+    /// Each names the path.
     pub fn bind(path: &Path) -> Result<ControlSocket, String> {
         let shown = path.display();
         remove_stale(path)?;
@@ -98,9 +100,6 @@ impl ControlSocket {
         // SAFETY: as above, restoring the previous mask.
         unsafe { libc::umask(old) };
         let server = server.map_err(|e| format!("control socket {shown}: bind: {e}"))?;
-        // Dropping `server` on an error below removes the file again.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| format!("control socket {shown}: chmod 0600: {e}"))?;
         Ok(ControlSocket {
             path: path.to_path_buf(),
             server: Arc::new(server),
@@ -288,6 +287,7 @@ fn push_stats(req: &mut tiny_http::Request, ctx: &AdminContext) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
 
     /// One request over the socket; (status, body).
     fn request(path: &Path, method: &str, target: &str, body: &str) -> (u16, String) {

@@ -158,6 +158,9 @@ fn main() -> ExitCode {
                 config.runtime.log_level.as_deref(),
                 config.runtime.log_format,
             );
+            if let Err(e) = respite::net::disable_transparent_huge_pages() {
+                tracing::warn!(error = %e, "transparent huge pages stay on for this process");
+            }
             match respite::engine::run(
                 config,
                 cli.config,
