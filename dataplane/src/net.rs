@@ -109,11 +109,19 @@ pub async fn accept(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr
     Ok((stream, peer))
 }
 
-/// `TCP_NODELAY` on a downstream socket. (`TCP_NOTSENT_LOWAT`, which keeps what a slow client
-/// has not read out of the kernel's send queue, was tried and left out: under CPU contention a
-/// client behind fifty flooders of 1 MiB replies got 49 answers in 5 s with it.)
+/// Unsent bytes a downstream socket accepts before a write waits (`TCP_NOTSENT_LOWAT`).
+pub const DOWNSTREAM_NOTSENT_LOWAT: u32 = 256 * 1024;
+
+/// `TCP_NODELAY`, and [`DOWNSTREAM_NOTSENT_LOWAT`]: replies a client has not read stay in
+/// Respite's output buffer, where its output-buffer limit and the worker's budget count them,
+/// rather than in the kernel's send queue (up to `tcp_wmem`'s 4 MiB per socket), where they
+/// count against the host's TCP memory (`tcp_mem`): a few thousand clients that do not read
+/// would push it into memory pressure, and every connection of the host, the upstream ones
+/// included, would then drop packets and wait for retransmits. The mark does not limit what is
+/// in flight to a client that reads, so throughput is unchanged.
 pub fn downstream_options(stream: &TcpStream) -> io::Result<()> {
-    stream.set_nodelay(true)
+    stream.set_nodelay(true)?;
+    SockRef::from(stream).set_tcp_notsent_lowat(DOWNSTREAM_NOTSENT_LOWAT)
 }
 
 /// Connects to `addr` within `timeout`, with `TCP_NODELAY` and TCP keepalive on (the kernel's

@@ -1768,7 +1768,7 @@ fn a_client_waits_behind_one_request_of_each_flooding_client_not_all_of_them() {
 /// (3) Transparent huge pages are off in the respite process (as Redis's `disable-thp yes`).
 /// With them on, mimalloc's arenas are huge-page backed, and after clients were evicted each
 /// new 64 KiB output chunk faulted a fresh 2 MiB page: the worker spent 94% of its time in the
-/// kernel's page clearing and the flooding test below got 21-23 answers in 5 s (each `GET`
+/// kernel's page clearing and the flooding test above got 21-23 answers in 5 s (each `GET`
 /// about 0.5 s) in two of three runs, and in a CI run.
 #[test]
 fn transparent_huge_pages_are_off_in_the_process() {
@@ -1782,6 +1782,78 @@ fn transparent_huge_pages_are_off_in_the_process() {
         .find_map(|l| l.strip_prefix("THP_enabled:"))
         .map(str::trim);
     assert_eq!(thp, Some("0"), "{status}");
+}
+
+/// The unsent bytes (`tx_queue`, `/proc/net/tcp`) of the local TCP socket from `local_port`
+/// to `remote_port`, when there is one.
+fn send_queue(local_port: u16, remote_port: u16) -> Option<u64> {
+    let port = |addr: &str| {
+        addr.rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().find_map(|path| {
+        let table = std::fs::read_to_string(path).ok()?;
+        table.lines().skip(1).find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 5 || port(f[1])? != local_port || port(f[2])? != remote_port {
+                return None;
+            }
+            u64::from_str_radix(f[4].split(':').next()?, 16).ok()
+        })
+    })
+}
+
+/// (3) Replies a client has not read wait in Respite, where its output-buffer limit and the
+/// worker's budget count them, not in the kernel's send queue: the socket to a client that
+/// pipelines 32 `GET`s of a 1 MiB value and does not read holds at most `TCP_NOTSENT_LOWAT`
+/// (256 KiB) unsent, where it held `tcp_wmem`'s 4 MiB before (measured 4 029 952 bytes). Two
+/// thousand such clients put the host's TCP memory under pressure, and every connection of
+/// the host, Respite's upstream ones included, then stalled on retransmits. Once the client
+/// reads, every reply arrives whole and in order.
+#[test]
+fn replies_a_client_has_not_read_wait_in_respite_not_in_the_kernel() {
+    let _g = serial();
+    let backends = servers(1);
+    let respite = Respite::over(&addrs(&backends), 1);
+    let mut c = respite.raw();
+    let value: Vec<u8> = (0..1 << 20).map(|i| b'a' + (i % 26) as u8).collect();
+    assert_eq!(c.cmd(&[b"SET", b"big", &value]), OK);
+    const N: usize = 32;
+    let mut slow = respite.raw();
+    let client_port = slow.stream().local_addr().unwrap().port();
+    let mut burst = Vec::new();
+    for _ in 0..N {
+        RawClient::encode_into(&mut burst, &[b"GET", b"big"]);
+    }
+    slow.send_raw(&burst);
+    // Until the client's receive buffer is full and the send queue stops changing.
+    let mut queued = Vec::new();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(250));
+        queued.push(send_queue(respite.port, client_port).unwrap_or(0));
+        if let [.., a, b] = queued[..]
+            && a == b
+            && a > 0
+        {
+            break;
+        }
+    }
+    let last = queued.last().copied().unwrap_or(0);
+    eprintln!("unsent bytes to the client, every 250 ms: {queued:?}");
+    assert!(
+        last > 0 && last <= 512 * 1024,
+        "the kernel holds {last} unsent bytes for a client that does not read (samples {queued:?})"
+    );
+    let want = bulk(&value);
+    for i in 0..N {
+        assert!(
+            slow.read_reply() == want,
+            "reply {i} of {N} is not the value"
+        );
+    }
+    assert_eq!(c.cmd(&[b"PING"]), b"+PONG\r\n");
 }
 
 /// (3) Memory returns after large replies stop: a client reading 64 `GET`s of a 1 MiB value,
