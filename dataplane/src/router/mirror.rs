@@ -110,50 +110,55 @@ impl MirrorStats {
     /// Copies a committed transaction whole to shard `shard` of `pool`: `MULTI` alone, then
     /// `request` (its `count` commands as forwarded, then `EXEC`) on a leased connection of its
     /// own, since a transaction cannot share a pipelined one. One copy in the counters and the
-    /// in-flight bound; it succeeds when the mirror's EXEC answers the array of results. Never
-    /// waits and never reports to the caller.
-    pub fn send_transaction(
+    /// in-flight bound; it succeeds when the mirror's EXEC answers the array of results.
+    ///
+    /// It keeps its place among `client`'s copies: it goes out once a [`MirrorStats::fence`]
+    /// behind the client's earlier copies on its shared connection to the mirror is answered,
+    /// and returns once the mirror has answered it, so a caller that holds the client's later
+    /// requests until then keeps those copies behind it too. Never reports to the caller.
+    pub async fn send_transaction(
         self: &Rc<Self>,
-        pool: &Rc<ClusterPool>,
+        pool: &ClusterPool,
         shard: usize,
         request: Vec<u8>,
         count: usize,
+        client: Client,
     ) {
         if !self.begin() {
             return;
+        }
+        if let Some(answered) = self.fence(pool, Dest::Key(shard), client) {
+            answered.notified().await;
         }
         let Some(addr) = pool.primary_addr(shard) else {
             self.deliver(0, 0, NO_UPSTREAM_HOST);
             return;
         };
-        let (me, pool) = (self.clone(), pool.clone());
-        crate::net::spawn(async move {
-            let ok = match pool.leases.lease(addr, false).await {
-                Ok(mut lease) => {
-                    let multi = lease.exchange(MULTI.to_vec(), 1).await;
-                    let committed = match multi {
-                        Ok(r) if r.first().is_some_and(|r| r.as_slice() == b"+OK\r\n") => lease
-                            .exchange(request, count + 1)
-                            .await
-                            .ok()
-                            .and_then(|r| r.into_iter().last())
-                            .is_some_and(|r| r.first() == Some(&b'*') && r.get(1) != Some(&b'-')),
-                        _ => false,
-                    };
-                    // EXEC (or a refused MULTI) left nothing open on the connection.
-                    lease.release(true);
-                    committed
-                }
-                Err(_) => false,
-            };
-            me.in_flight.set(me.in_flight.get().saturating_sub(1));
-            me.active.dec();
-            if ok {
-                me.success.inc();
-            } else {
-                me.error.inc();
+        let ok = match pool.leases.lease(addr, false).await {
+            Ok(mut lease) => {
+                let multi = lease.exchange(MULTI.to_vec(), 1).await;
+                let committed = match multi {
+                    Ok(r) if r.first().is_some_and(|r| r.as_slice() == b"+OK\r\n") => lease
+                        .exchange(request, count + 1)
+                        .await
+                        .ok()
+                        .and_then(|r| r.into_iter().last())
+                        .is_some_and(|r| r.first() == Some(&b'*') && r.get(1) != Some(&b'-')),
+                    _ => false,
+                };
+                // EXEC (or a refused MULTI) left nothing open on the connection.
+                lease.release(true);
+                committed
             }
-        });
+            Err(_) => false,
+        };
+        self.in_flight.set(self.in_flight.get().saturating_sub(1));
+        self.active.dec();
+        if ok {
+            self.success.inc();
+        } else {
+            self.error.inc();
+        }
     }
 
     /// Sends a `PING` to `pool` at `dest` on `client`'s connection, behind the copies sent

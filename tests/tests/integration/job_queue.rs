@@ -199,6 +199,9 @@ impl Workers {
             .arg(&self.dir)
             .arg("default")
             .env("PYTHONPATH", &self.dir)
+            // A worker still running when the test fails is sent SIGABRT ([`Workers::report`]):
+            // Python's fault handler then writes every thread's stack to its log.
+            .env("PYTHONFAULTHANDLER", "1")
             .env("RESPITE_JOBS_PORT", self.port.to_string())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
@@ -243,9 +246,28 @@ impl Workers {
         self.exited.iter().filter(|(_, _, clean)| !clean).count()
     }
 
-    /// Every worker's log tail that mentions an error, for failure messages.
+    /// Every worker's log tail that mentions an error, for failure messages; and for each worker
+    /// still running, where its threads wait (SIGABRT to Python's fault handler) and the end of
+    /// its log.
     fn report(&self) -> String {
         let mut out = format!("exits: {:?}\n", self.exited);
+        let running: Vec<&Worker> = self.slots.iter().flatten().collect();
+        for w in &running {
+            let _ = Command::new("kill")
+                .args(["-ABRT", &w.child.id().to_string()])
+                .status();
+        }
+        if !running.is_empty() {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        for w in &running {
+            let log = fs::read_to_string(&w.log).unwrap_or_default();
+            out.push_str(&format!(
+                "--- {} was still running; its log ends:\n{}\n",
+                w.name,
+                tail(&log, 40)
+            ));
+        }
         for i in 0..self.started {
             for slot in 0..self.slots.len() {
                 let path = self.dir.join(format!("w{slot}-{i}.log"));
@@ -371,7 +393,7 @@ fn rq_scenario(
             Instant::now() < deadline,
             "{what}: {phase} not done after 60 s ({left:?} jobs queued)\n{}\nrespite log:\n{}",
             workers.report(),
-            tail(&log(), 15)
+            tail(&log(), 16)
         );
         all_exited
     };
@@ -451,7 +473,7 @@ fn rq_scenario(
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
         workers.report(),
-        tail(&log(), 15)
+        tail(&log(), 16)
     );
 }
 
@@ -471,8 +493,20 @@ fn rq_runs_every_job_once_across_a_planned_backend_restart() {
         &mut backend,
         Restart::Planned,
         "through respite, planned restart",
-        &|| respite.log(),
+        &|| log_and_requests(&respite),
     );
+}
+
+/// Respite's log, then its counts of requests and connections still open (a worker that waits
+/// for ever on a request Respite holds shows here).
+fn log_and_requests(respite: &Respite) -> String {
+    let active: Vec<String> = respite
+        .stats()
+        .into_iter()
+        .filter(|(k, v)| *v != 0 && (k.contains("rq_active") || k.contains("cx_active")))
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    format!("{}\nactive: {active:?}", respite.log())
 }
 
 /// rq through Respite across an unplanned backend restart (killed while the workers are inside
@@ -490,7 +524,7 @@ fn rq_loses_no_job_across_an_unplanned_backend_restart() {
         &mut backend,
         Restart::Unplanned,
         "through respite, unplanned restart",
-        &|| respite.log(),
+        &|| log_and_requests(&respite),
     );
 }
 

@@ -683,3 +683,46 @@ fn committed_transactions_are_mirrored_whole() {
     assert_eq!(calls(&mirror, "exec"), 1);
     assert_eq!(calls(&mirror, "multi"), 1);
 }
+
+/// A committed transaction's copy keeps its place among the client's copies at the mirror:
+/// `SET k a`, `MULTI`, `APPEND k b`, `EXEC`, `APPEND k c`, pipelined, leave `abc` on the mirror
+/// as on the primary, first as it is, then with the mirror's shared connection backed up (the
+/// mirror paused by `CLIENT PAUSE … WRITE` while another client's 200 copies fill the
+/// connection's depth, so `SET k a`'s copy waits in Respite). The transaction's copy goes on a
+/// connection of its own: sent at once, with the client's next requests let go at once, `APPEND
+/// k c`'s copy overtook it even in the first round (the mirror held `acb`), and it could itself
+/// overtake `SET k a`'s.
+#[test]
+fn a_mirrored_transaction_reaches_the_mirror_in_the_clients_order() {
+    let (primary, mirror) = (RedisServer::start(), RedisServer::start());
+    let r = start(Ports::new(), &primary, &mirror, &MirrorSpec::default());
+    for (round, key) in [b"plain".as_slice(), b"paused"].into_iter().enumerate() {
+        if round == 1 {
+            let pause: &[&[u8]] = &[b"CLIENT", b"PAUSE", b"500", b"WRITE"];
+            assert_eq!(mirror.raw().cmd(pause), OK);
+            let fillers: Vec<Vec<Vec<u8>>> = (0..200)
+                .map(|i| cmd(&[b"SET", format!("filler:{i}").as_bytes(), b"x"]))
+                .collect();
+            assert!(r.raw().pipeline(&fillers).iter().all(|reply| reply == OK));
+        }
+        let mut c = r.raw();
+        let replies = c.pipeline(&[
+            cmd(&[b"SET", key, b"a"]),
+            cmd(&[b"MULTI"]),
+            cmd(&[b"APPEND", key, b"b"]),
+            cmd(&[b"EXEC"]),
+            cmd(&[b"APPEND", key, b"c"]),
+        ]);
+        assert_eq!(replies.last().map(|r| show(r)), Some(show(b":3\r\n")));
+        assert_eq!(primary.raw().cmd(&[b"GET", key]), bulk(b"abc"));
+        let s = drained(&r);
+        let held = mirror.raw().cmd(&[b"GET", key]);
+        assert_eq!(
+            show(&held),
+            show(&bulk(b"abc")),
+            "round {round}: the mirror's copies ran out of the client's order ({s:?})"
+        );
+    }
+    let s = drained(&r);
+    assert_eq!((s.error, s.overflow), (0, 0), "{s:?}");
+}

@@ -1,6 +1,8 @@
 //! The copy of a committed transaction for the mirrors of its route (Envoy
 //! `request_mirror_policy`): whole, `MULTI` … `EXEC`, to the one shard of a mirror cluster that
-//! all its keys go to, or not at all (counted).
+//! all its keys go to, or not at all (counted). It reaches the mirror in the client's order:
+//! after the client's earlier copies (a fence on their connection), and before its later ones
+//! (the client's requests after `EXEC` wait until the mirror has answered it).
 
 use std::rc::Rc;
 
@@ -9,7 +11,7 @@ use super::exchange::EXEC;
 use crate::cluster::ClusterPool;
 use crate::engine::worker::ListenerRuntime;
 use crate::router::MirrorStats;
-use crate::router::dispatch::{MirrorPlace, TxMirrors};
+use crate::router::dispatch::{Client, MirrorPlace, TxMirrors};
 
 /// The copy of a committed transaction for one mirror of its route.
 pub(super) enum TxCopy {
@@ -25,14 +27,20 @@ pub(super) enum TxCopy {
 }
 
 impl TxCopy {
-    pub(super) fn send(self, count: usize) {
+    /// Sends the copy of a transaction of `count` commands behind `client`'s earlier copies;
+    /// returns once the mirror has answered it ([`MirrorStats::send_transaction`]).
+    pub(super) async fn send(self, count: usize, client: Client) {
         match self {
             TxCopy::Whole {
                 stats,
                 pool,
                 shard,
                 request,
-            } => stats.send_transaction(&pool, shard, request, count),
+            } => {
+                stats
+                    .send_transaction(&pool, shard, request, count, client)
+                    .await
+            }
             TxCopy::Unsendable(stats) => stats.unsendable(),
         }
     }

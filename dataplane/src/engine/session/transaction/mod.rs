@@ -36,7 +36,7 @@ use crate::command::{CommandSpec, Kind, Request, Transaction};
 use crate::engine::sink::NO_CMD;
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
-use crate::router::dispatch::{CROSSSLOT, Queued, Slots, TxDest, TxMirrors};
+use crate::router::dispatch::{CROSSSLOT, Client, Queued, Slots, TxDest, TxMirrors};
 use crate::upstream::{Deliver, Lease, LeaseError, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
 use exchange::{DISCARD, Exchange, Outcome, UNWATCH};
 
@@ -534,6 +534,10 @@ impl Session {
         let barrier = Rc::new(Barrier::new());
         self.barrier = Some(barrier.clone());
         let stats = (rt.stats.tx_committed.clone(), rt.stats.tx_aborted.clone());
+        let client = Client {
+            session: self.id,
+            resp3: self.conn.resp3,
+        };
         net::spawn(async move {
             let sink = run.sink.clone();
             sink.answered_before(first.unwrap_or(seq)).await;
@@ -542,15 +546,20 @@ impl Session {
                 // An exchange with EXEC always ends with EXEC's reply.
                 Outcome::Open(_) | Outcome::Lost => UPSTREAM_FAILURE.to_vec(),
             };
-            if mirror::committed(&reply) {
+            let committed = mirror::committed(&reply);
+            if committed {
                 stats.0.inc();
-                for copy in copies {
-                    copy.send(count);
-                }
             } else {
                 stats.1.inc();
             }
             sink.deliver(seq, 0, &reply);
+            // The client has its reply; its next requests wait for the mirrors' copies, so
+            // that their own copies cannot overtake them.
+            if committed {
+                for copy in copies {
+                    copy.send(count, client).await;
+                }
+            }
             barrier.open(None);
         });
     }
