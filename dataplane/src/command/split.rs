@@ -28,6 +28,33 @@ pub struct Part {
 pub fn split(
     spec: &CommandSpec,
     args: &[&[u8]],
+    shard_of: impl FnMut(&[u8]) -> Option<usize>,
+) -> Vec<Part> {
+    let step = spec.step.max(1) as usize;
+    let mut parts = group(spec, args, shard_of);
+    let first = spec.first_key.max(0) as usize;
+    let name = args.first().copied().unwrap_or_default();
+    for part in &mut parts {
+        let mut req = Vec::with_capacity(16 + name.len() + part.keys.len() * 24);
+        encode::array_header(&mut req, 1 + part.keys.len() * step);
+        encode::bulk(&mut req, name);
+        for &o in &part.keys {
+            let at = first + o as usize * step;
+            for a in args.get(at..at + step).unwrap_or_default() {
+                encode::bulk(&mut req, a);
+            }
+        }
+        part.request = req;
+    }
+    parts
+}
+
+/// [`split`]'s grouping alone: the parts with their shards and keys, and no sub-request
+/// encoded (`request` empty), for a caller that sends each part's arguments from the client's
+/// own frame.
+pub fn group(
+    spec: &CommandSpec,
+    args: &[&[u8]],
     mut shard_of: impl FnMut(&[u8]) -> Option<usize>,
 ) -> Vec<Part> {
     let step = spec.step.max(1) as usize;
@@ -52,20 +79,6 @@ pub fn split(
         if let Some(part) = parts.get_mut(p) {
             part.keys.push(ordinal as u32);
         }
-    }
-    let first = spec.first_key.max(0) as usize;
-    let name = args.first().copied().unwrap_or_default();
-    for part in &mut parts {
-        let mut req = Vec::with_capacity(16 + name.len() + part.keys.len() * 24);
-        encode::array_header(&mut req, 1 + part.keys.len() * step);
-        encode::bulk(&mut req, name);
-        for &o in &part.keys {
-            let at = first + o as usize * step;
-            for a in args.get(at..at + step).unwrap_or_default() {
-                encode::bulk(&mut req, a);
-            }
-        }
-        part.request = req;
     }
     parts
 }

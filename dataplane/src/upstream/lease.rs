@@ -14,6 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -671,22 +672,34 @@ impl Lease {
 
     /// Like [`Lease::exchange`] for one request too large to bound as a whole by `op_timeout`
     /// (hundreds of MiB take seconds to write): `prefix` (`ASKING`, or nothing) goes first,
-    /// then `request` in pieces of [`LARGE_PIECE`] bytes, each of which the host must take
-    /// within `op_timeout` (a host that stops reading is hung), then the replies to both must
-    /// come within `op_timeout` of the last byte. Returns the last reply, and `request` back
+    /// then the request: `head`, then the `ranges` of `buffer` in order (the whole buffer, or
+    /// a sub-request's arguments taken from a client's frame behind its own array header in
+    /// `head`), in pieces of at most [`LARGE_PIECE`] bytes, each of which the host must take
+    /// within `op_timeout` (a host that stops reading is hung); then the replies to both must
+    /// come within `op_timeout` of the last byte. Returns the last reply, and `buffer` back
     /// (to send it again after a redirect).
     ///
-    /// Errors: as for [`Lease::exchange`]; the lease is then unusable.
+    /// Errors: as for [`Lease::exchange`]; the lease is then unusable. A range outside
+    /// `buffer` is an `InvalidInput` error, before anything is written.
     pub async fn exchange_large(
         &mut self,
         prefix: &[u8],
-        request: Vec<u8>,
+        head: &[u8],
+        buffer: Vec<u8>,
+        ranges: &[Range<usize>],
     ) -> (std::io::Result<Vec<u8>>, Vec<u8>) {
+        if ranges
+            .iter()
+            .any(|r| r.start > r.end || r.end > buffer.len())
+        {
+            return (Err(std::io::ErrorKind::InvalidInput.into()), buffer);
+        }
         let Some(stream) = self.stream.as_ref() else {
-            return (Err(std::io::ErrorKind::NotConnected.into()), request);
+            return (Err(std::io::ErrorKind::NotConnected.into()), buffer);
         };
         let timeout = self.pool.settings.op_timeout;
-        let (written, request) = write_large(stream, timeout, prefix, request).await;
+        let first = [prefix, head].concat();
+        let (written, request) = write_large(stream, timeout, &first, buffer, ranges).await;
         let replies = 1 + usize::from(!prefix.is_empty());
         let result = match written {
             Ok(()) => net::timeout(timeout, read_replies(stream, replies))
@@ -789,13 +802,15 @@ impl Lease {
     }
 }
 
-/// Writes `prefix`, then `buf` [`LARGE_PIECE`] bytes at a time, each piece within `timeout`;
-/// returns `buf` (empty when a write was cut by the timeout: it keeps its buffer).
+/// Writes `prefix`, then the `ranges` of `buf` (each within it) [`LARGE_PIECE`] bytes at a
+/// time, each piece within `timeout`; returns `buf` (empty when a write was cut by the
+/// timeout: it keeps its buffer).
 async fn write_large(
     stream: &TcpStream,
     timeout: std::time::Duration,
     prefix: &[u8],
     mut buf: Vec<u8>,
+    ranges: &[Range<usize>],
 ) -> (std::io::Result<()>, Vec<u8>) {
     let timed_out = || std::io::Error::from(std::io::ErrorKind::TimedOut);
     if !prefix.is_empty() {
@@ -805,19 +820,21 @@ async fn write_large(
             None => return (Err(timed_out()), buf),
         }
     }
-    let mut at = 0;
-    while at < buf.len() {
-        let end = at.saturating_add(LARGE_PIECE).min(buf.len());
-        let Some(BufResult(res, b)) =
-            net::timeout(timeout, net::write_range(stream, buf, at..end)).await
-        else {
-            return (Err(timed_out()), Vec::new());
-        };
-        buf = b;
-        if let Err(e) = res {
-            return (Err(e), buf);
+    for range in ranges {
+        let mut at = range.start;
+        while at < range.end {
+            let end = at.saturating_add(LARGE_PIECE).min(range.end);
+            let Some(BufResult(res, b)) =
+                net::timeout(timeout, net::write_range(stream, buf, at..end)).await
+            else {
+                return (Err(timed_out()), Vec::new());
+            };
+            buf = b;
+            if let Err(e) = res {
+                return (Err(e), buf);
+            }
+            at = end;
         }
-        at = end;
     }
     (Ok(()), buf)
 }

@@ -462,6 +462,31 @@ fn readback() {
             "{name} = 0: {stats:?}"
         );
     }
+
+    // A large MSET over keys in six slots goes one slot at a time on connections of their own,
+    // sent from the client's frame: every value lands whole on its slot's owner.
+    let large = keys_in_distinct_slots("large", 6);
+    let values: Vec<Vec<u8>> = (0..large.len())
+        .map(|i| vec![b'a' + i as u8; (1 << 20) + i])
+        .collect();
+    let mut mset: Vec<&[u8]> = vec![b"MSET"];
+    for (k, v) in large.iter().zip(&values) {
+        mset.push(k.as_bytes());
+        mset.push(v);
+    }
+    let leased = respite.stat("cluster.rc.leased_cx_total");
+    assert_eq!(c.cmd(&mset), b"+OK\r\n");
+    assert!(
+        respite.stat("cluster.rc.leased_cx_total") > leased,
+        "the large MSET took no connection of its own"
+    );
+    for (k, v) in large.iter().zip(&values) {
+        let on_owner = RawClient::connect(&owner(k)).cmd(&[b"GET", k.as_bytes()]);
+        let mut want = format!("${}\r\n", v.len()).into_bytes();
+        want.extend_from_slice(v);
+        want.extend_from_slice(b"\r\n");
+        assert!(on_owner == want, "{k} on its owner is not its value");
+    }
 }
 
 /// `n` keys `prefix:i`, each in a different slot (so a multi-key command over them spans

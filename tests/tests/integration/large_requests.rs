@@ -342,9 +342,11 @@ fn c_tail(len: usize) -> Vec<u8> {
 
 /// A large `MSET` whose keys all land on one backend goes whole on a connection of its own, as
 /// a large `SET` does (its one part would be the client's frame, rebuilt); one whose keys land
-/// on two backends is split as before. Both store every value byte for byte.
+/// on two backends is split, each part on a connection of its own to its backend, sent from
+/// the client's frame (it used to be copied into both shared connections). Both store every
+/// value byte for byte, and the client's pipelined requests around them keep their order.
 #[test]
-fn a_large_mset_on_one_shard_goes_whole_and_one_on_two_is_split() {
+fn a_large_mset_on_one_shard_goes_whole_and_one_on_two_is_split_on_leases() {
     let backends = servers(2);
     let addrs = addrs(&backends);
     let place = Placement::new(&addrs);
@@ -359,13 +361,18 @@ fn a_large_mset_on_one_shard_goes_whole_and_one_on_two_is_split() {
     let args: &[&[u8]] = &[b"MSET", a0.as_bytes(), &big, b0.as_bytes(), b"small"];
     assert_eq!(c.cmd(args), OK);
     assert_eq!(respite.stat("cluster.cache.leased_cx_total"), 1);
-    let args: &[&[u8]] = &[b"MSET", b0.as_bytes(), &big, c1.as_bytes(), b"other"];
-    assert_eq!(c.cmd(args), OK);
+    let replies = c.pipeline(&[
+        cmd(&[b"SET", c1.as_bytes(), b"before"]),
+        cmd(&[b"MSET", b0.as_bytes(), &big, c1.as_bytes(), b"other"]),
+        cmd(&[b"APPEND", c1.as_bytes(), b"!"]),
+    ]);
+    assert_eq!(replies, vec![OK.to_vec(), OK.to_vec(), int(6)]);
     assert_eq!(
         respite.stat("cluster.cache.leased_cx_total"),
-        1,
-        "split, not leased"
+        3,
+        "each part on a connection of its own"
     );
+    assert_eq!(c.cmd(&[b"SET", c1.as_bytes(), b"other"]), OK);
     let mut d0 = backends[0].raw();
     assert!(d0.cmd(&[b"GET", a0.as_bytes()]) == bulk(&big));
     assert!(d0.cmd(&[b"GET", b0.as_bytes()]) == bulk(&big));

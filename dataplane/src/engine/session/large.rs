@@ -12,11 +12,16 @@
 //!   the reply is in: Respite holds at most one copy of it.
 //! - The client's later requests wait behind it (a barrier), as behind a blocking command,
 //!   so replies stay in order; it goes out once the client's earlier requests are answered.
-//! - Only a request that [`crate::router::dispatch::Dispatch::whole`] places whole and
-//!   unchanged goes this way, outside MULTI and WATCH: a keyed one, or a multi-key one (`MSET`)
-//!   whose keys all land on one shard, where its single part would be the client's frame
-//!   rebuilt. Anything else (keys on several shards, a route that rewrites keys) takes the
-//!   shared path, copied as before.
+//! - Outside MULTI and WATCH, a request goes this way when
+//!   [`crate::router::dispatch::Dispatch::whole`] places it whole and unchanged (a keyed one,
+//!   or a multi-key one such as `MSET` whose keys all land on one shard), or when
+//!   [`crate::router::dispatch::Dispatch::split_whole`] splits it per shard with every key's
+//!   arguments forwarded as sent (an `MSET` whose keys land on several shards, on a route
+//!   without mirrors for it): each part then goes to its shard in turn, on a connection of its
+//!   own, as its own array header followed by the ranges of the client's frame that hold its
+//!   command name and its keys and values, so no part is copied either; the parts' replies
+//!   are merged as on the shared path. Anything else (a route that rewrites keys, a split
+//!   command with mirrors) takes the shared path, copied as before.
 //! - Mirrors (Envoy `request_mirror_policy`) get their copy the same way, from the same
 //!   buffer, once the primary has answered: on a shared connection the copy would cost a
 //!   copy of the bytes and hold every other copy to that mirror behind it (a 256 MiB mirrored
@@ -28,18 +33,22 @@
 //!   copy, and changes nothing for the client.
 //! - Redis Cluster: `MOVED`/`ASK` are followed on another lease (at most [`MAX_REDIRECTS`]).
 
+use std::net::SocketAddr;
+use std::ops::Range;
 use std::rc::Rc;
 
 use super::Session;
 use super::barrier::Barrier;
 use super::blocking::MAX_REDIRECTS;
 use crate::cluster::{ClusterPool, Dest};
-use crate::command::{CommandSpec, Request};
+use crate::command::split::{Part, merge};
+use crate::command::{CommandSpec, Merge, Request};
 use crate::engine::budget::Budget;
 use crate::engine::sink::Sink;
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
-use crate::router::dispatch::{Client, MirrorDest, TxDest};
+use crate::resp::encode;
+use crate::router::dispatch::{Client, MirrorDest, TxDest, Upstream};
 use crate::upstream::{Deliver, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
 
 /// Requests of at least this many bytes (the whole RESP frame) go on a connection of their own:
@@ -54,14 +63,38 @@ const TOO_MANY_REDIRECTS: &[u8] = b"-TRYAGAIN too many cluster redirects for one
 /// A large request placed by [`Session::large`], waiting for the read loop to hand its frame
 /// over ([`Large::send`]).
 pub(super) struct Large {
-    dest: TxDest<ClusterPool>,
-    addr: std::net::SocketAddr,
-    /// Where its mirrors' copies go.
-    mirrors: Vec<MirrorDest<ClusterPool>>,
+    to: To,
     seq: u64,
     session: u64,
     resp3: bool,
     barrier: Rc<Barrier>,
+}
+
+/// Where a large request goes.
+enum To {
+    /// Whole and unchanged to one shard of `dest` (at `addr`), then to each mirror.
+    Whole {
+        dest: TxDest<ClusterPool>,
+        addr: SocketAddr,
+        mirrors: Vec<MirrorDest<ClusterPool>>,
+    },
+    /// Split per shard of `pool`, each part from the frame; the replies merged by `merge`
+    /// over `nkeys` keys.
+    Split {
+        pool: Rc<ClusterPool>,
+        merge: Merge,
+        nkeys: usize,
+        parts: Vec<FramePart>,
+    },
+}
+
+/// One part of a split large request: its own array header, then ranges of the client's frame.
+struct FramePart {
+    addr: SocketAddr,
+    head: Vec<u8>,
+    ranges: Vec<Range<usize>>,
+    /// Its keys, for the merge.
+    part: Part,
 }
 
 impl Session {
@@ -77,11 +110,47 @@ impl Session {
         if !self.mode.is_shared() || self.watching.is_some() || self.barrier.is_some() {
             return false;
         }
-        let Some((dest, mirrors)) = self.dispatch(rt).whole(req, spec) else {
-            return false;
-        };
-        let Some(addr) = dest.pool.primary_addr(dest.shard) else {
-            return false;
+        let whole = self.dispatch(rt).whole(req, spec);
+        let to = match whole {
+            Some((dest, mirrors)) => {
+                let Some(addr) = dest.pool.primary_addr(dest.shard) else {
+                    return false;
+                };
+                To::Whole {
+                    dest,
+                    addr,
+                    mirrors,
+                }
+            }
+            None => {
+                let Some(Upstream::Split(merge)) = Upstream::of(spec.kind) else {
+                    return false;
+                };
+                let Some((pool, parts)) = self.dispatch(rt).split_whole(req, spec) else {
+                    return false;
+                };
+                let nkeys = parts.iter().map(|p| p.keys.len()).sum();
+                let mut framed = Vec::with_capacity(parts.len());
+                for part in parts {
+                    let addr = part.shard.and_then(|s| pool.primary_addr(s));
+                    let (Some(addr), Some((head, ranges))) = (addr, frame_ranges(req, spec, &part))
+                    else {
+                        return false;
+                    };
+                    framed.push(FramePart {
+                        addr,
+                        head,
+                        ranges,
+                        part,
+                    });
+                }
+                To::Split {
+                    pool,
+                    merge,
+                    nkeys,
+                    parts: framed,
+                }
+            }
         };
         // It may take long: what came before it is written at once, and the session watches its
         // client meanwhile (the request still runs if the client leaves, as a request Redis
@@ -89,9 +158,7 @@ impl Session {
         let barrier = Rc::new(Barrier::blocking());
         self.barrier = Some(barrier.clone());
         self.large = Some(Large {
-            dest,
-            addr,
-            mirrors,
+            to,
             seq: self.sink.push(spec.id),
             session: self.id,
             resp3: self.conn.resp3,
@@ -110,11 +177,53 @@ impl Large {
         net::spawn(async move {
             sink.answered_before(self.seq).await;
             let capacity = frame.capacity();
-            let (reply, mut frame) = exchange(&self.dest.pool, self.addr, self.resp3, frame).await;
-            sink.deliver(self.seq, 0, &reply);
-            for m in &self.mirrors {
-                frame = self.copy(m, frame).await;
-            }
+            let frame = match &self.to {
+                To::Whole {
+                    dest,
+                    addr,
+                    mirrors,
+                } => {
+                    let all = [Range {
+                        start: 0,
+                        end: frame.len(),
+                    }];
+                    let (reply, mut frame) =
+                        exchange(&dest.pool, *addr, self.resp3, b"", frame, &all).await;
+                    sink.deliver(self.seq, 0, &reply);
+                    for m in mirrors {
+                        frame = self.copy(m, frame).await;
+                    }
+                    frame
+                }
+                To::Split {
+                    pool,
+                    merge: how,
+                    nkeys,
+                    parts,
+                } => {
+                    let mut frame = frame;
+                    let mut replies = Vec::with_capacity(parts.len());
+                    for p in parts {
+                        let (reply, back) =
+                            exchange(pool, p.addr, self.resp3, &p.head, frame, &p.ranges).await;
+                        frame = back;
+                        replies.push(reply);
+                    }
+                    let replies: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
+                    let keys: Vec<Part> = parts
+                        .iter()
+                        .map(|p| Part {
+                            shard: p.part.shard,
+                            request: Vec::new(),
+                            keys: p.part.keys.clone(),
+                        })
+                        .collect();
+                    let mut reply = Vec::new();
+                    merge(*how, *nkeys, &keys, &replies, &mut reply);
+                    sink.deliver(self.seq, 0, &reply);
+                    frame
+                }
+            };
             drop(frame);
             budget.released(capacity);
             self.barrier.open(None);
@@ -138,19 +247,26 @@ impl Large {
             m.stats.deliver(0, 0, NO_UPSTREAM_HOST);
             return frame;
         };
-        let (reply, frame) = exchange(&m.pool, addr, self.resp3, frame).await;
+        let all = [Range {
+            start: 0,
+            end: frame.len(),
+        }];
+        let (reply, frame) = exchange(&m.pool, addr, self.resp3, b"", frame, &all).await;
         m.stats.deliver(0, 0, &reply);
         frame
     }
 }
 
-/// Runs `frame` at `addr` of `pool` on a leased connection, following cluster redirects;
-/// returns the reply for the client (or the failure in its place) and the frame.
+/// Runs the request `head` then the `ranges` of `frame` at `addr` of `pool` on a leased
+/// connection, following cluster redirects; returns the reply (or the failure in its place)
+/// and the frame.
 async fn exchange(
     pool: &ClusterPool,
-    mut addr: std::net::SocketAddr,
+    mut addr: SocketAddr,
     resp3: bool,
+    head: &[u8],
     mut frame: Vec<u8>,
+    ranges: &[Range<usize>],
 ) -> (Vec<u8>, Vec<u8>) {
     let mut asking = false;
     for _ in 0..=MAX_REDIRECTS {
@@ -159,7 +275,7 @@ async fn exchange(
             Err(e) => return (e.reply().to_vec(), frame),
         };
         let prefix = if asking { ASKING } else { b"" };
-        let (reply, back) = lease.exchange_large(prefix, frame).await;
+        let (reply, back) = lease.exchange_large(prefix, head, frame, ranges).await;
         frame = back;
         let Ok(reply) = reply else {
             return (UPSTREAM_FAILURE.to_vec(), frame);
@@ -176,6 +292,50 @@ async fn exchange(
         asking = ask;
     }
     (TOO_MANY_REDIRECTS.to_vec(), frame)
+}
+
+/// The sub-request of `part` of `req` as sent from its frame: its array header, and the ranges
+/// of the frame that hold the command name and each of its keys with the arguments that travel
+/// with it (MSET's value), each with its bulk header, adjacent ranges joined. `None` when `req`
+/// has no frame its arguments index (an inline request) or a range falls outside it.
+///
+/// A frame is `*<n>\r\n`, then each argument as `$<len>\r\n<bytes>\r\n`: argument `i`'s
+/// bulk header starts two bytes past argument `i - 1`'s end, and the command name's right
+/// after the array header's line.
+fn frame_ranges(
+    req: &Request<'_>,
+    spec: &CommandSpec,
+    part: &Part,
+) -> Option<(Vec<u8>, Vec<Range<usize>>)> {
+    let frame = req.frame()?;
+    if !std::ptr::eq(req.bytes().as_ptr(), frame.as_ptr()) {
+        return None;
+    }
+    let args = req.ranges();
+    let step = spec.step.max(1) as usize;
+    let first = spec.first_key.max(0) as usize;
+    // The array header's line ends at its first `\r` and one byte more, as the parser reads it.
+    let name_start = frame.iter().position(|&b| b == b'\r')? + 2;
+    let mut ranges = Vec::with_capacity(1 + part.keys.len());
+    ranges.push(name_start..args.first()?.end + 2);
+    for &ordinal in &part.keys {
+        let at = first + ordinal as usize * step;
+        let start = args.get(at.checked_sub(1)?)?.end + 2;
+        let end = args.get(at + step - 1)?.end + 2;
+        match ranges.last_mut() {
+            Some(last) if last.end == start => last.end = end,
+            _ => ranges.push(start..end),
+        }
+    }
+    if ranges
+        .iter()
+        .any(|r| r.start > r.end || r.end > frame.len())
+    {
+        return None;
+    }
+    let mut head = Vec::new();
+    encode::array_header(&mut head, 1 + part.keys.len() * step);
+    Some((head, ranges))
 }
 
 /// Takes the frame of `consumed` bytes at `*start` out of `buf`, moving `*start` past it. At
@@ -195,7 +355,103 @@ pub(super) fn take_frame(buf: &mut Vec<u8>, start: &mut usize, consumed: usize) 
 
 #[cfg(test)]
 mod tests {
-    use super::take_frame;
+    use super::{frame_ranges, take_frame};
+    use crate::command::{self, Request};
+    use crate::resp::{Limits, Parsed, RequestParser, encode};
+
+    /// What a split part sent from the client's frame carries.
+    fn sent(frame: &[u8], head: &[u8], ranges: &[std::ops::Range<usize>]) -> Vec<u8> {
+        let mut out = head.to_vec();
+        for r in ranges {
+            out.extend_from_slice(&frame[r.clone()]);
+        }
+        out
+    }
+
+    /// The arguments of the one request in `bytes`.
+    fn parsed(bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut parser = RequestParser::new(Limits::default());
+        let (mut args, mut scratch) = (Vec::new(), Vec::new());
+        let Ok(Parsed::Resp { consumed }) = parser.parse(bytes, &mut args, &mut scratch) else {
+            panic!("not one request: {:?}", String::from_utf8_lossy(bytes));
+        };
+        assert_eq!(
+            consumed,
+            bytes.len(),
+            "{:?}",
+            String::from_utf8_lossy(bytes)
+        );
+        args.iter().map(|r| bytes[r.clone()].to_vec()).collect()
+    }
+
+    /// For MSETs of 1 to 6 pairs (empty, short and long values) and any placement of their keys
+    /// on 3 shards, each part sent from the client's frame is the sub-request the shared path
+    /// encodes for it: byte for byte for a well-formed frame, argument for argument for one
+    /// written as leniently as Redis reads (any byte after a line's `\r`, any two bytes after
+    /// a bulk string).
+    #[test]
+    fn parts_sent_from_the_frame_equal_the_encoded_sub_requests() {
+        let spec = command::lookup(b"MSET").unwrap();
+        let mut rng = fastrand::Rng::with_seed(7);
+        for round in 0..500 {
+            let lenient = round % 3 == 0;
+            let pairs = rng.usize(1..=6);
+            let mut argv: Vec<Vec<u8>> = vec![b"mset".to_vec()];
+            for i in 0..pairs {
+                argv.push(format!("k{round}:{i}").into_bytes());
+                let len = [0, 1, 3, 200][rng.usize(0..4)];
+                argv.push((0..len).map(|_| rng.alphanumeric() as u8).collect());
+            }
+            let mut frame = Vec::new();
+            if lenient {
+                let mut any = || [b'x', b'\n', b'\r', b' '][rng.usize(0..4)];
+                frame.extend_from_slice(format!("*{}\r", argv.len()).as_bytes());
+                frame.push(any());
+                for a in &argv {
+                    frame.extend_from_slice(format!("${}\r", a.len()).as_bytes());
+                    frame.push(any());
+                    frame.extend_from_slice(a);
+                    frame.extend_from_slice(&[any(), any()]);
+                }
+            } else {
+                encode::command(&mut frame, argv.iter().map(Vec::as_slice));
+            }
+            let mut parser = RequestParser::new(Limits::default());
+            let (mut args, mut scratch) = (Vec::new(), Vec::new());
+            let Ok(Parsed::Resp { consumed }) = parser.parse(&frame, &mut args, &mut scratch)
+            else {
+                panic!(
+                    "round {round}: not parsed: {:?}",
+                    String::from_utf8_lossy(&frame)
+                );
+            };
+            let req = Request::new(&frame, &args, frame.get(..consumed));
+            let shards: Vec<usize> = (0..pairs).map(|_| rng.usize(0..3)).collect();
+            let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            let mut key = 0;
+            let parts = command::split::split(spec, &borrowed, |_| {
+                key += 1;
+                shards.get(key - 1).copied()
+            });
+            for part in &parts {
+                let (head, ranges) = frame_ranges(&req, spec, part).unwrap();
+                let sent = sent(&frame, &head, &ranges);
+                if lenient {
+                    assert_eq!(
+                        parsed(&sent),
+                        parsed(&part.request),
+                        "round {round}, shards {shards:?}"
+                    );
+                } else {
+                    assert_eq!(
+                        String::from_utf8_lossy(&sent),
+                        String::from_utf8_lossy(&part.request),
+                        "round {round}, shards {shards:?}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_frame_at_the_front_is_the_buffer_itself_and_the_rest_stays() {
