@@ -39,20 +39,28 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Read/write timeout of the clients made here.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Returns a free TCP port on 127.0.0.1: binds port 0, reads the port the kernel chose and
-/// closes the socket. A port is never returned twice, within one process (parallel tests in one
-/// test binary) nor across test processes running at the same time: each port handed out is
-/// claimed with a lock on `<tmp>/respite-test-ports/<port>`, held until the process exits.
-/// (Another program may still take it in between.)
+/// Returns a free TCP port on 127.0.0.1: a random port below the kernel's ephemeral range
+/// that binds, the socket then closed. A port is never returned twice, within one process
+/// (parallel tests in one test binary) nor across test processes running at the same time:
+/// each port handed out is claimed with a lock on `<tmp>/respite-test-ports/<port>`, held until
+/// the process exits. (Another program may still take it in between.)
+///
+/// Below the ephemeral range (`ip_local_port_range`), because the kernel picks the source port
+/// of every outgoing connection from it: a port a test frees for a moment (a backend it kills
+/// and restarts, a node of a Redis Cluster) could otherwise be taken meanwhile by a
+/// connection of any parallel test, and the restarted server could not bind it.
 pub fn free_port() -> u16 {
     static USED: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
     static CLAIMS: Mutex<Vec<fs::File>> = Mutex::new(Vec::new());
     let used = USED.get_or_init(|| Mutex::new(HashSet::new()));
     let dir = std::env::temp_dir().join("respite-test-ports");
     let _ = fs::create_dir_all(&dir);
+    let ports = outside_ephemeral_range();
     loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local_addr").port();
+        let port = fastrand::u16(ports.clone());
+        let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) else {
+            continue;
+        };
         drop(listener);
         if !used.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
             continue;
@@ -75,6 +83,17 @@ pub fn free_port() -> u16 {
             Err(_) => return port,
         }
     }
+}
+
+/// Up to 12 000 ports just below the kernel's ephemeral range (from 1024), for
+/// [`free_port`]: 20 768..32 768 with the default range 32 768–60 999.
+fn outside_ephemeral_range() -> std::ops::Range<u16> {
+    let low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768)
+        .max(2048);
+    low.saturating_sub(12_000).max(1024)..low
 }
 
 /// Waits until something accepts TCP connections on `127.0.0.1:port`, up to `timeout`.
