@@ -63,8 +63,14 @@ pub struct Config {
 /// `[admin]`: the admin HTTP endpoint.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AdminConfig {
-    /// TOML `address = "host:port"`. Default `127.0.0.1:9901` (Envoy's admin port).
+    /// TOML `address = "host:port"`. Default `127.0.0.1:9901` (Envoy's admin port). Unused
+    /// with `control_socket_only`.
     pub address: SocketAddr,
+    /// TOML `control_socket_only = true`: no TCP admin endpoint; the admin API answers only on
+    /// the Unix control socket (`--control-socket`, mode 0600), where file permissions decide
+    /// who may use it. The process refuses to start without a control socket, and with
+    /// `--hot-restart` (which hands over through the admin address). Default false.
+    pub control_socket_only: bool,
 }
 
 /// `[runtime]`: worker threads.

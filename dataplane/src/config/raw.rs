@@ -61,6 +61,9 @@ pub struct RawAdmin {
     /// `"host:port"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub address: Option<Spanned<String>>,
+    /// Serve the admin API only on the control socket.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_socket_only: Option<Spanned<bool>>,
 }
 
 /// `[runtime]`.

@@ -87,7 +87,10 @@ lb_policy = "maglev"
 hosts = [{ address = "127.0.0.1:7003" }]
 "#;
     let want = Config {
-        admin: AdminConfig { address: v4(9902) },
+        admin: AdminConfig {
+            address: v4(9902),
+            control_socket_only: false,
+        },
         runtime: RuntimeConfig {
             workers: 3,
             pin_workers: true,
@@ -250,6 +253,25 @@ fn defaults() {
         (None, None)
     );
     assert_eq!(cl.hosts[0].weight, 1);
+}
+
+/// `[admin] control_socket_only = true`: no TCP admin address; the listener may then take the
+/// default admin port; an `address` beside it is an error naming the key and line.
+#[test]
+fn admin_on_the_control_socket_only() {
+    let c = parse(MINIMAL, "t.toml").expect("minimal config parses");
+    assert!(!c.admin.control_socket_only);
+    let text = format!("{MINIMAL}[admin]\ncontrol_socket_only = true\n")
+        .replace("127.0.0.1:6380", "127.0.0.1:9901");
+    let c = parse(&text, "t.toml").expect("parses");
+    assert!(c.admin.control_socket_only);
+    assert_eq!(c.listeners[0].address, v4(9901));
+    assert_err(
+        &format!("{MINIMAL}[admin]\ncontrol_socket_only = true\naddress = \"127.0.0.1:9902\"\n"),
+        12,
+        "admin.address",
+        "not used with admin.control_socket_only = true",
+    );
 }
 
 #[test]

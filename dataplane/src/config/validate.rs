@@ -102,7 +102,7 @@ pub(super) fn build(
         }
         // Port 0 asks the kernel for a free port, so two such listeners never collide.
         if built.address.port() != 0 {
-            if built.address == admin.address {
+            if !admin.control_socket_only && built.address == admin.address {
                 return Err(src.error(
                     Some(addr_span),
                     &format!("{path}.address"),
@@ -145,11 +145,27 @@ pub(super) fn build(
 }
 
 fn admin(src: &Source<'_>, raw: Option<RawAdmin>) -> Result<AdminConfig> {
-    let address = match raw.and_then(|a| a.address) {
-        Some(a) => socket_addr(src, "admin.address", &a, true)?,
+    let raw = raw.unwrap_or_default();
+    let only = raw
+        .control_socket_only
+        .as_ref()
+        .is_some_and(|o| *o.get_ref());
+    let address = match &raw.address {
+        Some(a) if only => {
+            return Err(src.error(
+                Some(a.span()),
+                "admin.address",
+                "not used with admin.control_socket_only = true (the admin API then answers \
+                 only on the control socket): remove one of the two",
+            ));
+        }
+        Some(a) => socket_addr(src, "admin.address", a, true)?,
         None => DEFAULT_ADMIN_ADDRESS,
     };
-    Ok(AdminConfig { address })
+    Ok(AdminConfig {
+        address,
+        control_socket_only: only,
+    })
 }
 
 fn runtime(src: &Source<'_>, raw: Option<RawRuntime>) -> Result<RuntimeConfig> {

@@ -57,7 +57,8 @@ pub struct Engine {
     discoveries: HashMap<String, Running>,
     /// The health thread (active checks, outlier ejections) of the whole process.
     checker: Checker,
-    admin: crate::admin::AdminHandle,
+    /// The TCP admin endpoint; `None` with `admin.control_socket_only`.
+    admin: Option<crate::admin::AdminHandle>,
     admin_ctx: Arc<AdminContext>,
     /// Started with `--hot-restart`: listener addresses the process being replaced listens on
     /// are shared with it while it has not begun to drain (see [`Engine::hand_over`]).
@@ -174,13 +175,18 @@ impl Engine {
         let admin_ctx =
             AdminContext::new(store.clone(), Arc::new(config.clone()), hosts.clone(), log);
         let address = config.admin.address;
-        let admin = if hot_restart {
+        let admin = if config.admin.control_socket_only {
+            if hot_restart {
+                return Err(ONLY_SOCKET_HOT_RESTART.to_string());
+            }
+            None
+        } else if hot_restart {
             // The old process holds the address until it starts draining: retried meanwhile.
-            crate::admin::spawn_or_retry(address, admin_ctx.clone())
+            Some(crate::admin::spawn_or_retry(address, admin_ctx.clone()))
         } else {
-            crate::admin::spawn_handle(address, admin_ctx.clone())
+            Some(crate::admin::spawn_handle(address, admin_ctx.clone()))
         };
-        let admin = admin.map_err(|e| match e.kind() {
+        let admin = admin.transpose().map_err(|e| match e.kind() {
             std::io::ErrorKind::AddrInUse => {
                 format!("admin: bind {address}: {}", claim::IN_USE_HINT)
             }
@@ -208,11 +214,14 @@ impl Engine {
                 cpu,
             )?);
         }
-        info!(
-            workers = workers.len(),
-            admin = %admin.address(),
-            "respite started"
-        );
+        match &admin {
+            Some(a) => info!(workers = workers.len(), admin = %a.address(), "respite started"),
+            None => info!(
+                workers = workers.len(),
+                admin = "control socket only",
+                "respite started"
+            ),
+        }
         note_sockmap(&config);
         Ok(Engine {
             config,
@@ -234,7 +243,7 @@ impl Engine {
     /// draining process lets go of it first). Listener addresses that process listens on may be
     /// shared meanwhile, by the start config and by reloads and pushes alike.
     fn hand_over(&self) -> bool {
-        self.hot_restart && !self.admin.is_bound()
+        self.hot_restart && self.admin.as_ref().is_some_and(|a| !a.is_bound())
     }
 
     /// The process-wide stats registry.
@@ -308,7 +317,7 @@ impl Engine {
             warn!("runtime.workers changed; it takes effect at the next restart");
         }
         if new.admin != self.config.admin {
-            warn!("admin.address changed; it takes effect at the next restart");
+            warn!("[admin] changed; it takes effect at the next restart");
         }
         let replaced = start_discoveries(&new, &mut self.discoveries, &self.registry, &self.store);
         let new = Arc::new(new);
@@ -352,7 +361,9 @@ impl Engine {
     /// connection gracefully once its client has closed or `runtime.drain_timeout` has passed,
     /// and stops every worker.
     pub fn drain(self) {
-        self.admin.stop();
+        if let Some(admin) = &self.admin {
+            admin.stop();
+        }
         // With migration on, the kernel hands queued connections to the new process as the
         // listeners close: better than accepting them here only to close them.
         let migrate = crate::net::tcp_migrate_req() == Some(true);
@@ -390,6 +401,10 @@ impl Engine {
     }
 }
 
+/// Why `--hot-restart` is refused with `admin.control_socket_only`.
+const ONLY_SOCKET_HOT_RESTART: &str = "--hot-restart hands over through the admin address, and \
+     admin.control_socket_only = true has none: drain the running process, then start this one";
+
 /// What the engine's one owner (the thread in [`run`]) reacts to, in arrival order.
 enum Event {
     /// SIGHUP, SIGTERM or SIGINT.
@@ -423,6 +438,13 @@ pub fn run(
     control_socket: Option<PathBuf>,
     hot_restart: bool,
 ) -> Result<(), String> {
+    if config.admin.control_socket_only && control_socket.is_none() {
+        return Err(
+            "admin.control_socket_only = true needs --control-socket PATH: the admin API \
+             answers only there"
+                .to_string(),
+        );
+    }
     // Register before the workers exist, so no signal arrives unhandled.
     let mut signals =
         Signals::new([SIGHUP, SIGTERM, SIGINT]).map_err(|e| format!("signals: {e}"))?;

@@ -57,6 +57,13 @@ pub fn run(target: Target, wait: bool) -> Result<String, String> {
             // Only the admin address is wanted: the file is not held to this shell's fd limit.
             let config =
                 respite::config::load_with_fd_limit(&file, None).map_err(|e| e.to_string())?;
+            if config.admin.control_socket_only {
+                return Err(format!(
+                    "{}: admin.control_socket_only = true, so there is no admin address to \
+                     drain through: use --pid, or POST /drain_listeners on the control socket",
+                    file.display()
+                ));
+            }
             post_drain(config.admin.address)?
         }
         Target::Admin(addr) => post_drain(addr)?,

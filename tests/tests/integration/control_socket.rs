@@ -481,3 +481,112 @@ fn external_stats_pushed_over_the_socket_show_in_admin_stats() {
     let mut c = RawClient::connect(&format!("127.0.0.1:{port}"));
     assert_eq!(c.cmd(&[b"SET", b"k", b"v"]), OK);
 }
+
+/// The local ports of the TCP sockets process `pid` listens on, each once (a listener has a
+/// socket per worker) (`/proc/<pid>/fd` against `/proc/net/tcp{,6}`).
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().to_string();
+                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && f[3] == "0A" && inodes.iter().any(|i| i == f[9]) {
+                let port = f[1]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok());
+                ports.extend(port);
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// `[admin] control_socket_only = true`: the process opens no TCP admin endpoint (it listens on
+/// its listener's port alone) and the admin API answers on the control socket; without
+/// `--control-socket`, or with `--hot-restart` (which hands over through the admin address),
+/// it refuses to start, saying why.
+#[test]
+fn the_admin_api_can_be_served_on_the_control_socket_only() {
+    let backend = RedisServer::start();
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("respite.toml");
+    let text = config(port, "cache", &[("cache", &backend.addr())])
+        + "[admin]\ncontrol_socket_only = true\n";
+    std::fs::write(&file, text).expect("write config");
+
+    let refused = Command::new(respite_bin())
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .expect("run respite");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "started without a control socket"
+    );
+    assert!(
+        stderr.contains("admin.control_socket_only = true needs --control-socket"),
+        "{stderr}"
+    );
+    assert!(!listening(port), "the refused process opened its listener");
+
+    let (_sock_dir, sock) = socket_path();
+    let refused = Command::new(respite_bin())
+        .arg("--config")
+        .arg(&file)
+        .arg("--control-socket")
+        .arg(&sock)
+        .arg("--hot-restart")
+        .output()
+        .expect("run respite");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "hot restart without an admin address"
+    );
+    assert!(
+        stderr.contains("--hot-restart hands over through the admin address"),
+        "{stderr}"
+    );
+    assert!(!listening(port), "the refused process opened its listener");
+
+    let mut child = Command::new(respite_bin())
+        .arg("--config")
+        .arg(&file)
+        .arg("--control-socket")
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn respite");
+    assert!(
+        wait_until(Duration::from_secs(10), || listening(port)),
+        "no listener on {port}"
+    );
+    let mut c = RawClient::connect(&format!("127.0.0.1:{port}"));
+    assert_eq!(c.cmd(&[b"SET", b"k", b"v"]), OK);
+    let (status, stats) = respite_tests::admin::control_request(&sock, "GET", "/stats");
+    assert_eq!(status, 200, "{stats}");
+    assert!(
+        stats.contains("redis.main.downstream_cx_total: "),
+        "{stats}"
+    );
+    assert_eq!(listening_ports(child.id()), vec![port]);
+    let _ = child.kill();
+    let _ = child.wait();
+}
