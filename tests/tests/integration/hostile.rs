@@ -1731,7 +1731,12 @@ fn a_burst_after_small_requests_asks_the_host_for_no_more_than_the_depth() {
 /// 39-43 ms, about 1 950 answers, in three runs on a quiet machine, against 59-170 ms and
 /// 0.6-1.0 s (op_timeout, which failed a CI run) in two runs with ordinary turns only.
 /// Requests of the attackers cut off for the budget are dropped before they are written. With
-/// transparent huge pages on, see the test above.
+/// transparent huge pages on, see the test above. Whatever the turns, each `GET` still waits
+/// behind the replies already asked on the connection (up to the 64 MiB window of 1 MiB
+/// values), which takes longer the less CPU the machine gives: 1 533-1 642 answers (p99 23-27
+/// ms) quiet, 896-1 684 with two busy loops on the two cores, 40 (p50 68 ms, max 0.48 s) in a
+/// CI run with a release build alongside. So the bound is 25 answers and p99 under 1 s, which
+/// the first-in first-out queue (2 answers, 15 s) is far from.
 #[test]
 fn a_client_waits_behind_one_request_of_each_flooding_client_not_all_of_them() {
     let _g = serial();
@@ -1751,7 +1756,7 @@ fn a_client_waits_behind_one_request_of_each_flooding_client_not_all_of_them() {
     let evicted = respite.stat("redis.main.evicted_clients");
     eprintln!("prober {lat:?}, evicted {evicted}, cancelled {cancelled}");
     assert!(
-        lat.count >= 100 && lat.p99 < GET_MAX,
+        lat.count >= 25 && lat.p99 < GET_MAX,
         "the prober starved behind the flood: {lat:?}"
     );
     assert!(
