@@ -20,8 +20,9 @@
 //!   without mirrors for it): each part then goes to its shard in turn, on a connection of its
 //!   own, as its own array header followed by the ranges of the client's frame that hold its
 //!   command name and its keys and values, so no part is copied either; the parts' replies
-//!   are merged as on the shared path. Anything else (a route that rewrites keys, a split
-//!   command with mirrors) takes the shared path, copied as before.
+//!   are merged as on the shared path, at most [`MAX_FRAME_RANGES`] ranges in all (many small
+//!   keys, such as an MGET of a million, are cheap to copy). Anything else (a route that
+//!   rewrites keys, a split command with mirrors) takes the shared path, copied as before.
 //! - Mirrors (Envoy `request_mirror_policy`) get their copy the same way, from the same
 //!   buffer, once the primary has answered: on a shared connection the copy would cost a
 //!   copy of the bytes and hold every other copy to that mirror behind it (a 256 MiB mirrored
@@ -55,6 +56,10 @@ use crate::upstream::{Deliver, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
 /// behind 1 MiB a shared connection's other requests wait about a millisecond, and a lease's
 /// round trip is small beside writing it.
 pub(super) const LARGE_REQUEST: usize = 1024 * 1024;
+
+/// The most ranges of the client's frame a split large request may be sent as, over all its
+/// parts (each range is at least one write): a split command of more goes the shared way.
+const MAX_FRAME_RANGES: usize = 64;
 
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 
@@ -143,6 +148,11 @@ impl Session {
                         ranges,
                         part,
                     });
+                }
+                // Many small keys (an MGET of a million) are cheap to copy and would cost a
+                // write per range: that is the shared path's job.
+                if framed.iter().map(|p| p.ranges.len()).sum::<usize>() > MAX_FRAME_RANGES {
+                    return false;
                 }
                 To::Split {
                     pool,
