@@ -529,41 +529,32 @@ fn the_admin_api_can_be_served_on_the_control_socket_only() {
         + "[admin]\ncontrol_socket_only = true\n";
     std::fs::write(&file, text).expect("write config");
 
-    let refused = Command::new(respite_bin())
-        .arg("--config")
-        .arg(&file)
-        .output()
-        .expect("run respite");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success(),
-        "started without a control socket"
+    // Refused at start, saying why, before its listener opens.
+    let refused = |extra: &[&std::ffi::OsStr], why: &str| {
+        let out = Command::new(respite_bin())
+            .arg("--config")
+            .arg(&file)
+            .args(extra)
+            .output()
+            .expect("run respite");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "started with {extra:?}");
+        assert!(stderr.contains(why), "{stderr}");
+        assert!(!listening(port), "the refused process opened its listener");
+    };
+    refused(
+        &[],
+        "admin.control_socket_only = true needs --control-socket",
     );
-    assert!(
-        stderr.contains("admin.control_socket_only = true needs --control-socket"),
-        "{stderr}"
-    );
-    assert!(!listening(port), "the refused process opened its listener");
-
     let (_sock_dir, sock) = socket_path();
-    let refused = Command::new(respite_bin())
-        .arg("--config")
-        .arg(&file)
-        .arg("--control-socket")
-        .arg(&sock)
-        .arg("--hot-restart")
-        .output()
-        .expect("run respite");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success(),
-        "hot restart without an admin address"
+    refused(
+        &[
+            "--control-socket".as_ref(),
+            sock.as_os_str(),
+            "--hot-restart".as_ref(),
+        ],
+        "--hot-restart hands over through the admin address",
     );
-    assert!(
-        stderr.contains("--hot-restart hands over through the admin address"),
-        "{stderr}"
-    );
-    assert!(!listening(port), "the refused process opened its listener");
 
     let mut child = Command::new(respite_bin())
         .arg("--config")

@@ -83,23 +83,23 @@ enum To {
         addr: SocketAddr,
         mirrors: Vec<MirrorDest<ClusterPool>>,
     },
-    /// Split per shard of `pool`, each part from the frame; the replies merged by `merge`
-    /// over `nkeys` keys.
+    /// Split per shard of `pool` into `parts` (their keys, for the merge), each sent from the
+    /// frame as `framed` says (same order); the replies merged by `merge` over `nkeys` keys.
     Split {
         pool: Rc<ClusterPool>,
         merge: Merge,
         nkeys: usize,
-        parts: Vec<FramePart>,
+        parts: Vec<Part>,
+        framed: Vec<FramePart>,
     },
 }
 
-/// One part of a split large request: its own array header, then ranges of the client's frame.
+/// How one part of a split large request is sent: its own array header, then ranges of the
+/// client's frame.
 struct FramePart {
     addr: SocketAddr,
     head: Vec<u8>,
     ranges: Vec<Range<usize>>,
-    /// Its keys, for the merge.
-    part: Part,
 }
 
 impl Session {
@@ -136,18 +136,13 @@ impl Session {
                 };
                 let nkeys = parts.iter().map(|p| p.keys.len()).sum();
                 let mut framed = Vec::with_capacity(parts.len());
-                for part in parts {
+                for part in &parts {
                     let addr = part.shard.and_then(|s| pool.primary_addr(s));
-                    let (Some(addr), Some((head, ranges))) = (addr, frame_ranges(req, spec, &part))
+                    let (Some(addr), Some((head, ranges))) = (addr, frame_ranges(req, spec, part))
                     else {
                         return false;
                     };
-                    framed.push(FramePart {
-                        addr,
-                        head,
-                        ranges,
-                        part,
-                    });
+                    framed.push(FramePart { addr, head, ranges });
                 }
                 // Many small keys (an MGET of a million) are cheap to copy and would cost a
                 // write per range: that is the shared path's job.
@@ -158,7 +153,8 @@ impl Session {
                     pool,
                     merge,
                     nkeys,
-                    parts: framed,
+                    parts,
+                    framed,
                 }
             }
         };
@@ -210,26 +206,19 @@ impl Large {
                     merge: how,
                     nkeys,
                     parts,
+                    framed,
                 } => {
                     let mut frame = frame;
-                    let mut replies = Vec::with_capacity(parts.len());
-                    for p in parts {
+                    let mut replies = Vec::with_capacity(framed.len());
+                    for p in framed {
                         let (reply, back) =
                             exchange(pool, p.addr, self.resp3, &p.head, frame, &p.ranges).await;
                         frame = back;
                         replies.push(reply);
                     }
                     let replies: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
-                    let keys: Vec<Part> = parts
-                        .iter()
-                        .map(|p| Part {
-                            shard: p.part.shard,
-                            request: Vec::new(),
-                            keys: p.part.keys.clone(),
-                        })
-                        .collect();
                     let mut reply = Vec::new();
-                    merge(*how, *nkeys, &keys, &replies, &mut reply);
+                    merge(*how, *nkeys, parts, &replies, &mut reply);
                     sink.deliver(self.seq, 0, &reply);
                     frame
                 }
