@@ -387,3 +387,42 @@ fn a_large_mset_on_one_shard_goes_whole_and_one_on_two_is_split_on_leases() {
     want.extend_from_slice(&bulk(b"other"));
     assert!(reply == want, "MGET after both MSETs");
 }
+
+/// A large `MSET` answers as a small one does when a backend refuses it: Envoy's merged
+/// `-finished with N error(s)` whether its keys all land on the refusing backend (it goes whole,
+/// its reply merged as one part) or on both (split), never the backend's own error in place of
+/// the merge.
+#[test]
+fn a_large_mset_a_backend_refuses_answers_as_a_small_one_does() {
+    let backends = servers(2);
+    let addrs = addrs(&backends);
+    let place = Placement::new(&addrs);
+    let (a0, b0, c1) = (
+        place.key_on(0, "refused-a"),
+        place.key_on(0, "refused-b"),
+        place.key_on(1, "refused-c"),
+    );
+    let respite = start(&addrs);
+    let mut c = respite.raw();
+    // noeviction (the default) with a 1-byte limit: every write is refused with -OOM.
+    assert_eq!(
+        backends[0]
+            .raw()
+            .cmd(&[b"CONFIG", b"SET", b"maxmemory", b"1"]),
+        OK
+    );
+    let refused = b"-finished with 1 error(s)\r\n".to_vec();
+    let small = c.cmd(&[b"MSET", a0.as_bytes(), b"x", b0.as_bytes(), b"y"]);
+    assert_eq!(show(&small), show(&refused), "small MSET on one shard");
+    let big = vec![b'r'; 2 * MIB];
+    let whole = c.cmd(&[b"MSET", a0.as_bytes(), &big, b0.as_bytes(), b"y"]);
+    assert_eq!(show(&whole), show(&refused), "large MSET on one shard");
+    let split = c.cmd(&[b"MSET", a0.as_bytes(), &big, c1.as_bytes(), b"z"]);
+    assert_eq!(show(&split), show(&refused), "large MSET on two shards");
+    assert_eq!(respite.stat("cluster.cache.leased_cx_total"), 3);
+    assert_eq!(
+        backends[1].raw().cmd(&[b"GET", c1.as_bytes()]),
+        bulk(b"z"),
+        "the part the other backend took is applied, as on the shared path"
+    );
+}

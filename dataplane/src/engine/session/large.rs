@@ -43,7 +43,7 @@ use super::barrier::Barrier;
 use super::blocking::MAX_REDIRECTS;
 use crate::cluster::{ClusterPool, Dest};
 use crate::command::split::{Part, merge};
-use crate::command::{CommandSpec, Merge, Request};
+use crate::command::{self, CommandSpec, Merge, Request};
 use crate::engine::budget::Budget;
 use crate::engine::sink::Sink;
 use crate::engine::worker::ListenerRuntime;
@@ -77,11 +77,15 @@ pub(super) struct Large {
 
 /// Where a large request goes.
 enum To {
-    /// Whole and unchanged to one shard of `dest` (at `addr`), then to each mirror.
+    /// Whole and unchanged to one shard of `dest` (at `addr`), then to each mirror. A split
+    /// command (an `MSET` whose keys all land on one shard) has its reply merged as one part
+    /// (`merged`), so it answers as the shared path would (`-finished with 1 error(s)`, an
+    /// `MGET`'s error inline per key).
     Whole {
         dest: TxDest<ClusterPool>,
         addr: SocketAddr,
         mirrors: Vec<MirrorDest<ClusterPool>>,
+        merged: Option<(Merge, Part)>,
     },
     /// Split per shard of `pool` into `parts` (their keys, for the merge), each sent from the
     /// frame as `framed` says (same order); the replies merged by `merge` over `nkeys` keys.
@@ -121,10 +125,22 @@ impl Session {
                 let Some(addr) = dest.pool.primary_addr(dest.shard) else {
                     return false;
                 };
+                let merged = match Upstream::of(spec.kind) {
+                    Some(Upstream::Split(how)) => {
+                        let argv: Vec<&[u8]> = req.args().collect();
+                        let mut parts = command::split::group(spec, &argv, |_| Some(dest.shard));
+                        let Some(part) = parts.pop().filter(|_| parts.is_empty()) else {
+                            return false;
+                        };
+                        Some((how, part))
+                    }
+                    _ => None,
+                };
                 To::Whole {
                     dest,
                     addr,
                     mirrors,
+                    merged,
                 }
             }
             None => {
@@ -188,6 +204,7 @@ impl Large {
                     dest,
                     addr,
                     mirrors,
+                    merged,
                 } => {
                     let all = [Range {
                         start: 0,
@@ -195,7 +212,15 @@ impl Large {
                     }];
                     let (reply, mut frame) =
                         exchange(&dest.pool, *addr, self.resp3, b"", frame, &all).await;
-                    sink.deliver(self.seq, 0, &reply);
+                    match merged {
+                        Some((how, part)) => {
+                            let mut out = Vec::new();
+                            let parts = std::slice::from_ref(part);
+                            merge(*how, part.keys.len(), parts, &[&reply], &mut out);
+                            sink.deliver(self.seq, 0, &out);
+                        }
+                        None => sink.deliver(self.seq, 0, &reply),
+                    }
                     for m in mirrors {
                         frame = self.copy(m, frame).await;
                     }
