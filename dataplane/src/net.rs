@@ -295,6 +295,14 @@ pub async fn sleep(d: Duration) {
     compio::time::sleep(d).await
 }
 
+/// Lets the worker's other tasks, and the ring's completions, run before the caller goes on:
+/// a long computation (a copy of hundreds of MiB) calls it between steps. A timer rather than
+/// a self-wake: the executor may poll a task that wakes itself again in the same turn, before
+/// it has looked at the ring.
+pub async fn yield_to_others() {
+    compio::time::sleep(Duration::from_micros(10)).await
+}
+
 /// Sleeps until `deadline`.
 pub async fn sleep_until(deadline: Instant) {
     compio::time::sleep_until(deadline).await

@@ -426,3 +426,34 @@ fn a_large_mset_a_backend_refuses_answers_as_a_small_one_does() {
         "the part the other backend took is applied, as on the shared path"
     );
 }
+
+/// A request announcing large values one behind another (an `MSET` of three 12 MiB values)
+/// outgrows the read buffer sized for the first, twice; each time the buffer is moved a few MiB
+/// a step, the worker serving its other clients between steps. Every value arrives byte for
+/// byte (a step misplaced would show in the patterns), and a client pipelining behind it is
+/// answered in order.
+#[test]
+fn values_announced_one_behind_another_arrive_whole() {
+    let backends = servers(1);
+    let respite = start(&addrs(&backends));
+    let mut c = respite.raw();
+    let pattern = |seed: u32| -> Vec<u8> {
+        (0..12 * MIB as u32)
+            .map(|i| (i.wrapping_mul(seed) >> 7) as u8)
+            .collect()
+    };
+    let (a, b, d) = (pattern(2654435761), pattern(40503), pattern(97));
+    let replies = c.pipeline(&[
+        cmd(&[b"MSET", b"ka", &a, b"kb", &b, b"kd", &d]),
+        cmd(&[b"STRLEN", b"kd"]),
+    ]);
+    assert_eq!(replies, vec![OK.to_vec(), int(12 * MIB as i64)]);
+    let mut direct = backends[0].raw();
+    for (k, v) in [(&b"ka"[..], &a), (b"kb", &b), (b"kd", &d)] {
+        assert!(
+            direct.cmd(&[b"GET", k]) == bulk(v),
+            "{} differs",
+            String::from_utf8_lossy(k)
+        );
+    }
+}

@@ -51,6 +51,30 @@ const READ_KEEP: usize = 256 * 1024;
 /// which stalled every client of the worker for 0.6 s behind a 256 MiB `MSET`.
 const LARGE_TAIL: usize = 64 * 1024;
 
+/// A buffer of at least this many bytes grows by a copy in [`COPY_STEP`] steps, the worker's
+/// other clients served between them.
+const COPY_IN_STEPS: usize = 8 * 1024 * 1024;
+const COPY_STEP: usize = 4 * 1024 * 1024;
+
+/// `buf` with room for at least `room` more bytes. A request announcing a large value behind
+/// another (an `MSET` of two 256 MiB values) outgrows the buffer sized for the first: moving
+/// hundreds of MiB in one copy stalled every other client of the worker for about 100 ms, so a
+/// buffer that large is copied a few MiB at a time, yielding between steps (only this session
+/// waits for it). The old buffer's memory is counted for the worker's trim.
+async fn grow(mut buf: Vec<u8>, room: usize, budget: &budget::Budget) -> Vec<u8> {
+    if buf.len() < COPY_IN_STEPS {
+        buf.reserve_exact(room);
+        return buf;
+    }
+    let mut fresh = Vec::with_capacity(buf.len().saturating_add(room));
+    for step in buf.chunks(COPY_STEP) {
+        fresh.extend_from_slice(step);
+        net::yield_to_others().await;
+    }
+    budget.released(buf.capacity());
+    fresh
+}
+
 /// Session state the request handler needs besides the request itself.
 struct Session {
     id: u64,
@@ -193,7 +217,10 @@ pub async fn run(
                     sink.reader.notified().await;
                     continue;
                 }
-                buf.reserve_exact(share - buf.len() + LARGE_TAIL);
+                let room = share - buf.len() + LARGE_TAIL;
+                if buf.capacity() - buf.len() < room {
+                    buf = grow(buf, room, &worker.budget).await;
+                }
             }
             // Sized for an announced value: its last bytes are read into what is left.
             let want_free = if share > buf.len() {
