@@ -672,34 +672,32 @@ impl Lease {
 
     /// Like [`Lease::exchange`] for one request too large to bound as a whole by `op_timeout`
     /// (hundreds of MiB take seconds to write): `prefix` (`ASKING`, or nothing) goes first,
-    /// then the request: `head`, then the `ranges` of `buffer` in order (the whole buffer, or
-    /// a sub-request's arguments taken from a client's frame behind its own array header in
-    /// `head`), in pieces of at most [`LARGE_PIECE`] bytes, each of which the host must take
-    /// within `op_timeout` (a host that stops reading is hung); then the replies to both must
-    /// come within `op_timeout` of the last byte. Returns the last reply, and `buffer` back
-    /// (to send it again after a redirect).
+    /// then the request as `pieces` say, in order: bytes of its own (an array header, a key
+    /// rewritten by its route) and ranges of `buffer` (a client's frame: all of it, or the
+    /// arguments a sub-request takes from it), the ranges in steps of at most [`LARGE_PIECE`]
+    /// bytes, each of which the host must take within `op_timeout` (a host that stops reading
+    /// is hung); then the replies to both must come within `op_timeout` of the last byte.
+    /// Returns the last reply, and `buffer` back (to send it again after a redirect).
     ///
     /// Errors: as for [`Lease::exchange`]; the lease is then unusable. A range outside
     /// `buffer` is an `InvalidInput` error, before anything is written.
     pub async fn exchange_large(
         &mut self,
         prefix: &[u8],
-        head: &[u8],
         buffer: Vec<u8>,
-        ranges: &[Range<usize>],
+        pieces: &[Piece],
     ) -> (std::io::Result<Vec<u8>>, Vec<u8>) {
-        if ranges
-            .iter()
-            .any(|r| r.start > r.end || r.end > buffer.len())
-        {
+        if pieces.iter().any(|p| match p {
+            Piece::Frame(r) => r.start > r.end || r.end > buffer.len(),
+            Piece::Bytes(_) => false,
+        }) {
             return (Err(std::io::ErrorKind::InvalidInput.into()), buffer);
         }
         let Some(stream) = self.stream.as_ref() else {
             return (Err(std::io::ErrorKind::NotConnected.into()), buffer);
         };
         let timeout = self.pool.settings.op_timeout;
-        let first = [prefix, head].concat();
-        let (written, request) = write_large(stream, timeout, &first, buffer, ranges).await;
+        let (written, request) = write_large(stream, timeout, prefix, buffer, pieces).await;
         let replies = 1 + usize::from(!prefix.is_empty());
         let result = match written {
             Ok(()) => net::timeout(timeout, read_replies(stream, replies))
@@ -802,25 +800,45 @@ impl Lease {
     }
 }
 
-/// Writes `prefix`, then the `ranges` of `buf` (each within it) [`LARGE_PIECE`] bytes at a
-/// time, each piece within `timeout`; returns `buf` (empty when a write was cut by the
+/// One piece of a request [`Lease::exchange_large`] sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Bytes of its own: an array header, a key as its route forwards it.
+    Bytes(Vec<u8>),
+    /// A range of the buffer handed over with the request (the client's frame).
+    Frame(Range<usize>),
+}
+
+/// Writes `prefix`, then `pieces` (each range within `buf`, written [`LARGE_PIECE`] bytes at a
+/// time), each write within `timeout`; returns `buf` (empty when a write was cut by the
 /// timeout: it keeps its buffer).
 async fn write_large(
     stream: &TcpStream,
     timeout: std::time::Duration,
     prefix: &[u8],
     mut buf: Vec<u8>,
-    ranges: &[Range<usize>],
+    pieces: &[Piece],
 ) -> (std::io::Result<()>, Vec<u8>) {
     let timed_out = || std::io::Error::from(std::io::ErrorKind::TimedOut);
-    if !prefix.is_empty() {
-        match net::timeout(timeout, net::write_all(stream, prefix.to_vec())).await {
-            Some(BufResult(Ok(()), _)) => {}
-            Some(BufResult(Err(e), _)) => return (Err(e), buf),
-            None => return (Err(timed_out()), buf),
+    let mut own = prefix.to_vec();
+    for piece in pieces.iter().map(Some).chain([None]) {
+        let range = match piece {
+            Some(Piece::Bytes(b)) => {
+                own.extend_from_slice(b);
+                continue;
+            }
+            Some(Piece::Frame(r)) => Some(r),
+            None => None,
+        };
+        // Own bytes run together up to the next range (or the end): one write.
+        if !own.is_empty() {
+            match net::timeout(timeout, net::write_all(stream, std::mem::take(&mut own))).await {
+                Some(BufResult(Ok(()), _)) => {}
+                Some(BufResult(Err(e), _)) => return (Err(e), buf),
+                None => return (Err(timed_out()), buf),
+            }
         }
-    }
-    for range in ranges {
+        let Some(range) = range else { continue };
         let mut at = range.start;
         while at < range.end {
             let end = at.saturating_add(LARGE_PIECE).min(range.end);

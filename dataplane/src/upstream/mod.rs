@@ -26,7 +26,7 @@ pub use check::{CheckReply, CheckSession};
 pub use cluster_slots::{ClusterSlotsClient, FetchError};
 pub use conn::{Conn, SendError};
 pub use host::{HostState, Streak};
-pub use lease::{BlockedError, LEASE_EXHAUSTED, Lease, LeaseError, LeasePool, LeaseStats};
+pub use lease::{BlockedError, LEASE_EXHAUSTED, Lease, LeaseError, LeasePool, LeaseStats, Piece};
 pub use limit::ConnectLimiter;
 pub use subscriber::{Event, SubConn, Subscriber};
 

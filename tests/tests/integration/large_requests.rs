@@ -457,3 +457,101 @@ fn values_announced_one_behind_another_arrive_whole() {
         );
     }
 }
+
+/// On routes that rewrite keys (`remove_prefix`, `key_formatter`), large requests still go on
+/// connections of their own from the client's frame, each key in its forwarded form: a large
+/// `SET` lands under the rewritten key on the host that key hashes to, a large `MSET` over two
+/// hosts is split with each part's keys rewritten, and a mirror (Envoy
+/// `request_mirror_policy`) gets the rewritten key too, as the shared path sends them. Before,
+/// such requests were copied into the shared connections' buffers (one 256 MiB `SET` on a
+/// `remove_prefix` route stalled the worker's other clients for 330 ms).
+#[test]
+fn large_requests_on_routes_that_rewrite_keys_go_on_leases_rewritten() {
+    let backends = servers(4);
+    let two = vec![backends[0].addr(), backends[1].addr()];
+    let (port, admin) = (free_port(), free_port());
+    let cfg = format!(
+        r#"[admin]
+address = "127.0.0.1:{admin}"
+[runtime]
+workers = 1
+[[listeners]]
+name = "main"
+address = "127.0.0.1:{port}"
+op_timeout = "5s"
+enable_hashtagging = true
+[[listeners.prefix_routes.routes]]
+prefix = "user:"
+cluster = "users"
+remove_prefix = true
+key_formatter = "{{%KEY%}}"
+[[listeners.prefix_routes.routes]]
+prefix = "r:"
+cluster = "plain"
+remove_prefix = true
+[[listeners.prefix_routes.routes.request_mirror_policy]]
+cluster = "mirror"
+[[clusters]]
+name = "users"
+hosts = ["{}", "{}"]
+[[clusters]]
+name = "plain"
+hosts = ["{}"]
+[[clusters]]
+name = "mirror"
+hosts = ["{}"]
+"#,
+        two[0],
+        two[1],
+        backends[2].addr(),
+        backends[3].addr()
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let place = Placement::new(&two);
+    let (k0, k1) = (place.key_on(0, "k"), place.key_on(1, "k"));
+    let (u0, u1) = (format!("user:{k0}"), format!("user:{k1}"));
+    let (t0, t1) = (format!("{{{k0}}}"), format!("{{{k1}}}"));
+    let big = vec![b'b'; 2 * MIB];
+    let other = vec![b'o'; 2 * MIB];
+    let mut c = respite.raw();
+    let leased = |r: &Respite| r.stat("cluster.users.leased_cx_total");
+    assert_eq!(c.cmd(&[b"SET", u0.as_bytes(), &big]), OK);
+    assert_eq!(leased(&respite), 1, "the large SET took a lease");
+    let mut d0 = backends[0].raw();
+    assert!(
+        d0.cmd(&[b"GET", t0.as_bytes()]) == bulk(&big),
+        "under the rewritten key"
+    );
+    let replies = c.pipeline(&[
+        cmd(&[b"MSET", u0.as_bytes(), &other, u1.as_bytes(), &big]),
+        cmd(&[b"STRLEN", u1.as_bytes()]),
+    ]);
+    assert_eq!(replies, vec![OK.to_vec(), int(2 * MIB as i64)]);
+    assert_eq!(leased(&respite), 3, "one lease per part");
+    assert!(d0.cmd(&[b"GET", t0.as_bytes()]) == bulk(&other));
+    assert!(backends[1].raw().cmd(&[b"GET", t1.as_bytes()]) == bulk(&big));
+    let reply = c.cmd(&[b"MGET", u1.as_bytes(), u0.as_bytes()]);
+    assert!(reply == [b"*2\r\n".to_vec(), bulk(&big), bulk(&other)].concat());
+    // Mirrored: the primary and the mirror both store it under the stripped key.
+    assert_eq!(c.cmd(&[b"SET", b"r:x", &big]), OK);
+    assert_eq!(respite.stat("cluster.plain.leased_cx_total"), 1);
+    assert!(backends[2].raw().cmd(&[b"GET", b"x"]) == bulk(&big));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backends[3].raw().cmd(&[b"STRLEN", b"x"]) != int(2 * MIB as i64) {
+        assert!(
+            Instant::now() < deadline,
+            "the mirror got the rewritten key"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(respite.stat("cluster.mirror.leased_cx_total"), 1);
+    for b in &backends {
+        for k in [&u0, &u1, &"r:x".to_string()] {
+            assert_eq!(
+                b.raw().cmd(&[b"EXISTS", k.as_bytes()]),
+                int(0),
+                "{k} as sent"
+            );
+        }
+    }
+}

@@ -13,16 +13,18 @@
 //! - The client's later requests wait behind it (a barrier), as behind a blocking command,
 //!   so replies stay in order; it goes out once the client's earlier requests are answered.
 //! - Outside MULTI and WATCH, a request goes this way when
-//!   [`crate::router::dispatch::Dispatch::whole`] places it whole and unchanged (a keyed one,
-//!   or a multi-key one such as `MSET` whose keys all land on one shard), or when
-//!   [`crate::router::dispatch::Dispatch::split_whole`] splits it per shard with every key's
-//!   arguments forwarded as sent (an `MSET` whose keys land on several shards, on a route
-//!   without mirrors for it): each part then goes to its shard in turn, on a connection of its
-//!   own, as its own array header followed by the ranges of the client's frame that hold its
-//!   command name and its keys and values, so no part is copied either; the parts' replies
-//!   are merged as on the shared path, at most [`MAX_FRAME_RANGES`] ranges in all (many small
-//!   keys, such as an MGET of a million, are cheap to copy). Anything else (a route that
-//!   rewrites keys, a split command with mirrors) takes the shared path, copied as before.
+//!   [`crate::router::dispatch::Dispatch::whole`] places it whole (a keyed one, or a multi-key
+//!   one such as `MSET` whose keys all land on one shard; its reply then merged as the shared
+//!   path merges a split command's), or when
+//!   [`crate::router::dispatch::Dispatch::split_whole`] splits it per shard (an `MSET` whose
+//!   keys land on several shards, on a route without mirrors for it): each part then goes to
+//!   its shard in turn, on a connection of its own, as its own array header followed by the
+//!   ranges of the client's frame that hold its command name and its keys and values, so no
+//!   part is copied either; the parts' replies are merged as on the shared path, at most
+//!   [`MAX_FRAME_RANGES`] pieces in all (many small keys, such as an MGET of a million, are
+//!   cheap to copy). On a route that rewrites keys (`remove_prefix`, `key_formatter`) each key
+//!   goes in its forwarded form, written from bytes of its own between ranges of the frame.
+//!   A split command with mirrors takes the shared path, copied as before.
 //! - Mirrors (Envoy `request_mirror_policy`) get their copy the same way, from the same
 //!   buffer, once the primary has answered: on a shared connection the copy would cost a
 //!   copy of the bytes and hold every other copy to that mirror behind it (a 256 MiB mirrored
@@ -49,16 +51,17 @@ use crate::engine::sink::Sink;
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
 use crate::resp::encode;
-use crate::router::dispatch::{Client, MirrorDest, TxDest, Upstream};
-use crate::upstream::{Deliver, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
+use crate::router::dispatch::{Client, MirrorDest, SplitWhole, TxDest, Upstream, Whole};
+use crate::upstream::{Deliver, NO_UPSTREAM_HOST, Piece, UPSTREAM_FAILURE};
 
 /// Requests of at least this many bytes (the whole RESP frame) go on a connection of their own:
 /// behind 1 MiB a shared connection's other requests wait about a millisecond, and a lease's
 /// round trip is small beside writing it.
 pub(super) const LARGE_REQUEST: usize = 1024 * 1024;
 
-/// The most ranges of the client's frame a split large request may be sent as, over all its
-/// parts (each range is at least one write): a split command of more goes the shared way.
+/// The most pieces (ranges of the client's frame, runs of bytes of its own) a split large
+/// request may be sent as, over all its parts (each is at least one write): a split command of
+/// more goes the shared way.
 const MAX_FRAME_RANGES: usize = 64;
 
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
@@ -86,6 +89,8 @@ enum To {
         addr: SocketAddr,
         mirrors: Vec<MirrorDest<ClusterPool>>,
         merged: Option<(Merge, Part)>,
+        /// The request as sent: the frame, each key rewritten by its route if it rewrites.
+        pieces: Vec<Piece>,
     },
     /// Split per shard of `pool` into `parts` (their keys, for the merge), each sent from the
     /// frame as `framed` says (same order); the replies merged by `merge` over `nkeys` keys.
@@ -99,11 +104,10 @@ enum To {
 }
 
 /// How one part of a split large request is sent: its own array header, then ranges of the
-/// client's frame.
+/// client's frame (and its keys as their route forwards them, if it rewrites).
 struct FramePart {
     addr: SocketAddr,
-    head: Vec<u8>,
-    ranges: Vec<Range<usize>>,
+    pieces: Vec<Piece>,
 }
 
 impl Session {
@@ -121,8 +125,15 @@ impl Session {
         }
         let whole = self.dispatch(rt).whole(req, spec);
         let to = match whole {
-            Some((dest, mirrors)) => {
+            Some(Whole {
+                dest,
+                mirrors,
+                forwarded,
+            }) => {
                 let Some(addr) = dest.pool.primary_addr(dest.shard) else {
+                    return false;
+                };
+                let Some(pieces) = whole_pieces(req, &forwarded) else {
                     return false;
                 };
                 let merged = match Upstream::of(spec.kind) {
@@ -141,28 +152,34 @@ impl Session {
                     addr,
                     mirrors,
                     merged,
+                    pieces,
                 }
             }
             None => {
                 let Some(Upstream::Split(merge)) = Upstream::of(spec.kind) else {
                     return false;
                 };
-                let Some((pool, parts)) = self.dispatch(rt).split_whole(req, spec) else {
+                let Some(SplitWhole {
+                    pool,
+                    parts,
+                    forwarded,
+                }) = self.dispatch(rt).split_whole(req, spec)
+                else {
                     return false;
                 };
                 let nkeys = parts.iter().map(|p| p.keys.len()).sum();
                 let mut framed = Vec::with_capacity(parts.len());
                 for part in &parts {
                     let addr = part.shard.and_then(|s| pool.primary_addr(s));
-                    let (Some(addr), Some((head, ranges))) = (addr, frame_ranges(req, spec, part))
-                    else {
+                    let pieces = part_pieces(req, spec, part, &forwarded);
+                    let (Some(addr), Some(pieces)) = (addr, pieces) else {
                         return false;
                     };
-                    framed.push(FramePart { addr, head, ranges });
+                    framed.push(FramePart { addr, pieces });
                 }
                 // Many small keys (an MGET of a million) are cheap to copy and would cost a
-                // write per range: that is the shared path's job.
-                if framed.iter().map(|p| p.ranges.len()).sum::<usize>() > MAX_FRAME_RANGES {
+                // write per piece: that is the shared path's job.
+                if framed.iter().map(|p| p.pieces.len()).sum::<usize>() > MAX_FRAME_RANGES {
                     return false;
                 }
                 To::Split {
@@ -205,13 +222,10 @@ impl Large {
                     addr,
                     mirrors,
                     merged,
+                    pieces,
                 } => {
-                    let all = [Range {
-                        start: 0,
-                        end: frame.len(),
-                    }];
                     let (reply, mut frame) =
-                        exchange(&dest.pool, *addr, self.resp3, b"", frame, &all).await;
+                        exchange(&dest.pool, *addr, self.resp3, frame, pieces).await;
                     match merged {
                         Some((how, part)) => {
                             let mut out = Vec::new();
@@ -222,7 +236,7 @@ impl Large {
                         None => sink.deliver(self.seq, 0, &reply),
                     }
                     for m in mirrors {
-                        frame = self.copy(m, frame).await;
+                        frame = self.copy(m, frame, pieces).await;
                     }
                     frame
                 }
@@ -237,7 +251,7 @@ impl Large {
                     let mut replies = Vec::with_capacity(framed.len());
                     for p in framed {
                         let (reply, back) =
-                            exchange(pool, p.addr, self.resp3, &p.head, frame, &p.ranges).await;
+                            exchange(pool, p.addr, self.resp3, frame, &p.pieces).await;
                         frame = back;
                         replies.push(reply);
                     }
@@ -254,9 +268,9 @@ impl Large {
         });
     }
 
-    /// Sends `frame` to mirror `m` (see the module's doc) and counts its reply; returns the
-    /// frame.
-    async fn copy(&self, m: &MirrorDest<ClusterPool>, frame: Vec<u8>) -> Vec<u8> {
+    /// Sends `frame` as `pieces` say to mirror `m` (see the module's doc) and counts its reply;
+    /// returns the frame.
+    async fn copy(&self, m: &MirrorDest<ClusterPool>, frame: Vec<u8>, pieces: &[Piece]) -> Vec<u8> {
         if !m.stats.begin() {
             return frame;
         }
@@ -271,26 +285,20 @@ impl Large {
             m.stats.deliver(0, 0, NO_UPSTREAM_HOST);
             return frame;
         };
-        let all = [Range {
-            start: 0,
-            end: frame.len(),
-        }];
-        let (reply, frame) = exchange(&m.pool, addr, self.resp3, b"", frame, &all).await;
+        let (reply, frame) = exchange(&m.pool, addr, self.resp3, frame, pieces).await;
         m.stats.deliver(0, 0, &reply);
         frame
     }
 }
 
-/// Runs the request `head` then the `ranges` of `frame` at `addr` of `pool` on a leased
-/// connection, following cluster redirects; returns the reply (or the failure in its place)
-/// and the frame.
+/// Runs the request `pieces` make of `frame` at `addr` of `pool` on a leased connection,
+/// following cluster redirects; returns the reply (or the failure in its place) and the frame.
 async fn exchange(
     pool: &ClusterPool,
     mut addr: SocketAddr,
     resp3: bool,
-    head: &[u8],
     mut frame: Vec<u8>,
-    ranges: &[Range<usize>],
+    pieces: &[Piece],
 ) -> (Vec<u8>, Vec<u8>) {
     let mut asking = false;
     for _ in 0..=MAX_REDIRECTS {
@@ -299,7 +307,7 @@ async fn exchange(
             Err(e) => return (e.reply().to_vec(), frame),
         };
         let prefix = if asking { ASKING } else { b"" };
-        let (reply, back) = lease.exchange_large(prefix, head, frame, ranges).await;
+        let (reply, back) = lease.exchange_large(prefix, frame, pieces).await;
         frame = back;
         let Ok(reply) = reply else {
             return (UPSTREAM_FAILURE.to_vec(), frame);
@@ -318,19 +326,83 @@ async fn exchange(
     (TOO_MANY_REDIRECTS.to_vec(), frame)
 }
 
-/// The sub-request of `part` of `req` as sent from its frame: its array header, and the ranges
-/// of the frame that hold the command name and each of its keys with the arguments that travel
-/// with it (MSET's value), each with its bulk header, adjacent ranges joined. `None` when `req`
-/// has no frame its arguments index (an inline request) or a range falls outside it.
+/// Pieces of a request as it is sent, built in order: adjacent ranges of the frame joined, and
+/// adjacent bytes of its own.
+#[derive(Default)]
+struct Pieces {
+    pieces: Vec<Piece>,
+    backwards: bool,
+}
+
+impl Pieces {
+    fn frame(&mut self, r: Range<usize>) {
+        if r.start >= r.end {
+            self.backwards |= r.start > r.end;
+            return;
+        }
+        match self.pieces.last_mut() {
+            Some(Piece::Frame(last)) if last.end == r.start => last.end = r.end,
+            _ => self.pieces.push(Piece::Frame(r)),
+        }
+    }
+
+    /// A bulk string of its own (a key as its route forwards it), or an array header.
+    fn own(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        if let Some(Piece::Bytes(last)) = self.pieces.last_mut() {
+            return write(last);
+        }
+        let mut bytes = Vec::new();
+        write(&mut bytes);
+        self.pieces.push(Piece::Bytes(bytes));
+    }
+
+    /// The pieces, `None` when a range falls outside `frame` or runs backwards.
+    fn within(self, frame: &[u8]) -> Option<Vec<Piece>> {
+        let inside = self.pieces.iter().all(|p| match p {
+            Piece::Frame(r) => r.end <= frame.len(),
+            Piece::Bytes(_) => true,
+        });
+        (inside && !self.backwards).then_some(self.pieces)
+    }
+}
+
+/// The frame of `req` with its keys at the argument indexes of `forwarded` (ascending)
+/// replaced by their forwarded forms: the whole frame when there are none. `None` when `req`
+/// has no frame its arguments index (an inline request) or the indexes do not ascend.
 ///
 /// A frame is `*<n>\r\n`, then each argument as `$<len>\r\n<bytes>\r\n`: argument `i`'s
-/// bulk header starts two bytes past argument `i - 1`'s end, and the command name's right
-/// after the array header's line.
-fn frame_ranges(
+/// bulk header starts two bytes past argument `i - 1`'s end (Redis reads any two bytes there).
+fn whole_pieces(req: &Request<'_>, forwarded: &[(usize, Vec<u8>)]) -> Option<Vec<Piece>> {
+    let frame = req.frame()?;
+    if !std::ptr::eq(req.bytes().as_ptr(), frame.as_ptr()) {
+        return None;
+    }
+    let args = req.ranges();
+    let mut pieces = Pieces::default();
+    let mut at = 0;
+    for (i, key) in forwarded {
+        pieces.frame(at..args.get(i.checked_sub(1)?)?.end + 2);
+        pieces.own(|out| encode::bulk(out, key));
+        at = args.get(*i)?.end + 2;
+    }
+    pieces.frame(at..frame.len());
+    pieces.within(frame)
+}
+
+/// The sub-request of `part` of `req` as sent from its frame: its array header, then the
+/// ranges of the frame that hold the command name and each of its keys with the arguments
+/// that travel with it (MSET's value), each with its bulk header; a key whose route rewrites
+/// it (`forwarded`, by ordinal, when not empty) goes in its forwarded form instead. `None` when
+/// `req` has no frame its arguments index (an inline request) or a range falls outside it.
+///
+/// The command name's bulk header starts right after the array header's line, which ends at
+/// its first `\r` and one byte more, as the parser reads it; see [`whole_pieces`] for the rest.
+fn part_pieces(
     req: &Request<'_>,
     spec: &CommandSpec,
     part: &Part,
-) -> Option<(Vec<u8>, Vec<Range<usize>>)> {
+    forwarded: &[Vec<u8>],
+) -> Option<Vec<Piece>> {
     let frame = req.frame()?;
     if !std::ptr::eq(req.bytes().as_ptr(), frame.as_ptr()) {
         return None;
@@ -338,28 +410,25 @@ fn frame_ranges(
     let args = req.ranges();
     let step = spec.step.max(1) as usize;
     let first = spec.first_key.max(0) as usize;
-    // The array header's line ends at its first `\r` and one byte more, as the parser reads it.
+    let mut pieces = Pieces::default();
+    pieces.own(|out| encode::array_header(out, 1 + part.keys.len() * step));
     let name_start = frame.iter().position(|&b| b == b'\r')? + 2;
-    let mut ranges = Vec::with_capacity(1 + part.keys.len());
-    ranges.push(name_start..args.first()?.end + 2);
+    pieces.frame(name_start..args.first()?.end + 2);
     for &ordinal in &part.keys {
         let at = first + ordinal as usize * step;
-        let start = args.get(at.checked_sub(1)?)?.end + 2;
         let end = args.get(at + step - 1)?.end + 2;
-        match ranges.last_mut() {
-            Some(last) if last.end == start => last.end = end,
-            _ => ranges.push(start..end),
+        match forwarded.get(ordinal as usize) {
+            Some(key) => {
+                pieces.own(|out| encode::bulk(out, key));
+                pieces.frame(args.get(at)?.end + 2..end);
+            }
+            None if forwarded.is_empty() => {
+                pieces.frame(args.get(at.checked_sub(1)?)?.end + 2..end)
+            }
+            None => return None,
         }
     }
-    if ranges
-        .iter()
-        .any(|r| r.start > r.end || r.end > frame.len())
-    {
-        return None;
-    }
-    let mut head = Vec::new();
-    encode::array_header(&mut head, 1 + part.keys.len() * step);
-    Some((head, ranges))
+    pieces.within(frame)
 }
 
 /// Takes the frame of `consumed` bytes at `*start` out of `buf`, moving `*start` past it. At
@@ -379,17 +448,64 @@ pub(super) fn take_frame(buf: &mut Vec<u8>, start: &mut usize, consumed: usize) 
 
 #[cfg(test)]
 mod tests {
-    use super::{frame_ranges, take_frame};
+    use super::{Piece, part_pieces, take_frame, whole_pieces};
     use crate::command::{self, Request};
     use crate::resp::{Limits, Parsed, RequestParser, encode};
 
-    /// What a split part sent from the client's frame carries.
-    fn sent(frame: &[u8], head: &[u8], ranges: &[std::ops::Range<usize>]) -> Vec<u8> {
-        let mut out = head.to_vec();
-        for r in ranges {
-            out.extend_from_slice(&frame[r.clone()]);
+    /// What a request sent as `pieces` of the client's frame carries.
+    fn sent(frame: &[u8], pieces: &[Piece]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for p in pieces {
+            match p {
+                Piece::Bytes(b) => out.extend_from_slice(b),
+                Piece::Frame(r) => out.extend_from_slice(&frame[r.clone()]),
+            }
         }
         out
+    }
+
+    /// `argv` framed as a client would send it: well-formed, or (`lenient`) as leniently as
+    /// Redis reads (any byte after a line's `\r`, any two bytes after a bulk string).
+    fn framed(argv: &[Vec<u8>], lenient: bool, rng: &mut fastrand::Rng) -> Vec<u8> {
+        let mut frame = Vec::new();
+        if lenient {
+            let mut any = || [b'x', b'\n', b'\r', b' '][rng.usize(0..4)];
+            frame.extend_from_slice(format!("*{}\r", argv.len()).as_bytes());
+            frame.push(any());
+            for a in argv {
+                frame.extend_from_slice(format!("${}\r", a.len()).as_bytes());
+                frame.push(any());
+                frame.extend_from_slice(a);
+                frame.extend_from_slice(&[any(), any()]);
+            }
+        } else {
+            encode::command(&mut frame, argv.iter().map(Vec::as_slice));
+        }
+        frame
+    }
+
+    /// A route's rewrite of `key` for the tests: `remove_prefix` of 2 bytes, a `key_formatter`
+    /// that makes it longer, or one that makes it shorter (`fmt` 0, 1, 2).
+    fn rewritten(key: &[u8], fmt: usize) -> Vec<u8> {
+        match fmt {
+            0 => key.get(2..).unwrap_or_default().to_vec(),
+            1 => [b"{tenant-a}:".as_slice(), key, b":suffix"].concat(),
+            _ => key.get(..1).unwrap_or_default().to_vec(),
+        }
+    }
+
+    /// Sent as `sent` and as `want` (the shared path's encoding), the same request: byte for
+    /// byte, or argument for argument for a `lenient` frame.
+    fn same(sent: &[u8], want: &[u8], lenient: bool, what: &str) {
+        if lenient {
+            assert_eq!(parsed(sent), parsed(want), "{what}");
+        } else {
+            assert_eq!(
+                String::from_utf8_lossy(sent),
+                String::from_utf8_lossy(want),
+                "{what}"
+            );
+        }
     }
 
     /// The arguments of the one request in `bytes`.
@@ -408,17 +524,17 @@ mod tests {
         args.iter().map(|r| bytes[r.clone()].to_vec()).collect()
     }
 
-    /// For MSETs of 1 to 6 pairs (empty, short and long values) and any placement of their keys
-    /// on 3 shards, each part sent from the client's frame is the sub-request the shared path
-    /// encodes for it: byte for byte for a well-formed frame, argument for argument for one
-    /// written as leniently as Redis reads (any byte after a line's `\r`, any two bytes after
-    /// a bulk string).
+    /// For MSETs of 1 to 6 pairs (empty, short and long values), any placement of their keys
+    /// on 3 shards, keys forwarded as sent or rewritten by their route, each part sent from the
+    /// client's frame is the sub-request the shared path encodes for it: byte for byte for a
+    /// well-formed frame, argument for argument for a lenient one.
     #[test]
     fn parts_sent_from_the_frame_equal_the_encoded_sub_requests() {
         let spec = command::lookup(b"MSET").unwrap();
         let mut rng = fastrand::Rng::with_seed(7);
-        for round in 0..500 {
+        for round in 0..1000 {
             let lenient = round % 3 == 0;
+            let rewrite = (round % 4 > 0).then_some(round % 4 - 1);
             let pairs = rng.usize(1..=6);
             let mut argv: Vec<Vec<u8>> = vec![b"mset".to_vec()];
             for i in 0..pairs {
@@ -426,20 +542,7 @@ mod tests {
                 let len = [0, 1, 3, 200][rng.usize(0..4)];
                 argv.push((0..len).map(|_| rng.alphanumeric() as u8).collect());
             }
-            let mut frame = Vec::new();
-            if lenient {
-                let mut any = || [b'x', b'\n', b'\r', b' '][rng.usize(0..4)];
-                frame.extend_from_slice(format!("*{}\r", argv.len()).as_bytes());
-                frame.push(any());
-                for a in &argv {
-                    frame.extend_from_slice(format!("${}\r", a.len()).as_bytes());
-                    frame.push(any());
-                    frame.extend_from_slice(a);
-                    frame.extend_from_slice(&[any(), any()]);
-                }
-            } else {
-                encode::command(&mut frame, argv.iter().map(Vec::as_slice));
-            }
+            let frame = framed(&argv, lenient, &mut rng);
             let mut parser = RequestParser::new(Limits::default());
             let (mut args, mut scratch) = (Vec::new(), Vec::new());
             let Ok(Parsed::Resp { consumed }) = parser.parse(&frame, &mut args, &mut scratch)
@@ -451,30 +554,106 @@ mod tests {
             };
             let req = Request::new(&frame, &args, frame.get(..consumed));
             let shards: Vec<usize> = (0..pairs).map(|_| rng.usize(0..3)).collect();
-            let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            // The shared path splits the request as its route forwards it.
+            let mut fwd = argv.clone();
+            let mut forwarded = Vec::new();
+            if let Some(fmt) = rewrite {
+                for i in 0..pairs {
+                    fwd[1 + 2 * i] = rewritten(&argv[1 + 2 * i], fmt);
+                    forwarded.push(fwd[1 + 2 * i].clone());
+                }
+            }
+            let borrowed: Vec<&[u8]> = fwd.iter().map(Vec::as_slice).collect();
             let mut key = 0;
             let parts = command::split::split(spec, &borrowed, |_| {
                 key += 1;
                 shards.get(key - 1).copied()
             });
             for part in &parts {
-                let (head, ranges) = frame_ranges(&req, spec, part).unwrap();
-                let sent = sent(&frame, &head, &ranges);
-                if lenient {
-                    assert_eq!(
-                        parsed(&sent),
-                        parsed(&part.request),
-                        "round {round}, shards {shards:?}"
-                    );
-                } else {
-                    assert_eq!(
-                        String::from_utf8_lossy(&sent),
-                        String::from_utf8_lossy(&part.request),
-                        "round {round}, shards {shards:?}"
-                    );
-                }
+                let pieces = part_pieces(&req, spec, part, &forwarded).unwrap();
+                let what = format!("round {round}, shards {shards:?}, rewrite {rewrite:?}");
+                same(&sent(&frame, &pieces), &part.request, lenient, &what);
             }
         }
+    }
+
+    /// A keyed request sent whole from its frame, its keys rewritten by their route (or not),
+    /// is the request the shared path encodes: `SET`, `GETSET`, `MSET` of 1 to 4 pairs and
+    /// `LMOVE` (keys at the start, in the middle, and last), well-formed and lenient frames.
+    #[test]
+    fn a_whole_request_with_its_keys_rewritten_equals_the_encoded_one() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        for round in 0..1000 {
+            let lenient = round % 3 == 0;
+            let rewrite = (round % 4 > 0).then_some(round % 4 - 1);
+            let value = |rng: &mut fastrand::Rng| -> Vec<u8> {
+                let len = [0, 1, 3, 300][rng.usize(0..4)];
+                (0..len).map(|_| rng.alphanumeric() as u8).collect()
+            };
+            let (argv, keys): (Vec<Vec<u8>>, Vec<usize>) = match round % 4 {
+                0 => (
+                    vec![b"SET".to_vec(), b"k:a".to_vec(), value(&mut rng)],
+                    vec![1],
+                ),
+                1 => (
+                    vec![b"GETSET".to_vec(), b"kk".to_vec(), value(&mut rng)],
+                    vec![1],
+                ),
+                2 => {
+                    let pairs = rng.usize(1..=4);
+                    let mut argv = vec![b"MSET".to_vec()];
+                    for i in 0..pairs {
+                        argv.push(format!("k{i}:x").into_bytes());
+                        argv.push(value(&mut rng));
+                    }
+                    (argv, (0..pairs).map(|i| 1 + 2 * i).collect())
+                }
+                _ => (
+                    [&b"LMOVE"[..], b"src:1", b"dst:2", b"LEFT", b"RIGHT"]
+                        .map(<[u8]>::to_vec)
+                        .to_vec(),
+                    vec![1, 2],
+                ),
+            };
+            let frame = framed(&argv, lenient, &mut rng);
+            let mut parser = RequestParser::new(Limits::default());
+            let (mut args, mut scratch) = (Vec::new(), Vec::new());
+            let Ok(Parsed::Resp { consumed }) = parser.parse(&frame, &mut args, &mut scratch)
+            else {
+                panic!("round {round}: not parsed");
+            };
+            let req = Request::new(&frame, &args, frame.get(..consumed));
+            let mut fwd = argv.clone();
+            let mut forwarded = Vec::new();
+            if let Some(fmt) = rewrite {
+                for &i in &keys {
+                    fwd[i] = rewritten(&argv[i], fmt);
+                    forwarded.push((i, fwd[i].clone()));
+                }
+            }
+            let mut want = Vec::new();
+            encode::command(&mut want, fwd.iter().map(Vec::as_slice));
+            let pieces = whole_pieces(&req, &forwarded).unwrap();
+            if rewrite.is_none() {
+                assert_eq!(pieces, vec![Piece::Frame(0..frame.len())], "round {round}");
+            }
+            let what = format!("round {round}, rewrite {rewrite:?}");
+            same(&sent(&frame, &pieces), &want, lenient, &what);
+        }
+        // Keys out of order (no command's key spec gives them so) are refused.
+        let mut frame = Vec::new();
+        encode::command(
+            &mut frame,
+            [&b"LMOVE"[..], b"a", b"b", b"LEFT", b"LEFT"].into_iter(),
+        );
+        let mut parser = RequestParser::new(Limits::default());
+        let (mut args, mut scratch) = (Vec::new(), Vec::new());
+        let Ok(Parsed::Resp { consumed }) = parser.parse(&frame, &mut args, &mut scratch) else {
+            panic!("not parsed");
+        };
+        let req = Request::new(&frame, &args, frame.get(..consumed));
+        let backwards = [(2, b"y".to_vec()), (1, b"x".to_vec())];
+        assert_eq!(whole_pieces(&req, &backwards), None);
     }
 
     #[test]

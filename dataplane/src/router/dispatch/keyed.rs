@@ -10,6 +10,17 @@ use crate::upstream::{NO_UPSTREAM_HOST, SendError};
 /// The keys of a request are on different shards of a pool.
 pub(super) struct CrossSlot;
 
+/// Where [`Dispatch::whole`] sends a request whole.
+pub struct Whole<P> {
+    /// Its route's primary pool and the shard of its keys.
+    pub dest: super::TxDest<P>,
+    /// The route's mirrors that admit it, each with the shard of its keys.
+    pub mirrors: Vec<MirrorDest<P>>,
+    /// Each key's argument index (ascending) and its form as the route forwards it
+    /// (`remove_prefix`, `key_formatter`); empty when the route forwards keys as sent.
+    pub forwarded: Vec<(usize, Vec<u8>)>,
+}
+
 impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// Routes a command whole to the shard of its keys. Every key must take the same route and
     /// hash to the same shard of its cluster (else `-CROSSSLOT`, as Redis Cluster answers); a
@@ -57,28 +68,32 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         self.rewrite_and_send(spec.id, read, route, req, first_key, classic);
     }
 
-    /// Where a keyed command would go whole and unchanged, for sending its client's frame on a
-    /// connection of its own (a request too large to share one): the primary pool and shard of
-    /// its keys' route, and the shard of each of the route's mirrors that admits it (Envoy
-    /// `request_mirror_policy`, as [`Dispatch::keyed`] would copy it). `None` whenever
-    /// [`Dispatch::keyed`] would do anything else with it — no key, keys on different routes
-    /// or shards (of the primary or of a mirror), a route that rewrites keys — or there is no
-    /// host: the request then goes the shared way.
-    pub fn whole(
-        &mut self,
-        req: &Request<'_>,
-        spec: &'static CommandSpec,
-    ) -> Option<(super::TxDest<P>, Vec<MirrorDest<P>>)> {
+    /// Where a keyed command would go whole, for sending its client's frame on a connection of
+    /// its own (a request too large to share one): the primary pool and shard of its keys'
+    /// route, the shard of each of the route's mirrors that admits it (Envoy
+    /// `request_mirror_policy`, as [`Dispatch::keyed`] would copy it), and each key as the route
+    /// forwards it when it rewrites keys. `None` whenever [`Dispatch::keyed`] would do anything
+    /// else with it — no key, keys on different routes or shards (of the primary or of a
+    /// mirror) — or there is no host: the request then goes the shared way.
+    pub fn whole(&mut self, req: &Request<'_>, spec: &'static CommandSpec) -> Option<Whole<P>> {
         let arg = req.argv();
         self.scratch.key_idx.clear();
         command::keys(spec, req.argc(), arg, &mut self.scratch.key_idx).ok()?;
         let router = self.router;
         let first_key = arg(*self.scratch.key_idx.first()?);
         let (route_id, route) = router.route(first_key)?;
-        if route.rewrites() || !self.one_route(req, route_id) {
+        if !self.one_route(req, route_id) {
             return None;
         }
-        let shard = self.shard_of_keys(&route.pool, req).ok()??;
+        let mut forwarded = Vec::new();
+        if route.rewrites() {
+            for &i in &self.scratch.key_idx {
+                let mut key = Vec::new();
+                route.rewrite(arg(i), &mut key);
+                forwarded.push((i, key));
+            }
+        }
+        let shard = self.shard_of_whole(&route.pool, req, &forwarded)?;
         let read = command::is_read(spec);
         let mut mirrors = Vec::new();
         for m in route
@@ -87,7 +102,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             .filter(|m| m.admits(read, Some(first_key)))
         {
             mirrors.push(MirrorDest {
-                shard: self.shard_of_keys(&m.pool, req).ok()??,
+                shard: self.shard_of_whole(&m.pool, req, &forwarded)?,
                 pool: m.pool.clone(),
                 stats: m.stats.clone(),
             });
@@ -97,7 +112,29 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             pool: route.pool.clone(),
             shard,
         };
-        Some((dest, mirrors))
+        Some(Whole {
+            dest,
+            mirrors,
+            forwarded,
+        })
+    }
+
+    /// The one shard of `pool` the keys of `req` take, as forwarded (`forwarded`, or the keys at
+    /// `scratch.key_idx` as sent when it is empty); `None` when they take several, or no host
+    /// takes them.
+    fn shard_of_whole(
+        &self,
+        pool: &P,
+        req: &Request<'_>,
+        forwarded: &[(usize, Vec<u8>)],
+    ) -> Option<usize> {
+        let Some(((_, first), rest)) = forwarded.split_first() else {
+            return self.shard_of_keys(pool, req).ok()?;
+        };
+        let shard = self.place(pool, first)?;
+        rest.iter()
+            .all(|(_, k)| self.place(pool, k) == Some(shard))
+            .then_some(shard)
     }
 
     /// True when every key of `req` after the first (at `scratch.key_idx`) takes route

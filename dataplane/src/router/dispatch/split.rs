@@ -105,29 +105,35 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     }
 }
 
-/// Argument indexes of the keys `command::split::split` takes from a request of `argc`
-/// arguments (a key whose values are incomplete is left out, as there).
+/// Where [`Dispatch::split_whole`] sends the parts of a split command.
+pub struct SplitWhole<P> {
+    /// The pool of its keys' one route.
+    pub pool: Rc<P>,
+    /// A shard each, at least two, no sub-request encoded ([`command::split::group`]).
+    pub parts: Vec<command::split::Part>,
+    /// Each key's form as the route forwards it (`remove_prefix`, `key_formatter`), by
+    /// ordinal; empty when the route forwards keys as sent.
+    pub forwarded: Vec<Vec<u8>>,
+}
+
 impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
-    /// Where the parts of a split command would go with each key's arguments forwarded as
-    /// sent, for sending them from the client's frame on connections of their own (a request
-    /// too large to share one): the pool of its keys' one route and the parts
-    /// ([`command::split::group`]: a shard each, at least two, no sub-request encoded). `None`
-    /// whenever [`Dispatch::split`] would do anything else with it — keys on different
-    /// routes, a route that rewrites keys or has a mirror that admits the command, a key with
-    /// no host — or its keys all land on one shard ([`Dispatch::whole`] takes it then).
+    /// Where the parts of a split command would go, for sending them from the client's frame
+    /// on connections of their own (a request too large to share one), each key as its route
+    /// forwards it. `None` whenever [`Dispatch::split`] would do anything else with it — keys
+    /// on different routes, a route with a mirror that admits the command, a key with no host
+    /// — or its keys all land on one shard ([`Dispatch::whole`] takes it then).
     pub fn split_whole(
         &mut self,
         req: &Request<'_>,
         spec: &'static CommandSpec,
-    ) -> Option<(Rc<P>, Vec<command::split::Part>)> {
+    ) -> Option<SplitWhole<P>> {
         let arg = req.argv();
         self.scratch.key_idx.clear();
         command::keys(spec, req.argc(), arg, &mut self.scratch.key_idx).ok()?;
         let first_key = arg(*self.scratch.key_idx.first()?);
         let (route_id, route) = self.router.route(first_key)?;
         let read = command::is_read(spec);
-        if route.rewrites()
-            || !self.one_route(req, route_id)
+        if !self.one_route(req, route_id)
             || route
                 .mirrors
                 .iter()
@@ -137,11 +143,27 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         }
         let pool = route.pool_for(read).clone();
         let argv: Vec<&[u8]> = req.args().collect();
-        let parts = command::split::group(spec, &argv, |key| self.place(&pool, key));
-        (parts.len() > 1 && parts.iter().all(|p| p.shard.is_some())).then_some((pool, parts))
+        let mut forwarded = Vec::new();
+        let parts = command::split::group(spec, &argv, |key| {
+            if !route.rewrites() {
+                return self.place(&pool, key);
+            }
+            let mut fwd = Vec::new();
+            route.rewrite(key, &mut fwd);
+            let shard = self.place(&pool, &fwd);
+            forwarded.push(fwd);
+            shard
+        });
+        (parts.len() > 1 && parts.iter().all(|p| p.shard.is_some())).then_some(SplitWhole {
+            pool,
+            parts,
+            forwarded,
+        })
     }
 }
 
+/// Argument indexes of the keys `command::split::split` takes from a request of `argc`
+/// arguments (a key whose values are incomplete is left out, as there).
 fn split_keys(spec: &CommandSpec, argc: usize) -> Vec<usize> {
     let step = spec.step.max(1) as usize;
     command::key_indices(spec, argc)
