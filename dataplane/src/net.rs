@@ -202,6 +202,12 @@ pub async fn write_range(
     BufResult(res, slice.into_inner())
 }
 
+/// Writes all of `bytes` (a shared buffer: a clone of it costs no copy).
+pub async fn write_shared(stream: &TcpStream, bytes: bytes::Bytes) -> io::Result<()> {
+    let mut s = stream;
+    s.write_all(bytes).await.0
+}
+
 /// True when an idle connection can still be used: nothing is waiting to be read and the peer
 /// has not closed it (a non-blocking `MSG_PEEK`; a Redis that restarted or closed an idle
 /// client has sent FIN or RST by now). Bytes waiting on a connection that expects none mean

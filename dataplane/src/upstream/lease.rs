@@ -687,9 +687,28 @@ impl Lease {
         buffer: Vec<u8>,
         pieces: &[Piece],
     ) -> (std::io::Result<Vec<u8>>, Vec<u8>) {
+        let replies = 1 + usize::from(!prefix.is_empty());
+        let (result, buffer) = self
+            .exchange_large_replies(prefix, buffer, pieces, replies)
+            .await;
+        let last = result.and_then(|mut r| {
+            r.pop()
+                .ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
+        });
+        (last, buffer)
+    }
+
+    /// [`Lease::exchange_large`] reading `replies` replies, all returned.
+    async fn exchange_large_replies(
+        &mut self,
+        prefix: &[u8],
+        buffer: Vec<u8>,
+        pieces: &[Piece],
+        replies: usize,
+    ) -> (std::io::Result<Vec<Vec<u8>>>, Vec<u8>) {
         if pieces.iter().any(|p| match p {
             Piece::Frame(r) => r.start > r.end || r.end > buffer.len(),
-            Piece::Bytes(_) => false,
+            Piece::Bytes(_) | Piece::Shared(_) => false,
         }) {
             return (Err(std::io::ErrorKind::InvalidInput.into()), buffer);
         }
@@ -698,21 +717,33 @@ impl Lease {
         };
         let timeout = self.pool.settings.op_timeout;
         let (written, request) = write_large(stream, timeout, prefix, buffer, pieces).await;
-        let replies = 1 + usize::from(!prefix.is_empty());
         let result = match written {
             Ok(()) => net::timeout(timeout, read_replies(stream, replies))
                 .await
-                .unwrap_or_else(|| Err(std::io::ErrorKind::TimedOut.into()))
-                .and_then(|mut r| {
-                    r.pop()
-                        .ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
-                }),
+                .unwrap_or_else(|| Err(std::io::ErrorKind::TimedOut.into())),
             Err(e) => Err(e),
         };
         if result.is_err() {
             self.close();
         }
         (result, request)
+    }
+
+    /// Like [`Lease::exchange`] for requests that may hold large frames ([`Piece::Shared`]; no
+    /// [`Piece::Frame`]): each piece is written as [`Lease::exchange_large`] writes, in steps
+    /// each within `op_timeout`, then the `replies` replies must come within `op_timeout` of
+    /// the last byte.
+    ///
+    /// Errors: as for [`Lease::exchange`]; the lease is then unusable.
+    pub async fn exchange_pieces(
+        &mut self,
+        pieces: &[Piece],
+        replies: usize,
+    ) -> std::io::Result<Vec<Vec<u8>>> {
+        let (result, _) = self
+            .exchange_large_replies(b"", Vec::new(), pieces, replies)
+            .await;
+        result
     }
 
     /// Like [`Lease::exchange`] for a request that blocks at the backend (BLPOP & co.) for
@@ -800,13 +831,16 @@ impl Lease {
     }
 }
 
-/// One piece of a request [`Lease::exchange_large`] sends.
+/// One piece of a request [`Lease::exchange_large`] or [`Lease::exchange_pieces`] sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
-    /// Bytes of its own: an array header, a key as its route forwards it.
+    /// Bytes of its own: an array header, a key as its route forwards it, encoded commands.
     Bytes(Vec<u8>),
     /// A range of the buffer handed over with the request (the client's frame).
     Frame(Range<usize>),
+    /// A client's frame held where more than one send may need it (a transaction's large
+    /// command, re-sent if the transaction moves): shared, never copied.
+    Shared(bytes::Bytes),
 }
 
 /// Writes `prefix`, then `pieces` (each range within `buf`, written [`LARGE_PIECE`] bytes at a
@@ -827,8 +861,8 @@ async fn write_large(
                 own.extend_from_slice(b);
                 continue;
             }
-            Some(Piece::Frame(r)) => Some(r),
-            None => None,
+            Some(Piece::Frame(r)) => Some(r.clone()),
+            Some(Piece::Shared(_)) | None => None,
         };
         // Own bytes run together up to the next range (or the end): one write.
         if !own.is_empty() {
@@ -836,6 +870,18 @@ async fn write_large(
                 Some(BufResult(Ok(()), _)) => {}
                 Some(BufResult(Err(e), _)) => return (Err(e), buf),
                 None => return (Err(timed_out()), buf),
+            }
+        }
+        if let Some(Piece::Shared(b)) = piece {
+            let mut at = 0;
+            while at < b.len() {
+                let end = at.saturating_add(LARGE_PIECE).min(b.len());
+                match net::timeout(timeout, net::write_shared(stream, b.slice(at..end))).await {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => return (Err(e), buf),
+                    None => return (Err(timed_out()), buf),
+                }
+                at = end;
             }
         }
         let Some(range) = range else { continue };

@@ -1825,7 +1825,8 @@ fn slot_to_move(cluster: &RedisCluster, prefix: &str) -> (u16, String, String, S
 /// Transactions whose slot moved behind Respite's back (part of
 /// `blocked_client_across_slot_migration_and_failover`, sharing its cluster; Respite's periodic
 /// refresh is 60 s here, so only the redirect tells it): without WATCH, the old owner's `MOVED`
-/// at queue time aborts the first attempt there and the transaction runs once at the new owner;
+/// at queue time aborts the first attempt there and the transaction runs once at the new owner,
+/// its large command (held as the client's frame) re-sent byte for byte;
 /// with WATCH, EXEC answers nil and nothing runs. Moves the lowest slot of the first primary to
 /// a second one and back.
 fn transactions_across_a_slot_move(cluster: &RedisCluster) {
@@ -1838,14 +1839,24 @@ fn transactions_across_a_slot_move(cluster: &RedisCluster) {
     assert_eq!(cluster.slot_owner(slot), to);
     cluster.reset_stats();
     assert_eq!(cmd(&mut c, &["MULTI"]), ok());
+    // A large command first: queued as the client's frame, it is what the move re-sends.
+    let big_key = format!("{{{key}}}big");
+    let big: Vec<u8> = (0..2u32 << 20).map(|i| (i % 251) as u8).collect();
+    assert_eq!(c.cmd(&[b"SET", big_key.as_bytes(), &big]), b"+QUEUED\r\n");
     for _ in 0..2 {
         assert_eq!(cmd(&mut c, &["INCR", &key]), Reply::Simple("QUEUED".into()));
     }
     assert_eq!(
         cmd(&mut c, &["EXEC"]),
-        Reply::Array(Some(vec![Reply::Int(1), Reply::Int(2)]))
+        Reply::Array(Some(vec![ok(), Reply::Int(1), Reply::Int(2)]))
     );
     assert_eq!(query(&to, &["GET", &key]), bulk("2"));
+    let mut at_to = RawClient::connect(&to);
+    assert!(
+        at_to.cmd(&[b"GET", big_key.as_bytes()])
+            == [format!("${}\r\n", big.len()).as_bytes(), &big, b"\r\n"].concat(),
+        "the large command re-sent byte for byte"
+    );
     // The premise: the first attempt went to the old owner, which refused it.
     let at_from = cluster.commandstats_full(&from);
     assert!(

@@ -360,7 +360,7 @@ impl Pieces {
     fn within(self, frame: &[u8]) -> Option<Vec<Piece>> {
         let inside = self.pieces.iter().all(|p| match p {
             Piece::Frame(r) => r.end <= frame.len(),
-            Piece::Bytes(_) => true,
+            Piece::Bytes(_) | Piece::Shared(_) => true,
         });
         (inside && !self.backwards).then_some(self.pieces)
     }
@@ -459,6 +459,7 @@ mod tests {
             match p {
                 Piece::Bytes(b) => out.extend_from_slice(b),
                 Piece::Frame(r) => out.extend_from_slice(&frame[r.clone()]),
+                Piece::Shared(b) => out.extend_from_slice(b),
             }
         }
         out

@@ -100,6 +100,9 @@ struct Session {
     hub: Rc<Hub>,
     /// A large request just placed, whose frame the read loop hands over.
     large: Option<large::Large>,
+    /// A large command just queued inside MULTI, whose frame the read loop hands over
+    /// ([`Session::queue_frame`]).
+    multi_frame: bool,
 }
 
 /// Keeps a session registered with its worker until both its reader and its writer are done
@@ -163,6 +166,7 @@ pub async fn run(
         subs: None,
         hub: worker.pubsub.clone(),
         large: None,
+        multi_frame: false,
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -272,6 +276,10 @@ pub async fn run(
                         Some(large) => {
                             let frame = large::take_frame(&mut buf, &mut start, consumed);
                             large.send(frame, sink.clone(), worker.budget.clone());
+                        }
+                        None if session.multi_frame => {
+                            let frame = large::take_frame(&mut buf, &mut start, consumed);
+                            session.queue_frame(frame, &worker.budget);
                         }
                         None => start += consumed,
                     }

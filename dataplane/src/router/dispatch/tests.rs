@@ -886,7 +886,7 @@ impl Bench {
                 &req,
                 Some(spec),
                 so_far,
-                &mut out,
+                Some(&mut out),
                 &mut TxMirrors::default(),
             )
         };

@@ -56,6 +56,8 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// Appends `req` (a command of row `spec`, or a listener custom command with its key at
     /// argument 1 when `spec` is `None`) to `out` in its forwarded form (keys rewritten by their
     /// route) and says where its keys go, for a transaction whose backend so far is `so_far`.
+    /// Without `out` it only places it: the caller sends the client's frame as it is, which is
+    /// its forwarded form when no route rewrites keys ([`crate::router::Router::rewrites`]).
     ///
     /// Refused: commands that go to every backend or that Respite answers itself (except PING,
     /// ECHO and TIME, which the backend answers inside the transaction), refused commands, keys of
@@ -65,7 +67,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         req: &Request<'_>,
         spec: Option<&'static CommandSpec>,
         so_far: Option<&TxDest<P>>,
-        out: &mut Vec<u8>,
+        out: Option<&mut Vec<u8>>,
         mirrors: &mut TxMirrors,
     ) -> Queued<P> {
         self.scratch.key_idx.clear();
@@ -112,7 +114,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         if let Err(reply) = command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx) {
             return Queued::No(reply.into());
         }
-        self.append_placed(req, Some(spec), so_far, out, None)
+        self.append_placed(req, Some(spec), so_far, Some(out), None)
     }
 
     /// Places the keys at `scratch.key_idx` and appends `req` in its forwarded form (keys
@@ -123,13 +125,15 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         req: &Request<'_>,
         spec: Option<&'static CommandSpec>,
         so_far: Option<&TxDest<P>>,
-        out: &mut Vec<u8>,
+        out: Option<&mut Vec<u8>>,
         mirrors: Option<&mut TxMirrors>,
     ) -> Queued<P> {
         let arg = req.argv();
         let router = self.router;
         let Some(&first) = self.scratch.key_idx.first() else {
-            out.extend_from_slice(req.forward(&mut self.scratch.encoded));
+            if let Some(out) = out {
+                out.extend_from_slice(req.forward(&mut self.scratch.encoded));
+            }
             return Queued::Yes { dest: None };
         };
         let Some((route_id, route)) = router.route(arg(first)) else {
@@ -155,7 +159,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         client: &Request<'_>,
         fwd: &Request<'_>,
         so_far: Option<&TxDest<P>>,
-        out: &mut Vec<u8>,
+        out: Option<&mut Vec<u8>>,
         spec: Option<&'static CommandSpec>,
         mirrors: Option<&mut TxMirrors>,
     ) -> Queued<P> {
@@ -195,7 +199,9 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
                 };
             }
         }
-        out.extend_from_slice(fwd.forward(&mut self.scratch.encoded));
+        if let Some(out) = out {
+            out.extend_from_slice(fwd.forward(&mut self.scratch.encoded));
+        }
         Queued::Yes { dest: Some(dest) }
     }
 

@@ -14,11 +14,12 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
+use super::commands::Commands;
 use super::{Dest, Watch};
 use crate::engine::session::multi::{self, EXECABORT};
 use crate::engine::sink::Sink;
 use crate::engine::worker::ListenerRuntime;
-use crate::upstream::{Deliver, Lease, UPSTREAM_FAILURE};
+use crate::upstream::{Deliver, Lease, Piece, UPSTREAM_FAILURE};
 
 pub(super) const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 pub(super) const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
@@ -38,14 +39,14 @@ pub(super) struct Exchange {
     pub resp3: bool,
     /// The listener's runtime of the transaction (kept with the connection it opens).
     pub runtime: Rc<ListenerRuntime>,
-    /// The commands to send now, encoded as forwarded…
-    pub unsent: Vec<u8>,
+    /// The commands to send now, as forwarded…
+    pub unsent: Commands,
     /// …and per command the client's reply slot (`None`: answered `+QUEUED` before the
     /// backend was known; its reply is read, not passed on).
     pub slots: Vec<Option<u64>>,
     /// Every command queued so far, `unsent` included, and how many: what a move to another
     /// Redis Cluster node re-sends.
-    pub queued: Rc<RefCell<Vec<u8>>>,
+    pub queued: Rc<RefCell<Commands>>,
     pub count: usize,
     /// `EXEC` follows the commands.
     pub exec: bool,
@@ -89,16 +90,12 @@ impl Exchange {
                 Err(None) => return self.refuse(UPSTREAM_FAILURE, false),
             }
         }
-        let mut request = Vec::with_capacity(MULTI.len() + self.unsent.len() + EXEC.len());
-        if one_write {
-            request.extend_from_slice(MULTI);
-        }
-        request.append(&mut self.unsent);
-        if self.exec {
-            request.extend_from_slice(EXEC);
-        }
+        let before = if one_write { MULTI } else { b"" };
+        let after = if self.exec { EXEC } else { b"" };
+        let request = self.unsent.framed(before, after);
+        self.unsent.clear();
         let expected = usize::from(one_write) + self.slots.len() + usize::from(self.exec);
-        let mut replies = match w.lease.exchange(request, expected).await {
+        let mut replies = match send(&mut w.lease, request, expected).await {
             Ok(r) => r.into_iter(),
             // Before EXEC, a closed connection discards the transaction at its host; after,
             // whether it ran is unknown, as for any write whose reply was lost.
@@ -158,12 +155,10 @@ impl Exchange {
             Err(None) => return self.refuse(UPSTREAM_FAILURE, false),
         }
         w.multi = true;
-        let mut request = self.queued.borrow().clone();
-        if self.exec {
-            request.extend_from_slice(EXEC);
-        }
+        let after = if self.exec { EXEC } else { b"" };
+        let request = self.queued.borrow().framed(b"", after);
         let expected = self.count + usize::from(self.exec);
-        let mut replies = match w.lease.exchange(request, expected).await {
+        let mut replies = match send(&mut w.lease, request, expected).await {
             Ok(r) => r,
             Err(_) => return self.refuse(UPSTREAM_FAILURE, true),
         };
@@ -238,6 +233,19 @@ impl Watch {
             (true, false) => b"*-1\r\n".to_vec(),
             (false, _) => reply,
         }
+    }
+}
+
+/// Sends `request` ([`Commands::framed`]: one buffer, or pieces holding large frames) on
+/// `lease` and reads `expected` replies.
+async fn send(
+    lease: &mut Lease,
+    request: Result<Vec<Piece>, Vec<u8>>,
+    expected: usize,
+) -> std::io::Result<Vec<Vec<u8>>> {
+    match request {
+        Err(bytes) => lease.exchange(bytes, expected).await,
+        Ok(pieces) => lease.exchange_pieces(&pieces, expected).await,
     }
 }
 

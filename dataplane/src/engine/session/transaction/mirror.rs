@@ -7,6 +7,7 @@
 use std::rc::Rc;
 
 use super::Dest;
+use super::commands::Commands;
 use super::exchange::EXEC;
 use crate::cluster::ClusterPool;
 use crate::engine::worker::ListenerRuntime;
@@ -52,7 +53,7 @@ pub(super) fn mirror_copies(
     rt: &ListenerRuntime,
     dest: &Dest,
     mirrors: &TxMirrors,
-    queued: &[u8],
+    queued: &Commands,
 ) -> Vec<TxCopy> {
     let Some(route) = rt.router.by_id(dest.route) else {
         return Vec::new();
@@ -65,6 +66,8 @@ pub(super) fn mirror_copies(
         .filter_map(|(m, place)| match *place {
             MirrorPlace::Open => None,
             MirrorPlace::Shard(shard) => {
+                // Copied, large frames too: mirrored transactions of hundreds of MiB are left
+                // to the shared path's cost.
                 let mut request = queued.to_vec();
                 request.extend_from_slice(EXEC);
                 Some(TxCopy::Whole {

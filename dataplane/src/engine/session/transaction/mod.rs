@@ -25,19 +25,23 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+mod commands;
 mod exchange;
 mod mirror;
 
 use super::barrier::Barrier;
+use super::large::LARGE_REQUEST;
 use super::multi::{EXECABORT, Step};
 use super::{Mode, Session};
 use crate::cluster::ClusterPool;
 use crate::command::{CommandSpec, Kind, Request, Transaction};
+use crate::engine::budget::Budget;
 use crate::engine::sink::NO_CMD;
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
 use crate::router::dispatch::{CROSSSLOT, Client, Queued, Slots, TxDest, TxMirrors};
 use crate::upstream::{Deliver, Lease, LeaseError, NO_UPSTREAM_HOST, UPSTREAM_FAILURE};
+use commands::Commands;
 use exchange::{DISCARD, Exchange, Outcome, UNWATCH};
 
 /// Where a transaction runs, in the worker's pools.
@@ -53,12 +57,12 @@ pub(super) const MAX_QUEUED: usize = 1 << 20;
 
 /// A transaction being queued (the connection is in [`Mode::Multi`]).
 pub(super) struct Tx {
-    /// Every command queued, encoded as forwarded: what a mirror copies, and what a move to
-    /// another Redis Cluster node re-sends.
-    queued: Rc<RefCell<Vec<u8>>>,
+    /// Every command queued, as forwarded: what a mirror copies, and what a move to another
+    /// Redis Cluster node re-sends.
+    queued: Rc<RefCell<Commands>>,
     count: usize,
     /// The commands queued since the last exchange with the backend…
-    unsent: Vec<u8>,
+    unsent: Commands,
     /// …and per command the client's reply slot (`None`: answered `+QUEUED` by the session,
     /// before the backend was known).
     slots: Vec<Option<u64>>,
@@ -153,7 +157,7 @@ impl Session {
                 self.mode = Mode::Multi(Box::new(Tx {
                     queued: Rc::default(),
                     count: 0,
-                    unsent: Vec::new(),
+                    unsent: Commands::default(),
                     slots: Vec::new(),
                     dest: None,
                     discarded: false,
@@ -371,23 +375,36 @@ impl Session {
                 b"-ERR transaction too large: too many commands or bytes queued since MULTI\r\n",
             );
         }
-        let from = tx.unsent.len();
+        // A large command (a 256 MiB `SET`) is queued as the client's frame itself, which the
+        // read loop hands over (`queue_frame`): copied into the queue, and again for the
+        // re-send, it stalled the worker's other clients.
+        let large = !rt.router.rewrites()
+            && req.frame().is_some_and(|f| {
+                f.len() >= LARGE_REQUEST && std::ptr::eq(f.as_ptr(), req.bytes().as_ptr())
+            });
+        let from = tx.unsent.own().len();
         let placed = if spec.is_some_and(|s| s.kind == Kind::Transaction(Transaction::Unwatch)) {
             // Queued as Redis does; EXEC unwatches anyway.
-            tx.unsent.extend_from_slice(UNWATCH);
+            tx.unsent.own().extend_from_slice(UNWATCH);
             Queued::Yes { dest: None }
         } else {
+            let out = (!large).then(|| tx.unsent.own());
             self.dispatch(rt)
-                .queue(req, spec, so_far.as_ref(), &mut tx.unsent, &mut tx.mirrors)
+                .queue(req, spec, so_far.as_ref(), out, &mut tx.mirrors)
         };
         match placed {
             Queued::Yes { dest } => {
                 if tx.dest.is_none() {
                     tx.dest = dest;
                 }
-                tx.queued
-                    .borrow_mut()
-                    .extend_from_slice(tx.unsent.get(from..).unwrap_or_default());
+                if large {
+                    self.multi_frame = true;
+                } else {
+                    tx.queued
+                        .borrow_mut()
+                        .own()
+                        .extend_from_slice(tx.unsent.tail(from));
+                }
                 tx.count += 1;
                 if tx.dest.is_some() || so_far.is_some() {
                     // Its reply comes from the backend, at the end of this read.
@@ -406,6 +423,18 @@ impl Session {
             }
         }
         self.mode = Mode::Multi(tx);
+    }
+
+    /// Queues `frame`, the whole frame of the large command [`Session::queue`] just placed
+    /// (`multi_frame`), as it is: taken, not copied; its memory counted in `budget`'s trim once
+    /// the transaction lets it go.
+    pub(super) fn queue_frame(&mut self, frame: Vec<u8>, budget: &Rc<Budget>) {
+        self.multi_frame = false;
+        if let Mode::Multi(tx) = &mut self.mode {
+            let frame = Commands::frame(frame, budget);
+            tx.unsent.append(&frame);
+            tx.queued.borrow_mut().append(&frame);
+        }
     }
 
     /// At the end of a read inside MULTI: sends the commands queued since the last exchange to
