@@ -11,7 +11,7 @@ use crate::cluster::{ClusterPool, Dest};
 use crate::config::MirrorPolicy;
 use crate::net::Notify;
 use crate::stats::{Counter, Gauge, Store};
-use crate::upstream::{Deliver, NO_UPSTREAM_HOST, Target};
+use crate::upstream::{Deliver, NO_UPSTREAM_HOST, Piece, Target};
 
 const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
@@ -108,8 +108,9 @@ impl MirrorStats {
 
 impl MirrorStats {
     /// Copies a committed transaction whole to shard `shard` of `pool`: `MULTI` alone, then
-    /// `request` (its `count` commands as forwarded, then `EXEC`) on a leased connection of its
-    /// own, since a transaction cannot share a pipelined one. One copy in the counters and the
+    /// `request` (its `count` commands as forwarded, then `EXEC`; a large command's frame held,
+    /// not copied: [`crate::upstream::Lease::exchange_pieces`]) on a leased connection of its own, since a
+    /// transaction cannot share a pipelined one. One copy in the counters and the
     /// in-flight bound; it succeeds when the mirror's EXEC answers the array of results.
     ///
     /// It keeps its place among `client`'s copies: it goes out once a [`MirrorStats::fence`]
@@ -120,7 +121,7 @@ impl MirrorStats {
         self: &Rc<Self>,
         pool: &ClusterPool,
         shard: usize,
-        request: Vec<u8>,
+        request: Vec<Piece>,
         count: usize,
         client: Client,
     ) {
@@ -139,7 +140,7 @@ impl MirrorStats {
                 let multi = lease.exchange(MULTI.to_vec(), 1).await;
                 let committed = match multi {
                     Ok(r) if r.first().is_some_and(|r| r.as_slice() == b"+OK\r\n") => lease
-                        .exchange(request, count + 1)
+                        .exchange_pieces(&request, count + 1)
                         .await
                         .ok()
                         .and_then(|r| r.into_iter().last())

@@ -555,3 +555,144 @@ hosts = ["{}"]
         }
     }
 }
+
+/// A mirrored transaction holding a large command: the primary runs it and the mirror gets its
+/// copy (Envoy `request_mirror_policy`), both byte for byte, while Respite holds the value
+/// once: its peak RSS grows by well under two copies of it (the queue, a re-send's copy, the
+/// write and the mirror's copy each held one before).
+#[test]
+fn a_mirrored_transaction_holds_its_large_command_once() {
+    let backends = servers(2);
+    let (primary, mirror) = (backends[0].addr(), backends[1].addr());
+    let respite = start_mirrored(&primary, &mirror);
+    let pid = respite.pid();
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", b"warm", b"w"]), OK);
+    let base = peak_rss_kib(pid);
+    let copied = respite.stat("cluster.mirror.mirror_rq_success");
+    let big: Vec<u8> = (0..32 * MIB as u32).map(|i| (i % 253) as u8).collect();
+    let replies = c.pipeline(&[
+        cmd(&[b"MULTI"]),
+        cmd(&[b"SET", b"tx", &big]),
+        cmd(&[b"APPEND", b"tx", b"!"]),
+        cmd(&[b"EXEC"]),
+        cmd(&[b"GET", b"warm"]),
+    ]);
+    let len = int(32 * MIB as i64 + 1);
+    let queued = b"+QUEUED\r\n".to_vec();
+    assert_eq!(
+        replies,
+        vec![
+            OK.to_vec(),
+            queued.clone(),
+            queued,
+            [b"*2\r\n+OK\r\n".to_vec(), len.clone()].concat(),
+            bulk(b"w")
+        ]
+    );
+    let grew = peak_rss_kib(pid).saturating_sub(base) / 1024;
+    eprintln!("peak RSS grew {grew} MiB for a mirrored 32 MiB value inside MULTI");
+    assert!(
+        grew < 56,
+        "the 32 MiB value was held more than once: +{grew} MiB"
+    );
+    let mut want = big;
+    want.push(b'!');
+    for b in &backends {
+        assert!(
+            b.raw().cmd(&[b"GET", b"tx"]) == bulk(&want),
+            "{} byte for byte",
+            b.addr()
+        );
+    }
+    // The transaction's copy is answered before the GET behind it runs (the GET's own copy
+    // may come later).
+    assert!(respite.stat("cluster.mirror.mirror_rq_success") > copied);
+    assert_eq!(respite.stat("cluster.mirror.mirror_rq_error"), 0);
+}
+
+/// A large `MSET` split over two shards of a mirrored route: each part goes to its primary
+/// shard on a connection of its own, then the mirror cluster (two hosts, placing keys by its
+/// own ring) gets the keys split by its own shards, part by part, from the same frame. Every
+/// value is byte for byte on its owner in both clusters, each copy is counted a success, and a
+/// request pipelined behind it sees it.
+#[test]
+fn a_large_mset_split_on_a_mirrored_route_is_copied_part_by_part() {
+    let backends = servers(4);
+    let all = addrs(&backends);
+    let (primaries, mirrors) = (&all[..2], &all[2..]);
+    let (port, admin) = (free_port(), free_port());
+    let cfg = format!(
+        r#"[admin]
+address = "127.0.0.1:{admin}"
+[runtime]
+workers = 1
+[[listeners]]
+name = "main"
+address = "127.0.0.1:{port}"
+op_timeout = "5s"
+[listeners.prefix_routes.catch_all_route]
+cluster = "cache"
+[[listeners.prefix_routes.catch_all_route.request_mirror_policy]]
+cluster = "mirror"
+exclude_read_commands = true
+[[clusters]]
+name = "cache"
+hosts = ["{}", "{}"]
+[[clusters]]
+name = "mirror"
+hosts = ["{}", "{}"]
+"#,
+        primaries[0], primaries[1], mirrors[0], mirrors[1]
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let (primary, mirror) = (Placement::new(primaries), Placement::new(mirrors));
+    // Keys on both primaries, and (by the mirror's own ring) on both mirrors.
+    let keys: Vec<String> = (0..4)
+        .map(|i| {
+            (0..10_000)
+                .map(|n| format!("split-{n}"))
+                .find(|k| {
+                    primary.owner(k.as_bytes()) == i % 2 && mirror.owner(k.as_bytes()) == i / 2
+                })
+                .expect("a key for each pair of owners")
+        })
+        .collect();
+    let values: Vec<Vec<u8>> = (0..4u8)
+        .map(|i| {
+            (0..MIB as u32 + 7)
+                .map(|j| (j as u8).wrapping_add(i))
+                .collect()
+        })
+        .collect();
+    let mut args: Vec<&[u8]> = vec![b"MSET"];
+    for (k, v) in keys.iter().zip(&values) {
+        args.push(k.as_bytes());
+        args.push(v);
+    }
+    let copied = respite.stat("cluster.mirror.mirror_rq_success");
+    let mut c = respite.raw();
+    let replies = c.pipeline(&[cmd(&args), cmd(&[b"STRLEN", keys[3].as_bytes()])]);
+    assert_eq!(replies, vec![OK.to_vec(), int(MIB as i64 + 7)]);
+    assert_eq!(
+        respite.stat("cluster.cache.leased_cx_total"),
+        2,
+        "a lease per part"
+    );
+    assert_eq!(
+        respite.stat("cluster.mirror.leased_cx_total"),
+        2,
+        "a lease per copy"
+    );
+    assert_eq!(respite.stat("cluster.mirror.mirror_rq_success"), copied + 2);
+    for (i, (k, v)) in keys.iter().zip(&values).enumerate() {
+        let p = &backends[primary.owner(k.as_bytes())];
+        let m = &backends[2 + mirror.owner(k.as_bytes())];
+        for (b, which) in [(p, "primary"), (m, "mirror")] {
+            assert!(
+                b.raw().cmd(&[b"GET", k.as_bytes()]) == bulk(v),
+                "key {i} on its {which}"
+            );
+        }
+    }
+}

@@ -17,14 +17,16 @@
 //!   one such as `MSET` whose keys all land on one shard; its reply then merged as the shared
 //!   path merges a split command's), or when
 //!   [`crate::router::dispatch::Dispatch::split_whole`] splits it per shard (an `MSET` whose
-//!   keys land on several shards, on a route without mirrors for it): each part then goes to
+//!   keys land on several shards): each part then goes to
 //!   its shard in turn, on a connection of its own, as its own array header followed by the
 //!   ranges of the client's frame that hold its command name and its keys and values, so no
 //!   part is copied either; the parts' replies are merged as on the shared path, at most
 //!   [`MAX_FRAME_RANGES`] pieces in all (many small keys, such as an MGET of a million, are
 //!   cheap to copy). On a route that rewrites keys (`remove_prefix`, `key_formatter`) each key
 //!   goes in its forwarded form, written from bytes of its own between ranges of the frame.
-//!   A split command with mirrors takes the shared path, copied as before.
+//!   A split one's mirrors get their copies part by part the same way, each part split by the
+//!   mirror cluster's own shards. Inside MULTI a large command is queued as its frame instead
+//!   (`transaction::commands`).
 //! - Mirrors (Envoy `request_mirror_policy`) get their copy the same way, from the same
 //!   buffer, once the primary has answered: on a shared connection the copy would cost a
 //!   copy of the bytes and hold every other copy to that mirror behind it (a 256 MiB mirrored
@@ -100,6 +102,8 @@ enum To {
         nkeys: usize,
         parts: Vec<Part>,
         framed: Vec<FramePart>,
+        /// The mirrors' copies, part by part (each its own shard of a mirror cluster).
+        mirrors: Vec<(MirrorDest<ClusterPool>, Vec<Piece>)>,
     },
 }
 
@@ -163,6 +167,7 @@ impl Session {
                     pool,
                     parts,
                     forwarded,
+                    mirrors: mirror_parts,
                 }) = self.dispatch(rt).split_whole(req, spec)
                 else {
                     return false;
@@ -177,9 +182,27 @@ impl Session {
                     };
                     framed.push(FramePart { addr, pieces });
                 }
+                let mut mirrors = Vec::new();
+                for m in mirror_parts {
+                    for part in &m.parts {
+                        let shard = part.shard;
+                        let pieces = part_pieces(req, spec, part, &forwarded);
+                        let (Some(shard), Some(pieces)) = (shard, pieces) else {
+                            return false;
+                        };
+                        let dest = MirrorDest {
+                            pool: m.pool.clone(),
+                            shard,
+                            stats: m.stats.clone(),
+                        };
+                        mirrors.push((dest, pieces));
+                    }
+                }
                 // Many small keys (an MGET of a million) are cheap to copy and would cost a
                 // write per piece: that is the shared path's job.
-                if framed.iter().map(|p| p.pieces.len()).sum::<usize>() > MAX_FRAME_RANGES {
+                let pieces = framed.iter().map(|p| p.pieces.len()).sum::<usize>()
+                    + mirrors.iter().map(|(_, p)| p.len()).sum::<usize>();
+                if pieces > MAX_FRAME_RANGES {
                     return false;
                 }
                 To::Split {
@@ -188,6 +211,7 @@ impl Session {
                     nkeys,
                     parts,
                     framed,
+                    mirrors,
                 }
             }
         };
@@ -246,6 +270,7 @@ impl Large {
                     nkeys,
                     parts,
                     framed,
+                    mirrors,
                 } => {
                     let mut frame = frame;
                     let mut replies = Vec::with_capacity(framed.len());
@@ -259,6 +284,9 @@ impl Large {
                     let mut reply = Vec::new();
                     merge(*how, *nkeys, parts, &replies, &mut reply);
                     sink.deliver(self.seq, 0, &reply);
+                    for (m, pieces) in mirrors {
+                        frame = self.copy(m, frame, pieces).await;
+                    }
                     frame
                 }
             };

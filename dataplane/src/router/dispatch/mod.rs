@@ -24,7 +24,7 @@ use std::time::Duration;
 pub use fault::apply as apply_fault;
 pub use keyed::Whole;
 pub use mirror::MirrorDest;
-pub use split::SplitWhole;
+pub use split::{MirrorParts, SplitWhole};
 pub use transaction::{MirrorPlace, Queued, TxDest, TxMirrors};
 
 use super::Router;

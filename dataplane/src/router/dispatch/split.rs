@@ -7,7 +7,7 @@ use super::{Dispatch, Pool, Slots};
 use crate::cluster::Dest;
 use crate::command::Request;
 use crate::command::{self, CommandSpec, Merge};
-use crate::router::CATCH_ALL;
+use crate::router::{CATCH_ALL, MirrorStats};
 use crate::upstream::NO_UPSTREAM_HOST;
 
 impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
@@ -114,14 +114,25 @@ pub struct SplitWhole<P> {
     /// Each key's form as the route forwards it (`remove_prefix`, `key_formatter`), by
     /// ordinal; empty when the route forwards keys as sent.
     pub forwarded: Vec<Vec<u8>>,
+    /// The copies for the route's mirrors (Envoy `request_mirror_policy`), as
+    /// [`Dispatch::split`] copies it: per mirror, the keys it admits split by its own shards.
+    pub mirrors: Vec<MirrorParts<P>>,
+}
+
+/// The parts of a split command one mirror cluster gets (each with a shard: keys the mirror
+/// does not admit, or has no host for, are left out).
+pub struct MirrorParts<P> {
+    pub stats: Rc<MirrorStats>,
+    pub pool: Rc<P>,
+    pub parts: Vec<command::split::Part>,
 }
 
 impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// Where the parts of a split command would go, for sending them from the client's frame
     /// on connections of their own (a request too large to share one), each key as its route
-    /// forwards it. `None` whenever [`Dispatch::split`] would do anything else with it — keys
-    /// on different routes, a route with a mirror that admits the command, a key with no host
-    /// — or its keys all land on one shard ([`Dispatch::whole`] takes it then).
+    /// forwards it, and the parts its route's mirrors get. `None` whenever [`Dispatch::split`]
+    /// would do anything else with it — keys on different routes, a key with no host — or its
+    /// keys all land on one shard ([`Dispatch::whole`] takes it then).
     pub fn split_whole(
         &mut self,
         req: &Request<'_>,
@@ -133,12 +144,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         let first_key = arg(*self.scratch.key_idx.first()?);
         let (route_id, route) = self.router.route(first_key)?;
         let read = command::is_read(spec);
-        if !self.one_route(req, route_id)
-            || route
-                .mirrors
-                .iter()
-                .any(|m| m.admits(read, Some(first_key)))
-        {
+        if !self.one_route(req, route_id) {
             return None;
         }
         let pool = route.pool_for(read).clone();
@@ -154,10 +160,33 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             forwarded.push(fwd);
             shard
         });
-        (parts.len() > 1 && parts.iter().all(|p| p.shard.is_some())).then_some(SplitWhole {
+        if parts.len() < 2 || parts.iter().any(|p| p.shard.is_none()) {
+            return None;
+        }
+        let mut mirrors = Vec::new();
+        for m in route.mirrors.iter().filter(|m| !m.excludes(read)) {
+            let mut ordinal = 0;
+            let parts = command::split::group(spec, &argv, |key| {
+                let fwd = forwarded.get(ordinal).map_or(key, Vec::as_slice);
+                ordinal += 1;
+                m.admits(read, Some(key))
+                    .then(|| self.place(&m.pool, fwd))
+                    .flatten()
+            });
+            let parts: Vec<_> = parts.into_iter().filter(|p| p.shard.is_some()).collect();
+            if !parts.is_empty() {
+                mirrors.push(MirrorParts {
+                    stats: m.stats.clone(),
+                    pool: m.pool.clone(),
+                    parts,
+                });
+            }
+        }
+        Some(SplitWhole {
             pool,
             parts,
             forwarded,
+            mirrors,
         })
     }
 }

@@ -107,18 +107,4 @@ impl Commands {
         pieces.push(Piece::Bytes([self.tail.as_slice(), after].concat()));
         Ok(pieces)
     }
-
-    /// Every byte in one buffer (a mirror's copy).
-    pub(super) fn to_vec(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.len());
-        for p in &self.pieces {
-            match p {
-                Piece::Bytes(b) => out.extend_from_slice(b),
-                Piece::Shared(b) => out.extend_from_slice(b),
-                Piece::Frame(_) => {}
-            }
-        }
-        out.extend_from_slice(&self.tail);
-        out
-    }
 }

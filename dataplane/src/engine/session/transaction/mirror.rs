@@ -13,15 +13,16 @@ use crate::cluster::ClusterPool;
 use crate::engine::worker::ListenerRuntime;
 use crate::router::MirrorStats;
 use crate::router::dispatch::{Client, MirrorPlace, TxMirrors};
+use crate::upstream::Piece;
 
 /// The copy of a committed transaction for one mirror of its route.
 pub(super) enum TxCopy {
-    /// To this shard of the mirror's pool, these bytes (the queued commands, then EXEC).
+    /// To this shard of the mirror's pool, the queued commands, then EXEC.
     Whole {
         stats: Rc<MirrorStats>,
         pool: Rc<ClusterPool>,
         shard: usize,
-        request: Vec<u8>,
+        request: Vec<Piece>,
     },
     /// Its keys go to several shards of the mirror, or to none: not copied, counted.
     Unsendable(Rc<MirrorStats>),
@@ -66,10 +67,10 @@ pub(super) fn mirror_copies(
         .filter_map(|(m, place)| match *place {
             MirrorPlace::Open => None,
             MirrorPlace::Shard(shard) => {
-                // Copied, large frames too: mirrored transactions of hundreds of MiB are left
-                // to the shared path's cost.
-                let mut request = queued.to_vec();
-                request.extend_from_slice(EXEC);
+                let request = match queued.framed(b"", EXEC) {
+                    Ok(pieces) => pieces,
+                    Err(bytes) => vec![Piece::Bytes(bytes)],
+                };
                 Some(TxCopy::Whole {
                     stats: m.stats.clone(),
                     pool: m.pool.clone(),
