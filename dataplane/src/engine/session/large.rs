@@ -13,11 +13,9 @@
 //! - The client's later requests wait behind it (a barrier), as behind a blocking command,
 //!   so replies stay in order; it goes out once the client's earlier requests are answered.
 //! - Outside MULTI and WATCH, a request goes this way when
-//!   [`crate::router::dispatch::Dispatch::whole`] places it whole (a keyed one, or a multi-key
-//!   one such as `MSET` whose keys all land on one shard; its reply then merged as the shared
-//!   path merges a split command's), or when
-//!   [`crate::router::dispatch::Dispatch::split_whole`] splits it per shard (an `MSET` whose
-//!   keys land on several shards): each part then goes to
+//!   [`crate::router::dispatch::Dispatch::whole`] places a keyed one whole, or when
+//!   [`crate::router::dispatch::Dispatch::split_whole`] splits a split one (`MSET`, `MGET`,
+//!   `DEL` …) per shard, one part when its keys all land on one shard: each part then goes to
 //!   its shard in turn, on a connection of its own, as its own array header followed by the
 //!   ranges of the client's frame that hold its command name and its keys and values, so no
 //!   part is copied either; the parts' replies are merged as on the shared path, at most
@@ -47,7 +45,7 @@ use super::barrier::Barrier;
 use super::blocking::MAX_REDIRECTS;
 use crate::cluster::{ClusterPool, Dest};
 use crate::command::split::{Part, merge};
-use crate::command::{self, CommandSpec, Merge, Request};
+use crate::command::{CommandSpec, Merge, Request};
 use crate::engine::budget::Budget;
 use crate::engine::sink::Sink;
 use crate::engine::worker::ListenerRuntime;
@@ -82,20 +80,18 @@ pub(super) struct Large {
 
 /// Where a large request goes.
 enum To {
-    /// Whole and unchanged to one shard of `dest` (at `addr`), then to each mirror. A split
-    /// command (an `MSET` whose keys all land on one shard) has its reply merged as one part
-    /// (`merged`), so it answers as the shared path would (`-finished with 1 error(s)`, an
-    /// `MGET`'s error inline per key).
+    /// Whole to one shard of `dest` (at `addr`), then to each mirror.
     Whole {
         dest: TxDest<ClusterPool>,
         addr: SocketAddr,
         mirrors: Vec<MirrorDest<ClusterPool>>,
-        merged: Option<(Merge, Part)>,
         /// The request as sent: the frame, each key rewritten by its route if it rewrites.
         pieces: Vec<Piece>,
     },
-    /// Split per shard of `pool` into `parts` (their keys, for the merge), each sent from the
-    /// frame as `framed` says (same order); the replies merged by `merge` over `nkeys` keys.
+    /// Split per shard of `pool` into `parts` (their keys, for the merge; one when they all
+    /// land on one shard), each sent from the frame as `framed` says (same order); the replies
+    /// merged by `merge` over `nkeys` keys, so it answers as the shared path would
+    /// (`-finished with 1 error(s)`, an `MGET`'s error inline per key).
     Split {
         pool: Rc<ClusterPool>,
         merge: Merge,
@@ -127,7 +123,18 @@ impl Session {
         if !self.mode.is_shared() || self.watching.is_some() || self.barrier.is_some() {
             return false;
         }
-        let whole = self.dispatch(rt).whole(req, spec);
+        // A split command always goes the split way, whatever shards its keys land on: its
+        // mirrors admit key by key (`runtime_fraction`) and place keys by their own shards,
+        // and its reply is merged, as on the shared path.
+        let split = match Upstream::of(spec.kind) {
+            Some(Upstream::Split(merge)) => Some(merge),
+            _ => None,
+        };
+        let whole = if split.is_some() {
+            None
+        } else {
+            self.dispatch(rt).whole(req, spec)
+        };
         let to = match whole {
             Some(Whole {
                 dest,
@@ -140,27 +147,15 @@ impl Session {
                 let Some(pieces) = whole_pieces(req, &forwarded) else {
                     return false;
                 };
-                let merged = match Upstream::of(spec.kind) {
-                    Some(Upstream::Split(how)) => {
-                        let argv: Vec<&[u8]> = req.args().collect();
-                        let mut parts = command::split::group(spec, &argv, |_| Some(dest.shard));
-                        let Some(part) = parts.pop().filter(|_| parts.is_empty()) else {
-                            return false;
-                        };
-                        Some((how, part))
-                    }
-                    _ => None,
-                };
                 To::Whole {
                     dest,
                     addr,
                     mirrors,
-                    merged,
                     pieces,
                 }
             }
             None => {
-                let Some(Upstream::Split(merge)) = Upstream::of(spec.kind) else {
+                let Some(merge) = split else {
                     return false;
                 };
                 let Some(SplitWhole {
@@ -245,20 +240,11 @@ impl Large {
                     dest,
                     addr,
                     mirrors,
-                    merged,
                     pieces,
                 } => {
                     let (reply, mut frame) =
                         exchange(&dest.pool, *addr, self.resp3, frame, pieces).await;
-                    match merged {
-                        Some((how, part)) => {
-                            let mut out = Vec::new();
-                            let parts = std::slice::from_ref(part);
-                            merge(*how, part.keys.len(), parts, &[&reply], &mut out);
-                            sink.deliver(self.seq, 0, &out);
-                        }
-                        None => sink.deliver(self.seq, 0, &reply),
-                    }
+                    sink.deliver(self.seq, 0, &reply);
                     for m in mirrors {
                         frame = self.copy(m, frame, pieces).await;
                     }

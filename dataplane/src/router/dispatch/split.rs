@@ -109,7 +109,8 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
 pub struct SplitWhole<P> {
     /// The pool of its keys' one route.
     pub pool: Rc<P>,
-    /// A shard each, at least two, no sub-request encoded ([`command::split::group`]).
+    /// A shard each, no sub-request encoded ([`command::split::group`]); one when every key
+    /// lands on one shard.
     pub parts: Vec<command::split::Part>,
     /// Each key's form as the route forwards it (`remove_prefix`, `key_formatter`), by
     /// ordinal; empty when the route forwards keys as sent.
@@ -131,8 +132,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// Where the parts of a split command would go, for sending them from the client's frame
     /// on connections of their own (a request too large to share one), each key as its route
     /// forwards it, and the parts its route's mirrors get. `None` whenever [`Dispatch::split`]
-    /// would do anything else with it — keys on different routes, a key with no host — or its
-    /// keys all land on one shard ([`Dispatch::whole`] takes it then).
+    /// would do anything else with it — keys on different routes, a key with no host.
     pub fn split_whole(
         &mut self,
         req: &Request<'_>,
@@ -160,7 +160,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             forwarded.push(fwd);
             shard
         });
-        if parts.len() < 2 || parts.iter().any(|p| p.shard.is_none()) {
+        if parts.is_empty() || parts.iter().any(|p| p.shard.is_none()) {
             return None;
         }
         let mut mirrors = Vec::new();

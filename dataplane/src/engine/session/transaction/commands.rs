@@ -5,6 +5,7 @@
 
 use std::rc::Rc;
 
+use super::super::large::LARGE_REQUEST;
 use crate::engine::budget::Budget;
 use crate::upstream::Piece;
 
@@ -92,14 +93,19 @@ impl Commands {
     }
 
     /// `before`, the commands and `after`: `Err` with them in one buffer when no frame is held
-    /// (one write, as any exchange), else `Ok` with them as pieces to send.
+    /// and they are small (one write, as any exchange), else `Ok` with them as pieces to send.
     pub(super) fn framed(&self, before: &[u8], after: &[u8]) -> Result<Vec<Piece>, Vec<u8>> {
         if self.pieces.is_empty() {
             let mut out = Vec::with_capacity(before.len() + self.tail.len() + after.len());
             out.extend_from_slice(before);
             out.extend_from_slice(&self.tail);
             out.extend_from_slice(after);
-            return Err(out);
+            if out.len() < LARGE_REQUEST {
+                return Err(out);
+            }
+            // Large commands copied in (a listener whose routes rewrite keys): written in
+            // steps too, rather than under one `op_timeout` for hundreds of MiB.
+            return Ok(vec![Piece::Shared(bytes::Bytes::from(out))]);
         }
         let mut pieces = Vec::with_capacity(self.pieces.len() + 2);
         pieces.push(Piece::Bytes(before.to_vec()));
