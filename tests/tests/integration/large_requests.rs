@@ -192,9 +192,9 @@ fn a_backend_that_stops_reading_fails_a_large_request_after_op_timeout() {
     );
 }
 
-/// One worker over `primary`, every request copied to `mirror` (Envoy
-/// `request_mirror_policy`).
-fn start_mirrored(primary: &str, mirror: &str) -> Respite {
+/// One worker, listener `main` with `op_timeout` 5 s, then `rest` (more listener lines, its
+/// routes, the clusters).
+fn start_listening(rest: &str) -> Respite {
     let (port, admin) = (free_port(), free_port());
     let cfg = format!(
         r#"[admin]
@@ -205,7 +205,16 @@ workers = 1
 name = "main"
 address = "127.0.0.1:{port}"
 op_timeout = "5s"
-[listeners.prefix_routes.catch_all_route]
+{rest}"#
+    );
+    Respite::start(&cfg, port, admin)
+}
+
+/// One worker over `primary`, every request copied to `mirror` (Envoy
+/// `request_mirror_policy`).
+fn start_mirrored(primary: &str, mirror: &str) -> Respite {
+    let rest = format!(
+        r#"[listeners.prefix_routes.catch_all_route]
 cluster = "cache"
 [[listeners.prefix_routes.catch_all_route.request_mirror_policy]]
 cluster = "mirror"
@@ -217,7 +226,7 @@ name = "mirror"
 hosts = ["{mirror}"]
 "#
     );
-    Respite::start(&cfg, port, admin)
+    start_listening(&rest)
 }
 
 /// A large request on a mirrored route goes to the primary and then to the mirror on
@@ -469,17 +478,8 @@ fn values_announced_one_behind_another_arrive_whole() {
 fn large_requests_on_routes_that_rewrite_keys_go_on_leases_rewritten() {
     let backends = servers(4);
     let two = vec![backends[0].addr(), backends[1].addr()];
-    let (port, admin) = (free_port(), free_port());
-    let cfg = format!(
-        r#"[admin]
-address = "127.0.0.1:{admin}"
-[runtime]
-workers = 1
-[[listeners]]
-name = "main"
-address = "127.0.0.1:{port}"
-op_timeout = "5s"
-enable_hashtagging = true
+    let rest = format!(
+        r#"enable_hashtagging = true
 [[listeners.prefix_routes.routes]]
 prefix = "user:"
 cluster = "users"
@@ -506,7 +506,7 @@ hosts = ["{}"]
         backends[2].addr(),
         backends[3].addr()
     );
-    let respite = Respite::start(&cfg, port, admin);
+    let respite = start_listening(&rest);
     let place = Placement::new(&two);
     let (k0, k1) = (place.key_on(0, "k"), place.key_on(1, "k"));
     let (u0, u1) = (format!("user:{k0}"), format!("user:{k1}"));
@@ -621,17 +621,8 @@ fn a_large_mset_split_on_a_mirrored_route_is_copied_part_by_part() {
     let backends = servers(4);
     let all = addrs(&backends);
     let (primaries, mirrors) = (&all[..2], &all[2..]);
-    let (port, admin) = (free_port(), free_port());
-    let cfg = format!(
-        r#"[admin]
-address = "127.0.0.1:{admin}"
-[runtime]
-workers = 1
-[[listeners]]
-name = "main"
-address = "127.0.0.1:{port}"
-op_timeout = "5s"
-[listeners.prefix_routes.catch_all_route]
+    let rest = format!(
+        r#"[listeners.prefix_routes.catch_all_route]
 cluster = "cache"
 [[listeners.prefix_routes.catch_all_route.request_mirror_policy]]
 cluster = "mirror"
@@ -645,7 +636,7 @@ hosts = ["{}", "{}"]
 "#,
         primaries[0], primaries[1], mirrors[0], mirrors[1]
     );
-    let respite = Respite::start(&cfg, port, admin);
+    let respite = start_listening(&rest);
     let (primary, mirror) = (Placement::new(primaries), Placement::new(mirrors));
     // Keys on both primaries, and (by the mirror's own ring) on both mirrors.
     let keys: Vec<String> = (0..4)
@@ -705,17 +696,8 @@ hosts = ["{}", "{}"]
 fn a_large_mset_is_mirrored_key_by_key_as_a_small_one() {
     let backends = servers(2);
     let (primary, mirror) = (backends[0].addr(), backends[1].addr());
-    let (port, admin) = (free_port(), free_port());
-    let cfg = format!(
-        r#"[admin]
-address = "127.0.0.1:{admin}"
-[runtime]
-workers = 1
-[[listeners]]
-name = "main"
-address = "127.0.0.1:{port}"
-op_timeout = "5s"
-[listeners.prefix_routes.catch_all_route]
+    let rest = format!(
+        r#"[listeners.prefix_routes.catch_all_route]
 cluster = "cache"
 [[listeners.prefix_routes.catch_all_route.request_mirror_policy]]
 cluster = "mirror"
@@ -729,7 +711,7 @@ name = "mirror"
 hosts = ["{mirror}"]
 "#
     );
-    let respite = Respite::start(&cfg, port, admin);
+    let respite = start_listening(&rest);
     let keys: Vec<String> = (0..12).map(|i| format!("{{t}}key:{i}")).collect();
     let mset = |value: &[u8]| -> Vec<Vec<u8>> {
         let mut args: Vec<&[u8]> = vec![b"MSET"];

@@ -815,8 +815,9 @@ fn reload_during_a_transaction_runs_nothing_and_says_why() {
 /// Large commands inside MULTI are queued as the client sent them, never copied: a transaction
 /// holding a 48 MiB `SET` peaks at well under twice that in Respite's RSS (it held four copies:
 /// the read buffer, the queue, the copy kept for a re-send, and the write), and runs as any
-/// other. Pipelined with small commands around it, on its own read, after WATCH, discarded, and
-/// discarded by a queue-time error behind it: replies as Redis gives them, values byte for
+/// other. Pipelined with small commands around it, on its own read, after WATCH, discarded,
+/// discarded by a queue-time error behind it, and abandoned by its client (after the
+/// `+QUEUED`, and in the middle of the value): replies as Redis gives them, values byte for
 /// byte, and nothing of a discarded transaction runs.
 #[test]
 fn large_commands_inside_multi_are_queued_as_sent() {
@@ -891,6 +892,28 @@ fn large_commands_inside_multi_are_queued_as_sent() {
     assert_eq!(replies[2], OK);
     assert!(replies[5].starts_with(b"-ERR wrong number of arguments"));
     assert_eq!(replies[6], EXECABORT);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(direct.cmd(&[b"EXISTS", b"{t}d", b"{t}e"]), int(0));
+
+    // A client that leaves after queueing one (its `+QUEUED` read: the frame went to the
+    // backend inside the open transaction), and one that leaves in the middle of the value.
+    let mut gone = respite.raw();
+    assert_eq!(gone.cmd(&[b"MULTI"]), OK);
+    assert_eq!(gone.cmd(&[b"SET", b"{t}f", &other]), queued);
+    drop(gone);
+    let mut cut = respite.raw();
+    let mut frame = b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$4\r\n{t}g\r\n".to_vec();
+    frame.extend_from_slice(format!("${}\r\n", other.len()).as_bytes());
+    frame.extend_from_slice(&other);
+    cut.send_raw(&frame[..frame.len() - MIB]);
+    drop(cut);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        direct.cmd(&[b"EXISTS", b"{t}d", b"{t}e", b"{t}f", b"{t}g"]),
+        int(0),
+        "nothing of a discarded or abandoned transaction ran"
+    );
+    // And the connection the transactions held went back clean: the next one runs.
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    assert_eq!(c.cmd(&[b"SET", b"{t}h", &other]), queued);
+    assert_eq!(c.cmd(&[b"EXEC"]), b"*1\r\n+OK\r\n");
+    assert_eq!(direct.cmd(&[b"STRLEN", b"{t}h"]), int(3 * MIB as i64));
 }
