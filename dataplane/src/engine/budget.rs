@@ -3,7 +3,9 @@
 //!
 //! Two figures are kept, both summed over the worker's sessions:
 //! - `held`: bytes of replies and pub/sub messages received and not yet written to their client
-//!   (a session's output buffer, the write in progress, replies waiting for an earlier one);
+//!   (a session's output buffer, the write in progress, replies waiting for an earlier one),
+//!   and the request frames open transactions hold (large commands queued inside MULTI, which
+//!   Redis too counts as client memory);
 //! - `asked`: an estimate of the replies requested and not yet received — each session's
 //!   requests in flight times the average size of its recent replies. It is what Redis holds in
 //!   its output buffer for Respite's connections, and what will land in `held` next.
@@ -109,7 +111,7 @@ impl Budget {
         self.wake_if_room();
     }
 
-    /// Reply bytes buffered for the worker's clients.
+    /// Bytes held for the worker's clients: replies buffered and transactions' frames.
     pub fn held(&self) -> usize {
         self.held.get()
     }
@@ -317,7 +319,7 @@ impl Budget {
     /// `sessions` are the worker's open sessions. Returns how many were evicted.
     pub fn evict(&self, sessions: &[std::rc::Rc<Sink>], until_room: bool) -> usize {
         let mut order: Vec<(usize, &std::rc::Rc<Sink>)> =
-            sessions.iter().map(|s| (s.held(), s)).collect();
+            sessions.iter().map(|s| (s.memory(), s)).collect();
         order.sort_unstable_by_key(|o| std::cmp::Reverse(o.0));
         let mut evicted = 0;
         for (held, sink) in order {

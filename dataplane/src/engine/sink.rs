@@ -127,6 +127,11 @@ struct Inner {
     queued_push: usize,
     /// Bytes of replies waiting in slots for an earlier one (ready and split parts).
     queued: usize,
+    /// Bytes of request frames this session's transaction holds (large commands queued inside
+    /// MULTI, kept until the transaction and its copies are done): client memory for the
+    /// worker's budget and its evictions, as Redis counts a client's MULTI state in
+    /// `maxmemory-clients`, but not replies, so outside the output-buffer limit.
+    frames: usize,
     /// Decaying maximum of this session's reply sizes (bytes, [`budget::next_estimate`]):
     /// what a request in flight is expected to bring back.
     estimate: usize,
@@ -214,6 +219,33 @@ impl Sink {
         held(&self.inner.borrow())
     }
 
+    /// Client memory this session counts for in the worker's budget (bytes): the replies held
+    /// for it ([`Sink::held`]) and the request frames its transaction holds. Eviction frees
+    /// the largest first.
+    pub fn memory(&self) -> usize {
+        let inner = self.inner.borrow();
+        held(&inner).saturating_add(inner.frames)
+    }
+
+    /// A request frame of `bytes` is held for this session's transaction (`held`: true) or was
+    /// let go by its last holder (false); counted in the worker's budget while held.
+    pub fn hold_frame(&self, bytes: usize, held: bool) {
+        let mut inner = self.inner.borrow_mut();
+        inner.frames = if held {
+            inner.frames.saturating_add(bytes)
+        } else {
+            inner.frames.saturating_sub(bytes)
+        };
+        let broken = self.settle(&mut inner);
+        drop(inner);
+        if !held {
+            self.budget.released(bytes);
+        }
+        if let Some(kind) = broken {
+            self.disconnect(kind);
+        }
+    }
+
     /// Reports the session's bytes to the worker's budget and checks its output-buffer limit.
     /// Returns the limit it broke (the caller disconnects the client, outside the borrow).
     #[inline]
@@ -225,8 +257,9 @@ impl Sink {
         }
         let held = held(inner);
         let asked = inner.slots.len().saturating_mul(inner.estimate);
-        let old = std::mem::replace(&mut inner.charged, (held, asked));
-        self.budget.update(old, (held, asked));
+        let charged = held.saturating_add(inner.frames);
+        let old = std::mem::replace(&mut inner.charged, (charged, asked));
+        self.budget.update(old, (charged, asked));
         inner.peak = inner.peak.max(held);
         let (limit, kind) = match (inner.pubsub_limit, inner.limit) {
             (Some(l), _) => (l, Broken::PubSub),

@@ -1997,6 +1997,88 @@ fn large_requests_at_once_are_received_within_the_budget() {
     );
 }
 
+/// (1) The frames open transactions hold count in the worker's budget, as Redis counts a
+/// client's MULTI state in `maxmemory-clients`: four clients each queue two 24 MiB `SET`s
+/// inside MULTI, one after another, against `maxmemory_clients = 64 MiB`. The largest holders
+/// are evicted as the budget is passed (and counted); nothing of an evicted client's
+/// transaction runs, a transaction left runs whole at EXEC, and Respite's peak RSS grows by at
+/// most the budget, one request and a margin. Before, the frames were outside the budget: all
+/// four transactions stayed open, 192 MiB of frames held.
+#[test]
+fn frames_held_by_open_transactions_count_in_the_budget() {
+    let _g = serial();
+    const CLIENTS: usize = 4;
+    const VALUE_MIB: usize = 24;
+    const BUDGET_MIB: u64 = 64;
+    let backends = servers(1);
+    let (cfg, port, admin) = budget_config(&addrs(&backends), BUDGET_MIB << 20);
+    let cfg = cfg.replace("op_timeout = \"1s\"", "op_timeout = \"30s\"");
+    let respite = Respite::start(&cfg, port, admin);
+    let pid = respite.pid();
+    let mut small = respite.raw();
+    assert_eq!(small.cmd(&[b"SET", b"small", b"s"]), OK);
+    std::thread::sleep(Duration::from_millis(300));
+    let base = peak_rss_kib(pid);
+    let mut clients: Vec<Option<RawClient>> = (0..CLIENTS).map(|_| Some(respite.raw())).collect();
+    for c in clients.iter_mut().flatten() {
+        assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    }
+    // A client evicted while it waits finds out at its next command: its write or read fails.
+    for round in 0..2 {
+        for (i, slot) in clients.iter_mut().enumerate() {
+            let Some(c) = slot else { continue };
+            let key = format!("tx:{i}:{round}");
+            let value = vec![b'a' + i as u8; VALUE_MIB << 20];
+            match c.try_cmd(&[b"SET", key.as_bytes(), &value]) {
+                Ok(r) => assert_eq!(r, b"+QUEUED\r\n", "{key}"),
+                Err(_) => *slot = None,
+            }
+        }
+    }
+    let mut ran = vec![false; CLIENTS];
+    for (i, slot) in clients.iter_mut().enumerate() {
+        let Some(c) = slot else { continue };
+        match c.try_cmd(&[b"EXEC"]) {
+            Ok(r) => {
+                assert_eq!(r, b"*2\r\n+OK\r\n+OK\r\n", "client {i}'s EXEC");
+                ran[i] = true;
+            }
+            Err(_) => *slot = None,
+        }
+    }
+    let grew = peak_rss_kib(pid).saturating_sub(base) / 1024;
+    let evicted = respite.stat("redis.main.evicted_clients");
+    eprintln!("transactions that ran: {ran:?}; evicted {evicted}; peak RSS +{grew} MiB");
+    let mut direct = backends[0].raw();
+    for (i, ran) in ran.iter().enumerate() {
+        let (a, b) = (format!("tx:{i}:0"), format!("tx:{i}:1"));
+        let want = if *ran { 2 } else { 0 };
+        assert_eq!(
+            direct.cmd(&[b"EXISTS", a.as_bytes(), b.as_bytes()]),
+            int(want),
+            "client {i}: all of its transaction or nothing"
+        );
+        if *ran {
+            let len = format!(":{}\r\n", VALUE_MIB << 20).into_bytes();
+            assert_eq!(direct.cmd(&[b"STRLEN", b.as_bytes()]), len);
+        }
+    }
+    assert!(
+        ran.iter().any(|r| *r),
+        "a transaction within the budget runs"
+    );
+    assert!(
+        evicted >= 1,
+        "transactions past the budget are evicted and counted"
+    );
+    let bound = BUDGET_MIB + VALUE_MIB as u64 + 40;
+    assert!(
+        grew < bound,
+        "respite grew {grew} MiB holding transactions' frames (bound {bound} MiB)"
+    );
+    assert_eq!(small.cmd(&[b"GET", b"small"]), bulk(b"s"));
+}
+
 /// (3) A connection's waiting room at its bound (`max_pending_requests = 64`, filled by one
 /// client pipelining 500 `GET`s while the backend is stopped) does not refuse a client that
 /// waits for nothing: its `GET` takes the place of the flooder's newest, which is refused

@@ -386,7 +386,10 @@ impl Pieces {
 ///
 /// A frame is `*<n>\r\n`, then each argument as `$<len>\r\n<bytes>\r\n`: argument `i`'s
 /// bulk header starts two bytes past argument `i - 1`'s end (Redis reads any two bytes there).
-fn whole_pieces(req: &Request<'_>, forwarded: &[(usize, Vec<u8>)]) -> Option<Vec<Piece>> {
+pub(super) fn whole_pieces(
+    req: &Request<'_>,
+    forwarded: &[(usize, Vec<u8>)],
+) -> Option<Vec<Piece>> {
     let frame = req.frame()?;
     if !std::ptr::eq(req.bytes().as_ptr(), frame.as_ptr()) {
         return None;

@@ -40,6 +40,7 @@ use crate::router::fault::Fault;
 use crate::router::local::{self, ConnState};
 use crate::stats::clock::BatchClock;
 use crate::stats::probe::RequestPath;
+use crate::upstream::Piece;
 
 /// Growth step of a session's read buffer; a new connection starts with `READ_INITIAL`, so an idle
 /// connection holds little memory, and a buffer grown by a burst is given back once drained.
@@ -105,8 +106,9 @@ struct Session {
     /// A large request just placed, whose frame the read loop hands over.
     large: Option<large::Large>,
     /// A large command just queued inside MULTI, whose frame the read loop hands over
-    /// ([`Session::queue_frame`]).
-    multi_frame: bool,
+    /// ([`Session::queue_frame`]): the pieces it is sent as (ranges of the frame, and its keys
+    /// as their route rewrites them).
+    multi_frame: Option<Vec<Piece>>,
 }
 
 /// Keeps a session registered with its worker until both its reader and its writer are done
@@ -170,7 +172,7 @@ pub async fn run(
         subs: None,
         hub: worker.pubsub.clone(),
         large: None,
-        multi_frame: false,
+        multi_frame: None,
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -281,9 +283,9 @@ pub async fn run(
                             let frame = large::take_frame(&mut buf, &mut start, consumed);
                             large.send(frame, sink.clone(), worker.budget.clone());
                         }
-                        None if session.multi_frame => {
+                        None if session.multi_frame.is_some() => {
                             let frame = large::take_frame(&mut buf, &mut start, consumed);
-                            session.queue_frame(frame, &worker.budget);
+                            session.queue_frame(frame);
                         }
                         None => start += consumed,
                     }

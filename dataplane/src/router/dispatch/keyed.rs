@@ -21,7 +21,10 @@ pub struct Whole<P> {
     pub forwarded: Vec<(usize, Vec<u8>)>,
 }
 
-impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
+/// The most bytes the scratch buffer for rewritten requests keeps between requests.
+const REWRITE_KEEP: usize = 64 * 1024;
+
+impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
     /// Routes a command whole to the shard of its keys. Every key must take the same route and
     /// hash to the same shard of its cluster (else `-CROSSSLOT`, as Redis Cluster answers); a
     /// command with no key (EVAL with numkeys 0) takes the catch-all route's shard 0, so scripts
@@ -76,23 +79,8 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// else with it — no key, keys on different routes or shards (of the primary or of a
     /// mirror) — or there is no host: the request then goes the shared way.
     pub fn whole(&mut self, req: &Request<'_>, spec: &'static CommandSpec) -> Option<Whole<P>> {
-        let arg = req.argv();
-        self.scratch.key_idx.clear();
-        command::keys(spec, req.argc(), arg, &mut self.scratch.key_idx).ok()?;
-        let router = self.router;
-        let first_key = arg(*self.scratch.key_idx.first()?);
-        let (route_id, route) = router.route(first_key)?;
-        if !self.one_route(req, route_id) {
-            return None;
-        }
-        let mut forwarded = Vec::new();
-        if route.rewrites() {
-            for &i in &self.scratch.key_idx {
-                let mut key = Vec::new();
-                route.rewrite(arg(i), &mut key);
-                forwarded.push((i, key));
-            }
-        }
+        let (route_id, route, forwarded) = self.keys_forwarded(req, spec)?;
+        let first_key = req.argv()(*self.scratch.key_idx.first()?);
         let shard = self.shard_of_whole(&route.pool, req, &forwarded)?;
         let read = command::is_read(spec);
         let mut mirrors = Vec::new();
@@ -117,6 +105,54 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             mirrors,
             forwarded,
         })
+    }
+
+    /// The keys of `req` (by `spec`) in the form they are forwarded: each key by argument
+    /// index, ascending, as its route rewrites it (`remove_prefix`, `key_formatter`), or none
+    /// when the route does not rewrite keys; with the route's id and runtime. `None` when `req`
+    /// has no key, its keys take different routes, or no route takes them. The keys' indexes
+    /// are left in `scratch.key_idx`.
+    fn keys_forwarded(
+        &mut self,
+        req: &Request<'_>,
+        spec: &'static CommandSpec,
+    ) -> Option<(usize, &'d RouteRuntime<P>, Vec<(usize, Vec<u8>)>)> {
+        let arg = req.argv();
+        self.scratch.key_idx.clear();
+        command::keys(spec, req.argc(), arg, &mut self.scratch.key_idx).ok()?;
+        let router = self.router;
+        let (route_id, route) = router.route(arg(*self.scratch.key_idx.first()?))?;
+        if !self.one_route(req, route_id) {
+            return None;
+        }
+        let mut forwarded = Vec::new();
+        if route.rewrites() {
+            let mut at: Vec<usize> = self.scratch.key_idx.clone();
+            at.sort_unstable();
+            at.dedup();
+            for i in at {
+                let mut key = Vec::new();
+                route.rewrite(arg(i), &mut key);
+                forwarded.push((i, key));
+            }
+        }
+        Some((route_id, route, forwarded))
+    }
+
+    /// The forwarded keys of a command queued inside MULTI whose frame goes as sent
+    /// ([`Dispatch::keys_forwarded`]): none for a command without keys. `None` when its keys
+    /// take no single route (its queueing refuses it).
+    pub fn queued_keys_forwarded(
+        &mut self,
+        req: &Request<'_>,
+        spec: &'static CommandSpec,
+    ) -> Option<Vec<(usize, Vec<u8>)>> {
+        self.scratch.key_idx.clear();
+        command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx).ok()?;
+        if self.scratch.key_idx.is_empty() {
+            return Some(Vec::new());
+        }
+        self.keys_forwarded(req, spec).map(|(_, _, f)| f)
     }
 
     /// The one shard of `pool` the keys of `req` take, as forwarded (`forwarded`, or the keys at
@@ -173,17 +209,20 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         client_key: Option<&[u8]>,
         classic: bool,
     ) {
-        self.with_rewritten(route, req, |d, fwd| {
+        self.with_rewritten(route, req, false, |d, fwd| {
             d.keyed_to(cmd, read, route, fwd, client_key, classic)
         });
     }
 
     /// Calls `f` with `req` whose keys (at `scratch.key_idx`) `route` rewrites, built in the
-    /// scratch buffers (no allocation once they have grown).
+    /// scratch buffers (no allocation once they have grown). `keys_only`: the other arguments
+    /// are left empty, for placing a request that is sent from its frame (a large value is
+    /// not copied, nor kept in the scratch buffers).
     pub(super) fn with_rewritten<R>(
         &mut self,
         route: &RouteRuntime<P>,
         req: &Request<'_>,
+        keys_only: bool,
         f: impl FnOnce(&mut Self, &Request<'_>) -> R,
     ) -> R {
         let mut buf = std::mem::take(&mut self.scratch.rw_buf);
@@ -194,13 +233,17 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             let at = buf.len();
             if self.scratch.key_idx.contains(&i) {
                 route.rewrite(a, &mut buf);
-            } else {
+            } else if !keys_only {
                 buf.extend_from_slice(a);
             }
             ranges.push(at..buf.len());
         }
         let out = f(self, &Request::new(&buf, &ranges, None));
-        self.scratch.rw_buf = buf;
+        // A large request's copy (an `MSET` of large values over two routes) is not kept for
+        // the rest of the session.
+        if buf.capacity() <= REWRITE_KEEP {
+            self.scratch.rw_buf = buf;
+        }
         self.scratch.rw_args = ranges;
         out
     }

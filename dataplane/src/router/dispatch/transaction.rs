@@ -145,7 +145,9 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         if !route.rewrites() {
             return self.append_to(route_id, route, req, req, so_far, out, spec, mirrors);
         }
-        self.with_rewritten(route, req, |d, fwd| {
+        // Placed only (`out` is `None`): the frame goes as sent, its keys rewritten there.
+        let keys_only = out.is_none();
+        self.with_rewritten(route, req, keys_only, |d, fwd| {
             d.append_to(route_id, route, req, fwd, so_far, out, spec, mirrors)
         })
     }

@@ -6,19 +6,20 @@
 use std::rc::Rc;
 
 use super::super::large::LARGE_REQUEST;
-use crate::engine::budget::Budget;
+use crate::engine::sink::Sink;
 use crate::upstream::Piece;
 
-/// A large frame's memory is counted for the worker's trim (`Budget::released`) once its last
-/// holder drops it.
+/// A large frame's memory counts in its session's share of the worker's budget until its last
+/// holder (the transaction, a re-send copy, a mirror's copy) drops it, and then for the
+/// worker's trim.
 struct Held {
     bytes: usize,
-    budget: Rc<Budget>,
+    sink: Rc<Sink>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.budget.released(self.bytes);
+        self.sink.hold_frame(self.bytes, false);
     }
 }
 
@@ -42,18 +43,39 @@ impl Commands {
         self.tail.get(from..).unwrap_or_default()
     }
 
-    /// A large command's whole RESP frame (forwarded as sent), taken without a copy; its memory
-    /// is counted in `budget`'s trim once the last copy of these commands goes.
-    pub(super) fn frame(frame: Vec<u8>, budget: &Rc<Budget>) -> Commands {
-        let held = Held {
-            bytes: frame.capacity(),
-            budget: budget.clone(),
+    /// A large command's whole RESP frame, taken without a copy, and sent as `pieces`: ranges
+    /// of it ([`Piece::Frame`]) and bytes of their own (its keys as their route rewrites
+    /// them); no pieces: the frame as it is. Its memory counts for `sink`'s session in the
+    /// worker's budget until the last copy of these commands goes. `None` if a range falls
+    /// outside the frame (they were cut from the same bytes, so never).
+    pub(super) fn frame(frame: Vec<u8>, pieces: Vec<Piece>, sink: &Rc<Sink>) -> Option<Commands> {
+        let bytes = frame.capacity();
+        let frame = bytes::Bytes::from(frame);
+        let pieces = if pieces.is_empty() {
+            vec![Piece::Shared(frame.clone())]
+        } else {
+            let mut shared = Vec::with_capacity(pieces.len());
+            for p in pieces {
+                shared.push(match p {
+                    Piece::Frame(r) => {
+                        frame.get(r.clone())?;
+                        Piece::Shared(frame.slice(r))
+                    }
+                    own => own,
+                });
+            }
+            shared
         };
-        Commands {
-            pieces: vec![Piece::Shared(bytes::Bytes::from(frame))],
+        sink.hold_frame(bytes, true);
+        let held = Held {
+            bytes,
+            sink: sink.clone(),
+        };
+        Some(Commands {
+            pieces,
             tail: Vec::new(),
             held: vec![Rc::new(held)],
-        }
+        })
     }
 
     /// Appends `other`'s commands (its frames shared, not copied).

@@ -30,12 +30,11 @@ mod exchange;
 mod mirror;
 
 use super::barrier::Barrier;
-use super::large::LARGE_REQUEST;
+use super::large::{self, LARGE_REQUEST};
 use super::multi::{EXECABORT, Step};
 use super::{Mode, Session};
 use crate::cluster::ClusterPool;
 use crate::command::{CommandSpec, Kind, Request, Transaction};
-use crate::engine::budget::Budget;
 use crate::engine::sink::NO_CMD;
 use crate::engine::worker::ListenerRuntime;
 use crate::net;
@@ -376,19 +375,28 @@ impl Session {
             );
         }
         // A large command (a 256 MiB `SET`) is queued as the client's frame itself, which the
-        // read loop hands over (`queue_frame`): copied into the queue, and again for the
-        // re-send, it stalled the worker's other clients.
-        let large = !rt.router.rewrites()
-            && req.frame().is_some_and(|f| {
+        // read loop hands over (`queue_frame`), with its keys in their forwarded form where its
+        // route rewrites them: copied into the queue, and again for the re-send, it stalled
+        // the worker's other clients.
+        let large = req
+            .frame()
+            .is_some_and(|f| {
                 f.len() >= LARGE_REQUEST && std::ptr::eq(f.as_ptr(), req.bytes().as_ptr())
-            });
+            })
+            .then(|| match spec {
+                _ if !rt.router.rewrites() => Some(Vec::new()),
+                Some(spec) => self.dispatch(rt).queued_keys_forwarded(req, spec),
+                None => None,
+            })
+            .flatten()
+            .and_then(|forwarded| large::whole_pieces(req, &forwarded));
         let from = tx.unsent.own().len();
         let placed = if spec.is_some_and(|s| s.kind == Kind::Transaction(Transaction::Unwatch)) {
             // Queued as Redis does; EXEC unwatches anyway.
             tx.unsent.own().extend_from_slice(UNWATCH);
             Queued::Yes { dest: None }
         } else {
-            let out = (!large).then(|| tx.unsent.own());
+            let out = large.is_none().then(|| tx.unsent.own());
             self.dispatch(rt)
                 .queue(req, spec, so_far.as_ref(), out, &mut tx.mirrors)
         };
@@ -397,8 +405,8 @@ impl Session {
                 if tx.dest.is_none() {
                     tx.dest = dest;
                 }
-                if large {
-                    self.multi_frame = true;
+                if large.is_some() {
+                    self.multi_frame = large;
                 } else {
                     tx.queued
                         .borrow_mut()
@@ -425,15 +433,29 @@ impl Session {
         self.mode = Mode::Multi(tx);
     }
 
-    /// Queues `frame`, the whole frame of the large command [`Session::queue`] just placed
-    /// (`multi_frame`), as it is: taken, not copied; its memory counted in `budget`'s trim once
-    /// the transaction lets it go.
-    pub(super) fn queue_frame(&mut self, frame: Vec<u8>, budget: &Rc<Budget>) {
-        self.multi_frame = false;
-        if let Mode::Multi(tx) = &mut self.mode {
-            let frame = Commands::frame(frame, budget);
-            tx.unsent.append(&frame);
-            tx.queued.borrow_mut().append(&frame);
+    /// Queues `frame`, the whole frame of the large command [`Session::queue`] just placed,
+    /// as the pieces it cut (`multi_frame`: ranges of the frame, keys as their route rewrites
+    /// them): taken, not copied; its memory counts as the session's in the worker's budget
+    /// until the transaction and its copies let it go.
+    pub(super) fn queue_frame(&mut self, frame: Vec<u8>) {
+        let pieces = self.multi_frame.take().unwrap_or_default();
+        let Mode::Multi(tx) = &mut self.mode else {
+            return;
+        };
+        match Commands::frame(frame, pieces, &self.sink) {
+            Some(frame) => {
+                tx.unsent.append(&frame);
+                tx.queued.borrow_mut().append(&frame);
+            }
+            None => {
+                // Never sent, so refused as a queue-time error: the transaction is discarded.
+                if let Some(Some(seq)) = tx.slots.pop() {
+                    self.sink
+                        .deliver(seq, 0, b"-ERR the command could not be queued\r\n");
+                }
+                tx.slots.push(None);
+                tx.discarded = true;
+            }
         }
     }
 
