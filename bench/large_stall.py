@@ -12,6 +12,8 @@ of MIB MiB values. MODE is the request:
   mset1    MSET ka <v> ka <v>          (two values in one request on one backend)
   multi    MULTI, SET ka <v>, EXEC     (pipelined)
   rewrite  SET rw:ka <v> on a route with remove_prefix
+  multirw  MULTI, SET rw:ka <v>, EXEC  (pipelined, on the route with remove_prefix)
+  routes   MSET rw:ka <v> kb <v>       (keys on two routes, one rewriting: split)
 
 Prints the large request's reply and time, the probe's count, p99 and longest wait, and
 Respite's RSS at start and at its sampled peak. Ports 47011-47014 must be free.
@@ -33,7 +35,7 @@ for p in backends:
                     "--daemonize", "yes", "--logfile", f"{DIR}/r{p}.log"], check=True)
 time.sleep(0.3)
 route = ""
-if MODE == "rewrite":
+if MODE in ("rewrite", "multirw", "routes"):
     route = ('[[listeners.prefix_routes.routes]]\nprefix = "rw:"\nremove_prefix = true\n'
              'cluster = "cache"\n')
 with open(f"{DIR}/respite.toml", "w") as f:
@@ -97,6 +99,8 @@ try:
         "mset1": (cmd("MSET", ka, value, ka, value), 1),
         "multi": (cmd("MULTI") + cmd("SET", ka, value) + cmd("EXEC"), 4),
         "rewrite": (cmd("SET", "rw:" + ka, value), 1),
+        "multirw": (cmd("MULTI") + cmd("SET", "rw:" + ka, value) + cmd("EXEC"), 4),
+        "routes": (cmd("MSET", "rw:" + ka, value, kb, value), 1),
     }[MODE]
     base = rss_mib()
     peak = base

@@ -88,12 +88,11 @@ enum To {
         /// The request as sent: the frame, each key rewritten by its route if it rewrites.
         pieces: Vec<Piece>,
     },
-    /// Split per shard of `pool` into `parts` (their keys, for the merge; one when they all
-    /// land on one shard), each sent from the frame as `framed` says (same order); the replies
+    /// Split per route pool and shard into `parts` (their keys, for the merge; one when they
+    /// all land on one shard), each sent from the frame as `framed` says (same order); the replies
     /// merged by `merge` over `nkeys` keys, so it answers as the shared path would
     /// (`-finished with 1 error(s)`, an `MGET`'s error inline per key).
     Split {
-        pool: Rc<ClusterPool>,
         merge: Merge,
         nkeys: usize,
         parts: Vec<Part>,
@@ -106,6 +105,7 @@ enum To {
 /// How one part of a split large request is sent: its own array header, then ranges of the
 /// client's frame (and its keys as their route forwards them, if it rewrites).
 struct FramePart {
+    pool: Rc<ClusterPool>,
     addr: SocketAddr,
     pieces: Vec<Piece>,
 }
@@ -159,7 +159,7 @@ impl Session {
                     return false;
                 };
                 let Some(SplitWhole {
-                    pool,
+                    groups,
                     parts,
                     forwarded,
                     mirrors: mirror_parts,
@@ -170,12 +170,18 @@ impl Session {
                 let nkeys = parts.iter().map(|p| p.keys.len()).sum();
                 let mut framed = Vec::with_capacity(parts.len());
                 for part in &parts {
-                    let addr = part.shard.and_then(|s| pool.primary_addr(s));
+                    let group = part.shard.and_then(|g| groups.get(g));
+                    let addr =
+                        group.and_then(|(pool, shard)| Some((pool, pool.primary_addr(*shard)?)));
                     let pieces = part_pieces(req, spec, part, &forwarded);
-                    let (Some(addr), Some(pieces)) = (addr, pieces) else {
+                    let (Some((pool, addr)), Some(pieces)) = (addr, pieces) else {
                         return false;
                     };
-                    framed.push(FramePart { addr, pieces });
+                    framed.push(FramePart {
+                        pool: pool.clone(),
+                        addr,
+                        pieces,
+                    });
                 }
                 let mut mirrors = Vec::new();
                 for m in mirror_parts {
@@ -201,7 +207,6 @@ impl Session {
                     return false;
                 }
                 To::Split {
-                    pool,
                     merge,
                     nkeys,
                     parts,
@@ -251,7 +256,6 @@ impl Large {
                     frame
                 }
                 To::Split {
-                    pool,
                     merge: how,
                     nkeys,
                     parts,
@@ -262,7 +266,7 @@ impl Large {
                     let mut replies = Vec::with_capacity(framed.len());
                     for p in framed {
                         let (reply, back) =
-                            exchange(pool, p.addr, self.resp3, frame, &p.pieces).await;
+                            exchange(&p.pool, p.addr, self.resp3, frame, &p.pieces).await;
                         frame = back;
                         replies.push(reply);
                     }

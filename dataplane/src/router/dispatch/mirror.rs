@@ -20,7 +20,7 @@ pub struct MirrorDest<P> {
     pub stats: Rc<crate::router::MirrorStats>,
 }
 
-impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
+impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
     /// Copies a keyed command (keys at `scratch.key_idx`, as forwarded) to `route`'s mirrors
     /// that admit it; `client_key`: its first key as the client sent it.
     pub(super) fn mirror_keyed(
@@ -66,32 +66,12 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
         keys: &[usize],
         ids: &[usize],
     ) {
-        let router = self.router;
-        // Distinct mirror clusters of the routes used (few: a handful of mirrors at most).
-        let mut seen: Vec<&Mirror<P>> = Vec::new();
-        for &id in ids {
-            for m in router.by_id(id).into_iter().flat_map(|r| &r.mirrors) {
-                if !m.excludes(read) && !seen.iter().any(|s| Rc::ptr_eq(&s.stats, &m.stats)) {
-                    seen.push(m);
-                }
-            }
-        }
-        for target in seen {
+        for target in self.mirrors_of(ids, read) {
             let mut k = 0;
             let parts = command::split::split(spec, fwd, |key| {
-                let (id, at) = (ids.get(k).copied(), keys.get(k).copied());
+                let at = k;
                 k += 1;
-                let policy = id.and_then(|id| router.by_id(id)).and_then(|r| {
-                    r.mirrors
-                        .iter()
-                        .find(|m| Rc::ptr_eq(&m.stats, &target.stats))
-                });
-                match policy {
-                    Some(m) if m.admits(read, at.and_then(|a| client.get(a).copied())) => {
-                        self.place(&target.pool, key)
-                    }
-                    _ => None,
-                }
+                self.mirror_place(target, read, client, keys, ids, at, key)
             });
             for part in &parts {
                 if let Some(shard) = part.shard {
@@ -106,6 +86,50 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
                 }
             }
         }
+    }
+
+    /// The distinct mirror clusters of the routes `ids` (few: a handful of mirrors at most),
+    /// without those that skip a request that only reads (`read`).
+    pub(super) fn mirrors_of(&self, ids: &[usize], read: bool) -> Vec<&'d Mirror<P>> {
+        let router = self.router;
+        let mut seen: Vec<&Mirror<P>> = Vec::new();
+        for &id in ids {
+            for m in router.by_id(id).into_iter().flat_map(|r| &r.mirrors) {
+                if !m.excludes(read) && !seen.iter().any(|s| Rc::ptr_eq(&s.stats, &m.stats)) {
+                    seen.push(m);
+                }
+            }
+        }
+        seen
+    }
+
+    /// Where key `k` (ordinal; `fwd_key` as forwarded) of a split command goes in mirror
+    /// cluster `target`: its shard there, or `None` when its own route's policy for that
+    /// mirror does not admit it (none, `runtime_fraction` by the key as the client sent it,
+    /// `exclude_read_commands`) or the cluster has no host for it. `client`, `keys`, `ids`: as
+    /// [`Dispatch::mirror_split`] takes them.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn mirror_place(
+        &self,
+        target: &Mirror<P>,
+        read: bool,
+        client: &[&[u8]],
+        keys: &[usize],
+        ids: &[usize],
+        k: usize,
+        fwd_key: &[u8],
+    ) -> Option<usize> {
+        let router = self.router;
+        let policy = router
+            .by_id(*ids.get(k)?)?
+            .mirrors
+            .iter()
+            .find(|m| Rc::ptr_eq(&m.stats, &target.stats))?;
+        let key = keys.get(k).and_then(|&a| client.get(a).copied());
+        policy
+            .admits(read, key)
+            .then(|| self.place(&target.pool, fwd_key))
+            .flatten()
     }
 
     /// Copies a fan-out command (`request`, as forwarded) to every node of `route`'s mirrors

@@ -107,16 +107,18 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
 
 /// Where [`Dispatch::split_whole`] sends the parts of a split command.
 pub struct SplitWhole<P> {
-    /// The pool of its keys' one route.
-    pub pool: Rc<P>,
-    /// A shard each, no sub-request encoded ([`command::split::group`]); one when every key
-    /// lands on one shard.
+    /// The (pool, shard) of each part, by the part's `shard` (its group): its keys' route's
+    /// pool and their shard there.
+    pub groups: Vec<(Rc<P>, usize)>,
+    /// A group each, no sub-request encoded ([`command::split::group`]); one when every key
+    /// lands on one shard of one route.
     pub parts: Vec<command::split::Part>,
-    /// Each key's form as the route forwards it (`remove_prefix`, `key_formatter`), by
-    /// ordinal; empty when the route forwards keys as sent.
+    /// Each key's form as its route forwards it (`remove_prefix`, `key_formatter`; as sent on
+    /// a route that does not rewrite), by ordinal; empty when no route rewrites a key of it.
     pub forwarded: Vec<Vec<u8>>,
-    /// The copies for the route's mirrors (Envoy `request_mirror_policy`), as
-    /// [`Dispatch::split`] copies it: per mirror, the keys it admits split by its own shards.
+    /// The copies for the mirrors of its routes (Envoy `request_mirror_policy`), as
+    /// [`Dispatch::split`] copies it: per mirror cluster, the keys it admits split by its
+    /// own shards.
     pub mirrors: Vec<MirrorParts<P>>,
 }
 
@@ -130,48 +132,69 @@ pub struct MirrorParts<P> {
 
 impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// Where the parts of a split command would go, for sending them from the client's frame
-    /// on connections of their own (a request too large to share one), each key as its route
-    /// forwards it, and the parts its route's mirrors get. `None` whenever [`Dispatch::split`]
-    /// would do anything else with it — keys on different routes, a key with no host.
+    /// on connections of their own (a request too large to share one): grouped by route pool
+    /// and shard as [`Dispatch::split`] groups them, each key as its route forwards it, and the
+    /// parts its routes' mirrors get. `None` when a key has no route or no host (the shared
+    /// way answers it).
     pub fn split_whole(
         &mut self,
         req: &Request<'_>,
         spec: &'static CommandSpec,
     ) -> Option<SplitWhole<P>> {
-        let arg = req.argv();
-        self.scratch.key_idx.clear();
-        command::keys(spec, req.argc(), arg, &mut self.scratch.key_idx).ok()?;
-        let first_key = arg(*self.scratch.key_idx.first()?);
-        let (route_id, route) = self.router.route(first_key)?;
-        let read = command::is_read(spec);
-        if !self.one_route(req, route_id) {
-            return None;
-        }
-        let pool = route.pool_for(read).clone();
+        let router = self.router;
         let argv: Vec<&[u8]> = req.args().collect();
+        let read = command::is_read(spec);
+        let keys = split_keys(spec, argv.len());
+        let mut ids = Vec::with_capacity(keys.len());
+        for &i in &keys {
+            ids.push(router.route_id(argv.get(i)?)?);
+        }
+        let rewrites = ids
+            .iter()
+            .any(|&id| router.by_id(id).is_some_and(|r| r.rewrites()));
         let mut forwarded = Vec::new();
-        let parts = command::split::group(spec, &argv, |key| {
-            if !route.rewrites() {
-                return self.place(&pool, key);
-            }
-            let mut fwd = Vec::new();
-            route.rewrite(key, &mut fwd);
-            let shard = self.place(&pool, &fwd);
-            forwarded.push(fwd);
-            shard
+        let mut groups: Vec<(Rc<P>, usize)> = Vec::new();
+        let mut group_of = Vec::with_capacity(keys.len());
+        for (&i, &id) in keys.iter().zip(&ids) {
+            let route = router.by_id(id)?;
+            let key = argv.get(i)?;
+            let fwd = if rewrites {
+                let mut fwd = Vec::new();
+                route.rewrite(key, &mut fwd);
+                forwarded.push(fwd);
+                forwarded.last().map_or(*key, Vec::as_slice)
+            } else {
+                key
+            };
+            let pool = route.pool_for(read);
+            let shard = self.place(pool, fwd)?;
+            let g = match groups
+                .iter()
+                .position(|(p, s)| Rc::ptr_eq(p, pool) && *s == shard)
+            {
+                Some(g) => g,
+                None => {
+                    groups.push((pool.clone(), shard));
+                    groups.len() - 1
+                }
+            };
+            group_of.push(g);
+        }
+        let mut n = 0;
+        let parts = command::split::group(spec, &argv, |_| {
+            n += 1;
+            group_of.get(n - 1).copied()
         });
         if parts.is_empty() || parts.iter().any(|p| p.shard.is_none()) {
             return None;
         }
         let mut mirrors = Vec::new();
-        for m in route.mirrors.iter().filter(|m| !m.excludes(read)) {
-            let mut ordinal = 0;
+        for m in self.mirrors_of(&ids, read) {
+            let mut k = 0;
             let parts = command::split::group(spec, &argv, |key| {
-                let fwd = forwarded.get(ordinal).map_or(key, Vec::as_slice);
-                ordinal += 1;
-                m.admits(read, Some(key))
-                    .then(|| self.place(&m.pool, fwd))
-                    .flatten()
+                let fwd = forwarded.get(k).map_or(key, Vec::as_slice);
+                k += 1;
+                self.mirror_place(m, read, &argv, &keys, &ids, k - 1, fwd)
             });
             let parts: Vec<_> = parts.into_iter().filter(|p| p.shard.is_some()).collect();
             if !parts.is_empty() {
@@ -183,7 +206,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
             }
         }
         Some(SplitWhole {
-            pool,
+            groups,
             parts,
             forwarded,
             mirrors,
