@@ -956,6 +956,7 @@ async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<TcpStream> {
         &conn.settings,
         conn.readonly,
         conn.host.cluster(),
+        conn.settings.connect_timeout,
     )
     .await?;
     wait_loaded(conn, &stream).await?;
@@ -1016,12 +1017,14 @@ async fn wait_loaded<H: HostState>(conn: &Conn<H>, stream: &TcpStream) -> std::i
 }
 
 /// [`connect`] for any connection to `addr` of cluster `cluster` (named in the log line of a
-/// refused handshake): the shared ones and the leased ones.
+/// refused handshake): the shared ones and the leased ones. The TCP connect is bounded by
+/// `connect_timeout`, the handshake's replies by `handshake`.
 pub(super) async fn open(
     addr: SocketAddr,
     s: &PoolSettings,
     readonly: bool,
     cluster: &str,
+    handshake: std::time::Duration,
 ) -> std::io::Result<TcpStream> {
     let stream = net::connect_keepalive(addr, s.connect_timeout, &s.tcp_keepalive).await?;
     // RESP3 connections authenticate inside HELLO; RESP2 ones with AUTH.
@@ -1055,7 +1058,7 @@ pub(super) async fn open(
     }
     let BufResult(res, _) = net::write_all(&stream, req).await;
     res?;
-    let all = net::timeout(s.connect_timeout, read_replies(&stream, replies))
+    let all = net::timeout(handshake, read_replies(&stream, replies))
         .await
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))??;
     if let Some(reply) = all.iter().find(|r| r.first() == Some(&b'-')) {

@@ -94,16 +94,22 @@ impl Idle {
 /// (`CLIENT ID`), which `CLIENT UNBLOCK` needs. A host that refuses `CLIENT ID` (an ACL) gives
 /// a connection without one: its blocked clients cannot be unblocked through Respite.
 ///
-/// Errors: as [`open`], and a lost connection or a timeout (`connect_timeout`) on `CLIENT ID`.
+/// The TCP connect is bounded by `connect_timeout`; the handshake's replies (AUTH or HELLO,
+/// then `CLIENT ID`) by `handshake`: what is left of the request's `op_timeout`, so a host
+/// that stalls a few seconds (a fork, a slow script) serves a request that needs a new lease
+/// as it serves one sent on a connection it already has.
+///
+/// Errors: as [`open`], and a lost connection or a timeout on `CLIENT ID`.
 async fn open_leased(
     addr: SocketAddr,
     settings: &PoolSettings,
     cluster: &str,
+    handshake: std::time::Duration,
 ) -> std::io::Result<(TcpStream, Option<u64>)> {
-    let stream = open(addr, settings, false, cluster).await?;
+    let stream = open(addr, settings, false, cluster, handshake).await?;
     let BufResult(res, _) = net::write_all(&stream, CLIENT_ID.to_vec()).await;
     res?;
-    let reply = net::timeout(settings.connect_timeout, read_replies(&stream, 1))
+    let reply = net::timeout(handshake, read_replies(&stream, 1))
         .await
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "CLIENT ID timeout"))??;
     let id = reply
@@ -255,7 +261,8 @@ impl LeasePool {
     /// is, [`super::backoff`]): until the delay passes, a lease that needs a new connection fails
     /// at once. So a pipeline of requests that each need a lease (large requests, blocking
     /// commands, transactions) to a host that hangs in the handshake costs its client one
-    /// `connect_timeout`, not one per request.
+    /// wait, not one per request. A new connection's handshake may take what is left of
+    /// `op_timeout` (see [`open_leased`]).
     ///
     /// Errors: [`LeaseError::Exhausted`] after `op_timeout`; [`LeaseError::Connect`] (also
     /// at once while the host is in backoff).
@@ -302,7 +309,9 @@ impl LeasePool {
                     resp3,
                     ..(*self.settings).clone()
                 };
-                let opened = self.open_noted(addr, &settings).await;
+                let left = deadline.saturating_duration_since(Instant::now());
+                let handshake = left.max(self.settings.connect_timeout);
+                let opened = self.open_noted(addr, &settings, handshake).await;
                 return match opened {
                     Ok(conn) => {
                         self.stats.connects.inc();
@@ -381,7 +390,9 @@ impl LeasePool {
             connect_timeout: self.settings.connect_timeout.saturating_add(patience),
             ..(*self.settings).clone()
         };
-        let opened = self.open_noted(addr, &settings).await;
+        let opened = self
+            .open_noted(addr, &settings, settings.connect_timeout)
+            .await;
         match opened {
             Ok(conn) => {
                 self.stats.connects.inc();
@@ -463,7 +474,9 @@ impl LeasePool {
             resp3,
             ..(*self.settings).clone()
         };
-        let opened = self.open_noted(addr, &settings).await;
+        let opened = self
+            .open_noted(addr, &settings, settings.connect_timeout)
+            .await;
         match opened {
             Ok((stream, upstream_id)) if !self.retired.get() => {
                 self.stats.connects.inc();
@@ -489,9 +502,10 @@ impl LeasePool {
         &self,
         addr: SocketAddr,
         settings: &PoolSettings,
+        handshake: std::time::Duration,
     ) -> std::io::Result<(TcpStream, Option<u64>)> {
         let tried = Instant::now();
-        let opened = open_leased(addr, settings, &self.cluster).await;
+        let opened = open_leased(addr, settings, &self.cluster, handshake).await;
         self.note_connect(addr, settings.resp3, tried, opened.is_ok());
         opened
     }

@@ -107,7 +107,15 @@ impl SubConn {
         };
         let me = conn.clone();
         net::spawn(async move {
-            match open(addr, &settings, false, &me.cluster).await {
+            match open(
+                addr,
+                &settings,
+                false,
+                &me.cluster,
+                settings.connect_timeout,
+            )
+            .await
+            {
                 Ok(stream) if !me.closed.get() => {
                     let stream = Rc::new(stream);
                     *me.stream.borrow_mut() = Some(stream.clone());

@@ -660,6 +660,50 @@ hosts = ["{}"]
     assert!(grew < 128, "the 48 MiB request was copied: +{grew} MiB");
 }
 
+/// A large request that needs a new leased connection to a host that stalls for 2 s (SIGSTOP,
+/// as a fork or a slow script would stall it) waits for it within `op_timeout` (5 s), as a
+/// small request on the connection the host already has does: both are answered once it
+/// runs again. Before, the lease's handshake was bounded by `connect_timeout` (1 s) and the
+/// large request got an error while the small one behind it succeeded.
+#[test]
+fn a_large_request_waits_for_a_stalled_host_within_op_timeout() {
+    let backends = servers(1);
+    let rest = format!(
+        r#"[listeners.prefix_routes.catch_all_route]
+cluster = "cache"
+[[clusters]]
+name = "cache"
+connect_timeout = "1s"
+hosts = ["{}"]
+"#,
+        backends[0].addr()
+    );
+    let respite = start_listening(&rest);
+    let mut c = respite.raw();
+    assert_eq!(c.cmd(&[b"SET", b"warm", b"w"]), OK);
+    let pid = backends[0].pid().to_string();
+    let signal = move |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, pid.as_str()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        signal("-CONT");
+    });
+    let big = vec![b'z'; 2 * MIB];
+    let started = Instant::now();
+    let replies = c.pipeline(&[cmd(&[b"SET", b"big", &big]), cmd(&[b"GET", b"warm"])]);
+    let took = started.elapsed();
+    resume.join().unwrap();
+    assert_eq!(replies, vec![OK.to_vec(), bulk(b"w")], "after {took:?}");
+    assert!(took >= Duration::from_millis(1500), "the host was stopped: {took:?}");
+    assert_eq!(c.cmd(&[b"STRLEN", b"big"]), int(2 * MIB as i64));
+}
+
 /// Large commands inside MULTI on a listener whose routes rewrite keys (`remove_prefix`,
 /// `key_formatter`) are queued from the client's frame too, each key in its forwarded form
 /// between ranges of the frame: a `SET`, a two-key `MSET` on the rewriting route, and a `SET`
