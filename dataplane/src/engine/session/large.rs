@@ -15,7 +15,7 @@
 //! - Outside MULTI and WATCH, a request goes this way when
 //!   [`crate::router::dispatch::Dispatch::whole`] places a keyed one whole, or when
 //!   [`crate::router::dispatch::Dispatch::split_whole`] splits a split one (`MSET`, `MGET`,
-//!   `DEL` …) per shard, one part when its keys all land on one shard: each part then goes to
+//!   `DEL` …) per route pool and shard, one part when its keys all land on one shard: each part then goes to
 //!   its shard in turn, on a connection of its own, as its own array header followed by the
 //!   ranges of the client's frame that hold its command name and its keys and values, so no
 //!   part is copied either; the parts' replies are merged as on the shared path, at most
@@ -23,8 +23,8 @@
 //!   cheap to copy). On a route that rewrites keys (`remove_prefix`, `key_formatter`) each key
 //!   goes in its forwarded form, written from bytes of its own between ranges of the frame.
 //!   A split one's mirrors get their copies part by part the same way, each part split by the
-//!   mirror cluster's own shards. Inside MULTI a large command is queued as its frame instead
-//!   (`transaction::commands`).
+//!   mirror cluster's own shards. Inside MULTI a large command is queued as its frame instead,
+//!   its keys rewritten the same way ([`whole_pieces`], `transaction::commands`).
 //! - Mirrors (Envoy `request_mirror_policy`) get their copy the same way, from the same
 //!   buffer, once the primary has answered: on a shared connection the copy would cost a
 //!   copy of the bytes and hold every other copy to that mirror behind it (a 256 MiB mirrored
