@@ -700,7 +700,10 @@ hosts = ["{}"]
     let took = started.elapsed();
     resume.join().unwrap();
     assert_eq!(replies, vec![OK.to_vec(), bulk(b"w")], "after {took:?}");
-    assert!(took >= Duration::from_millis(1500), "the host was stopped: {took:?}");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "the host was stopped: {took:?}"
+    );
     assert_eq!(c.cmd(&[b"STRLEN", b"big"]), int(2 * MIB as i64));
 }
 

@@ -21,6 +21,9 @@ pub struct Whole<P> {
     pub forwarded: Vec<(usize, Vec<u8>)>,
 }
 
+/// A request's keys as their route forwards them: (argument index, forwarded key), ascending.
+pub type ForwardedKeys = Vec<(usize, Vec<u8>)>;
+
 /// The most bytes the scratch buffer for rewritten requests keeps between requests.
 const REWRITE_KEEP: usize = 64 * 1024;
 
@@ -116,7 +119,7 @@ impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
         &mut self,
         req: &Request<'_>,
         spec: &'static CommandSpec,
-    ) -> Option<(usize, &'d RouteRuntime<P>, Vec<(usize, Vec<u8>)>)> {
+    ) -> Option<(usize, &'d RouteRuntime<P>, ForwardedKeys)> {
         let arg = req.argv();
         self.scratch.key_idx.clear();
         command::keys(spec, req.argc(), arg, &mut self.scratch.key_idx).ok()?;
@@ -146,7 +149,7 @@ impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
         &mut self,
         req: &Request<'_>,
         spec: &'static CommandSpec,
-    ) -> Option<Vec<(usize, Vec<u8>)>> {
+    ) -> Option<ForwardedKeys> {
         self.scratch.key_idx.clear();
         command::keys(spec, req.argc(), req.argv(), &mut self.scratch.key_idx).ok()?;
         if self.scratch.key_idx.is_empty() {
