@@ -24,7 +24,7 @@ use crate::command::Merge;
 use crate::command::split::{Part, merge};
 use crate::config::OutputBufferLimit;
 use crate::net::{self, Notify};
-use crate::resp::pubsub::add_to_counts;
+use crate::resp::pubsub::{Correction, add_to_counts};
 use crate::router::dispatch::Slots;
 use crate::stats::clock;
 use crate::stats::log_limit::log_limited;
@@ -87,7 +87,7 @@ struct Slot {
     /// Added to the counts of the reply (see [`Sink::adjust_next`]); boxed twice so that a
     /// slot that has none (every request but PUBLISH and PUBSUB NUMSUB while subscriptions
     /// exist) carries one thin pointer.
-    adjust: Option<Box<Box<[i64]>>>,
+    adjust: Option<Box<Box<[Correction]>>>,
     /// The reply is not written (CLIENT REPLY OFF or SKIP); it still takes its turn.
     silent: bool,
 }
@@ -116,7 +116,7 @@ struct Inner {
     /// Hold for the next slot pushed ([`Sink::hold_next`]).
     next_hold: Option<Duration>,
     /// Count corrections for the next slot pushed ([`Sink::adjust_next`]).
-    next_adjust: Option<Box<Box<[i64]>>>,
+    next_adjust: Option<Box<Box<[Correction]>>>,
     /// Whether the next slot pushed is silent ([`Sink::silence_next`]).
     next_silent: bool,
     /// Set by [`Sink::cork`]: nothing is written until [`Sink::uncork`].
@@ -368,10 +368,10 @@ impl Sink {
         self.inner.borrow_mut().next_silent = silent;
     }
 
-    /// Adds `deltas` to the counts of the next slot's reply when it comes (see
+    /// Applies `deltas` to the counts of the next slot's reply when it comes (see
     /// [`crate::resp::pubsub::add_to_counts`]): Redis counted the proxy's upstream
     /// subscriptions where clients want their own subscribers counted.
-    pub fn adjust_next(&self, deltas: Box<[i64]>) {
+    pub fn adjust_next(&self, deltas: Box<[Correction]>) {
         self.inner.borrow_mut().next_adjust = Some(Box::new(deltas));
     }
 

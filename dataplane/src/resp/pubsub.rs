@@ -163,16 +163,43 @@ pub fn message(
     encode::bulk(out, payload);
 }
 
-/// `reply` with `deltas` added to its counts in order, never below zero: to the reply itself
-/// when it is an integer (`PUBLISH`), else to the integer elements of an array (`PUBSUB
-/// NUMSUB`'s counts). Anything else (an error) comes back unchanged.
-pub fn add_to_counts(reply: &[u8], deltas: &[i64]) -> Vec<u8> {
+/// How one count Redis answered is corrected for the clients behind the proxy: Redis counted
+/// the proxy's upstream subscriptions (`counted` of them at most: those confirmed, and those
+/// being unsubscribed, which Redis may or may not have let go yet), and the clients want their
+/// own subscribers (`receivers`) counted instead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Correction {
+    pub counted: i64,
+    pub receivers: i64,
+}
+
+impl Correction {
+    /// Redis's count `n` corrected: what is left of it past the proxy's subscriptions (at
+    /// least zero: the subscriptions being unsubscribed that Redis had already let go), plus
+    /// the proxy's receivers.
+    pub fn apply(&self, n: i64) -> i64 {
+        n.saturating_sub(self.counted)
+            .max(0)
+            .saturating_add(self.receivers)
+    }
+
+    /// True when it adds as many receivers as it takes subscriptions off: Redis's count stands
+    /// (the request carries no correction).
+    pub fn is_none(&self) -> bool {
+        self.counted == self.receivers
+    }
+}
+
+/// `reply` with `corrections` applied to its counts in order ([`Correction::apply`]): to the
+/// reply itself when it is an integer (`PUBLISH`), else to the integer elements of an array
+/// (`PUBSUB NUMSUB`'s counts). Anything else (an error) comes back unchanged.
+pub fn add_to_counts(reply: &[u8], corrections: &[Correction]) -> Vec<u8> {
     let mut out = Vec::with_capacity(reply.len() + 8);
-    let add = |out: &mut Vec<u8>, n: i64, d: Option<&i64>| {
-        encode::integer(out, n.saturating_add(d.copied().unwrap_or(0)).max(0));
+    let add = |out: &mut Vec<u8>, n: i64, c: Option<&Correction>| {
+        encode::integer(out, c.map_or(n, |c| c.apply(n)));
     };
     if let Some(n) = super::integer_reply(reply) {
-        add(&mut out, n, deltas.first());
+        add(&mut out, n, corrections.first());
         return out;
     }
     let Some(elems) = super::array_elements(reply).filter(|_| reply.first() == Some(&b'*')) else {
@@ -180,11 +207,11 @@ pub fn add_to_counts(reply: &[u8], deltas: &[i64]) -> Vec<u8> {
         return out;
     };
     encode::array_header(&mut out, elems.len());
-    let mut deltas = deltas.iter();
+    let mut corrections = corrections.iter();
     for e in elems {
         let elem = reply.get(e).unwrap_or_default();
         match super::integer_reply(elem) {
-            Some(n) => add(&mut out, n, deltas.next()),
+            Some(n) => add(&mut out, n, corrections.next()),
             None => out.extend_from_slice(elem),
         }
     }
@@ -354,13 +381,24 @@ mod tests {
 
     #[test]
     fn counts_are_corrected_in_place() {
-        assert_eq!(add_to_counts(b":1\r\n", &[2]), b":3\r\n");
-        assert_eq!(add_to_counts(b":1\r\n", &[-2]), b":0\r\n");
-        assert_eq!(add_to_counts(b"-ERR x\r\n", &[2]), b"-ERR x\r\n");
+        let c = |counted, receivers| Correction { counted, receivers };
+        assert_eq!(add_to_counts(b":1\r\n", &[c(0, 2)]), b":3\r\n");
+        assert_eq!(add_to_counts(b":3\r\n", &[c(2, 0)]), b":1\r\n");
+        assert_eq!(add_to_counts(b"-ERR x\r\n", &[c(0, 2)]), b"-ERR x\r\n");
         assert_eq!(
-            add_to_counts(b"*4\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n:0\r\n", &[1, 2]),
+            add_to_counts(
+                b"*4\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n:0\r\n",
+                &[c(0, 1), c(0, 2)]
+            ),
             b"*4\r\n$1\r\na\r\n:2\r\n$1\r\nb\r\n:2\r\n"
         );
+        // Two subscriptions counted, one of them being unsubscribed: whether Redis let it go
+        // before the PUBLISH or not, the two local receivers are all there is (a subscription
+        // Redis had let go was once taken off the receivers: 1).
+        assert_eq!(add_to_counts(b":2\r\n", &[c(2, 2)]), b":2\r\n");
+        assert_eq!(add_to_counts(b":1\r\n", &[c(2, 2)]), b":2\r\n");
+        // A direct subscriber of the backend counts as Redis counts it.
+        assert_eq!(add_to_counts(b":3\r\n", &[c(2, 2)]), b":3\r\n");
     }
 
     #[test]

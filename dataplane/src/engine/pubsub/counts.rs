@@ -1,8 +1,12 @@
 //! Process-wide subscription counts, so the counts clients read are Redis's own for what they
 //! see. Redis counts each of Respite's upstream subscriptions as one receiver; behind it sit
 //! any number of local subscribers. `PUBLISH`, `SPUBLISH`, `PUBSUB NUMSUB` and `SHARDNUMSUB`
-//! are answered by Redis and then corrected by the difference: the local subscribers that
-//! receive the message, less Respite's upstream subscriptions that Redis counted.
+//! are answered by Redis and then corrected: Respite's upstream subscriptions that Redis may
+//! have counted come off its count (never below zero), and the local subscribers that receive
+//! the message are added. A subscription being unsubscribed (its last local subscriber gone)
+//! may or may not still be counted by Redis when the `PUBLISH` reaches it, since the two go on
+//! different connections; taking it off a count that does not hold it would undercount, so
+//! the count never goes below what Redis counted besides Respite.
 //!
 //! Each worker reports, per name it holds, the hosts where Redis confirmed its subscription and
 //! its local subscribers; a name not yet (or no longer) confirmed anywhere has no receivers.
@@ -14,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::resp::pubsub::{Topic, pattern_matches};
+use crate::resp::pubsub::{Correction, Topic, pattern_matches};
 
 /// One worker's hold on a name: the hosts where its subscription is confirmed, and its local
 /// subscribers.
@@ -97,57 +101,75 @@ impl Counts {
         }
     }
 
-    /// What to add to the count Redis answered to a `PUBLISH` (`topic` [`Topic::Channel`]) or
-    /// `SPUBLISH` ([`Topic::Shard`]) of `channel` that reached it as `reach` says: the local
-    /// subscribers that receive it (of the channel, and for `PUBLISH` of every matching
-    /// pattern) less the upstream subscriptions that Redis counted.
-    pub fn publish_delta(&self, cluster: &str, topic: Topic, channel: &[u8], reach: Reach) -> i64 {
+    /// How to correct the count Redis answered to a `PUBLISH` (`topic` [`Topic::Channel`]) or
+    /// `SPUBLISH` ([`Topic::Shard`]) of `channel` that reached it as `reach` says: the upstream
+    /// subscriptions Redis may have counted (of the channel, and for `PUBLISH` of every
+    /// matching pattern) give way to the local subscribers that receive it.
+    pub fn publish_correction(
+        &self,
+        cluster: &str,
+        topic: Topic,
+        channel: &[u8],
+        reach: Reach,
+    ) -> Correction {
         let clusters = self.lock();
         let Some(names) = clusters.get(cluster) else {
-            return 0;
+            return Correction::default();
         };
-        let delta = |tally: &Tally| -> i64 {
-            tally
-                .iter()
-                .map(|(_, h)| match reach {
-                    Reach::Host(at) if h.homes.contains(&at) => h.members - 1,
-                    Reach::Host(_) => 0,
+        let add = |c: &mut Correction, tally: &Tally| {
+            for (_, h) in tally {
+                let (counted, receivers) = match reach {
+                    Reach::Host(at) if h.homes.contains(&at) => (1, h.members),
+                    Reach::Host(_) => (0, 0),
                     Reach::Everywhere(at) => {
                         let receives = if h.homes.is_empty() { 0 } else { h.members };
-                        receives - i64::from(h.homes.contains(&at))
+                        (i64::from(h.homes.contains(&at)), receives)
                     }
-                })
-                .sum()
+                };
+                c.counted += counted;
+                c.receivers += receivers;
+            }
         };
-        let mut total = names.get(&(topic, Box::from(channel))).map_or(0, &delta);
+        let mut total = Correction::default();
+        if let Some(t) = names.get(&(topic, Box::from(channel))) {
+            add(&mut total, t);
+        }
         if topic == Topic::Channel {
             for ((kind, pattern), t) in names {
                 if *kind == Topic::Pattern && pattern_matches(pattern, channel) {
-                    total += delta(t);
+                    add(&mut total, t);
                 }
             }
         }
         total
     }
 
-    /// What to add to the subscriber count of `channel` summed over every host (`PUBSUB
-    /// NUMSUB`, `SHARDNUMSUB`): local subscribers less every upstream subscription.
-    pub fn numsub_delta(&self, cluster: &str, topic: Topic, channel: &[u8]) -> i64 {
-        self.lock()
+    /// How to correct the subscriber count of `channel` summed over every host (`PUBSUB
+    /// NUMSUB`, `SHARDNUMSUB`): every upstream subscription gives way to the local subscribers.
+    pub fn numsub_correction(&self, cluster: &str, topic: Topic, channel: &[u8]) -> Correction {
+        let mut c = Correction::default();
+        if let Some(t) = self
+            .lock()
             .get(cluster)
             .and_then(|names| names.get(&(topic, Box::from(channel))))
-            .map_or(0, |t| {
-                t.iter()
-                    .filter(|(_, h)| !h.homes.is_empty())
-                    .map(|(_, h)| h.members - h.homes.len() as i64)
-                    .sum()
-            })
+        {
+            for (_, h) in t.iter().filter(|(_, h)| !h.homes.is_empty()) {
+                c.counted += h.homes.len() as i64;
+                c.receivers += h.members;
+            }
+        }
+        c
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a correction adds to Redis's count when Redis counted every subscription.
+    fn net(c: Correction) -> i64 {
+        c.receivers - c.counted
+    }
 
     fn addr(port: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], port))
@@ -166,28 +188,43 @@ mod tests {
         assert!(!c.is_empty());
         let host = |h| Reach::Host(h);
         assert_eq!(
-            c.publish_delta("x", Topic::Channel, b"ch", host(a)),
+            net(c.publish_correction("x", Topic::Channel, b"ch", host(a))),
             (4 - 2) + (2 - 1)
         );
-        assert_eq!(c.publish_delta("x", Topic::Channel, b"other", host(a)), 0);
-        assert_eq!(c.publish_delta("x", Topic::Channel, b"cx", host(b)), 1);
-        assert_eq!(c.publish_delta("x", Topic::Shard, b"ch", host(a)), 0);
-        assert_eq!(c.publish_delta("y", Topic::Channel, b"ch", host(a)), 0);
-        assert_eq!(c.numsub_delta("x", Topic::Channel, b"ch"), 2);
+        assert_eq!(
+            net(c.publish_correction("x", Topic::Channel, b"other", host(a))),
+            0
+        );
+        assert_eq!(
+            net(c.publish_correction("x", Topic::Channel, b"cx", host(b))),
+            1
+        );
+        assert_eq!(
+            net(c.publish_correction("x", Topic::Shard, b"ch", host(a))),
+            0
+        );
+        assert_eq!(
+            net(c.publish_correction("y", Topic::Channel, b"ch", host(a))),
+            0
+        );
+        assert_eq!(net(c.numsub_correction("x", Topic::Channel, b"ch")), 2);
         // Published where nobody of ours is subscribed: nothing to correct.
         assert_eq!(
-            c.publish_delta("x", Topic::Channel, b"ch", host(addr(3))),
+            net(c.publish_correction("x", Topic::Channel, b"ch", host(addr(3)))),
             0
         );
         // A Redis Cluster delivers classic messages everywhere but counts one node.
         assert_eq!(
-            c.publish_delta("x", Topic::Channel, b"ch", Reach::Everywhere(b)),
+            net(c.publish_correction("x", Topic::Channel, b"ch", Reach::Everywhere(b))),
             4 + (2 - 1)
         );
         // Not confirmed anywhere: no receivers, nothing counted.
         c.set("x", Topic::Shard, b"s", 0, vec![], 5);
-        assert_eq!(c.publish_delta("x", Topic::Shard, b"s", host(a)), 0);
-        assert_eq!(c.numsub_delta("x", Topic::Shard, b"s"), 0);
+        assert_eq!(
+            net(c.publish_correction("x", Topic::Shard, b"s", host(a))),
+            0
+        );
+        assert_eq!(net(c.numsub_correction("x", Topic::Shard, b"s")), 0);
         for (topic, name, w) in [
             (Topic::Channel, &b"ch"[..], 0),
             (Topic::Channel, b"ch", 1),
@@ -197,5 +234,28 @@ mod tests {
             c.set("x", topic, name, w, vec![], 0);
         }
         assert!(c.is_empty());
+    }
+
+    /// Redis's `Mix SUBSCRIBE and PSUBSCRIBE` right after a client of `foo*` left: its
+    /// worker's PUNSUBSCRIBE may or may not have reached Redis before the PUBLISH did. Either
+    /// way the client of `foo.bar` and `foo.*` counts twice, as at Redis.
+    #[test]
+    fn a_subscription_being_unsubscribed_never_takes_a_receiver_off() {
+        let c = Counts::default();
+        let a = addr(1);
+        c.set("x", Topic::Pattern, b"foo*", 0, vec![a], 0);
+        c.set("x", Topic::Channel, b"foo.bar", 1, vec![a], 1);
+        c.set("x", Topic::Pattern, b"foo.*", 1, vec![a], 1);
+        let k = c.publish_correction("x", Topic::Channel, b"foo.bar", Reach::Host(a));
+        assert_eq!(
+            k,
+            Correction {
+                counted: 3,
+                receivers: 2
+            }
+        );
+        let still_counted = 3;
+        let let_go = 2;
+        assert_eq!((k.apply(still_counted), k.apply(let_go)), (2, 2));
     }
 }

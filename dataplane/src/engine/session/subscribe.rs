@@ -23,7 +23,7 @@ use crate::command::{CommandSpec, PubSub, Request, Topic};
 use crate::engine::pubsub::{Confirm, Member, Reach, Renamed, place};
 use crate::engine::worker::ListenerRuntime;
 use crate::resp::encode;
-use crate::resp::pubsub::confirmation;
+use crate::resp::pubsub::{Correction, confirmation};
 use crate::router::dispatch::Upstream;
 
 /// One subscription of the client.
@@ -333,9 +333,9 @@ impl Session {
         } else {
             Reach::Host(host)
         };
-        let delta = counts.publish_delta(&route.pool.name, topic, &forwarded, reach);
-        if delta != 0 {
-            self.sink.adjust_next(Box::new([delta]));
+        let correction = counts.publish_correction(&route.pool.name, topic, &forwarded, reach);
+        if !correction.is_none() {
+            self.sink.adjust_next(Box::new([correction]));
         }
     }
 
@@ -347,20 +347,20 @@ impl Session {
             return;
         }
         let mut forwarded = Vec::new();
-        let deltas: Box<[i64]> = req
+        let corrections: Box<[Correction]> = req
             .args()
             .skip(2)
             .map(|channel| {
                 let Some((_, route)) = rt.router.route(channel) else {
-                    return 0;
+                    return Correction::default();
                 };
                 forwarded.clear();
                 route.rewrite(channel, &mut forwarded);
-                counts.numsub_delta(&route.pool.name, topic, &forwarded)
+                counts.numsub_correction(&route.pool.name, topic, &forwarded)
             })
             .collect();
-        if deltas.iter().any(|&d| d != 0) {
-            self.sink.adjust_next(deltas);
+        if corrections.iter().any(|c| !c.is_none()) {
+            self.sink.adjust_next(corrections);
         }
     }
 }
