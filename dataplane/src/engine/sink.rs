@@ -132,6 +132,9 @@ struct Inner {
     /// worker's budget and its evictions, as Redis counts a client's MULTI state in
     /// `maxmemory-clients`, but not replies, so outside the output-buffer limit.
     frames: usize,
+    /// Set while the session's EXEC is on its way: its frames are no longer evictable, since
+    /// the transaction runs whatever happens to the client (Redis evicts between commands).
+    executing: bool,
     /// Decaying maximum of this session's reply sizes (bytes, [`budget::next_estimate`]):
     /// what a request in flight is expected to bring back.
     estimate: usize,
@@ -219,12 +222,23 @@ impl Sink {
         held(&self.inner.borrow())
     }
 
-    /// Client memory this session counts for in the worker's budget (bytes): the replies held
-    /// for it ([`Sink::held`]) and the request frames its transaction holds. Eviction frees
-    /// the largest first.
+    /// Client memory this session counts for in the worker's budget, as eviction sees it
+    /// (bytes): the replies held for it ([`Sink::held`]) and the request frames its open
+    /// transaction holds (not once its EXEC is on its way). Eviction frees the largest first.
     pub fn memory(&self) -> usize {
         let inner = self.inner.borrow();
-        held(&inner).saturating_add(inner.frames)
+        let frames = if inner.executing { 0 } else { inner.frames };
+        held(&inner).saturating_add(frames)
+    }
+
+    /// The worker's memory budget for its clients in bytes (0: none).
+    pub fn memory_limit(&self) -> usize {
+        self.budget.limit()
+    }
+
+    /// The session's EXEC is on its way (`true`) or answered: see [`Sink::memory`].
+    pub fn executing(&self, on: bool) {
+        self.inner.borrow_mut().executing = on;
     }
 
     /// A request frame of `bytes` is held for this session's transaction (`held`: true) or was

@@ -16,7 +16,6 @@ use respite_tests::respite::Respite;
 use respite_tests::{IO_TIMEOUT, RawClient, RedisServer};
 
 const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
-const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
 const QUEUED: &[u8] = b"+QUEUED\r\n";
 
 /// `blocked_clients` of a redis-server's `INFO clients`.

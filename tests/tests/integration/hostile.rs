@@ -2079,6 +2079,81 @@ fn frames_held_by_open_transactions_count_in_the_budget() {
     assert_eq!(small.cmd(&[b"GET", b"small"]), bulk(b"s"));
 }
 
+/// (1) A transaction is refused at queue time when its commands cannot fit in the worker's
+/// share of `maxmemory_clients` (`-ERR transaction too large…`, then EXECABORT; the client
+/// stays connected and nothing runs), where the same command outside MULTI is served. And a
+/// client whose EXEC is on its way is not the one evicted when another transaction passes the
+/// budget: its transaction runs whatever happens, so evicting it would free nothing and leave
+/// its client without the reply (its host is stopped meanwhile, so the EXEC is still out).
+#[test]
+fn transactions_past_the_budget_are_refused_or_evicted_before_their_exec() {
+    let _g = serial();
+    const MIB: usize = 1 << 20;
+    let backends = servers(1);
+    let (cfg, port, admin) = budget_config(&addrs(&backends), 64 << 20);
+    let cfg = cfg.replace("op_timeout = \"1s\"", "op_timeout = \"30s\"");
+    let respite = Respite::start(&cfg, port, admin);
+    let mut c = respite.raw();
+    let big = vec![b'b'; 80 * MIB];
+    assert_eq!(c.cmd(&[b"SET", b"alone", &big]), OK);
+    assert_eq!(c.cmd(&[b"MULTI"]), OK);
+    let refused = c.cmd(&[b"SET", b"inside", &big]);
+    assert!(
+        refused.starts_with(b"-ERR transaction too large"),
+        "{}",
+        String::from_utf8_lossy(&refused)
+    );
+    assert_eq!(c.cmd(&[b"EXEC"]), EXECABORT);
+    assert_eq!(c.cmd(&[b"PING"]), b"+PONG\r\n");
+    drop(big);
+
+    let value = vec![b'v'; 16 * MIB];
+    let mut a = respite.raw();
+    assert_eq!(a.cmd(&[b"MULTI"]), OK);
+    for k in ["a1", "a2", "a3"] {
+        assert_eq!(a.cmd(&[b"SET", k.as_bytes(), &value]), b"+QUEUED\r\n");
+    }
+    let pid = backends[0].pid().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, pid.as_str()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    a.send(&[b"EXEC"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut b = respite.raw();
+    assert_eq!(b.cmd(&[b"MULTI"]), OK);
+    let mut b_open = true;
+    for k in ["b1", "b2"] {
+        match b.try_cmd(&[b"SET", k.as_bytes(), &value]) {
+            Ok(r) => assert_eq!(r, b"+QUEUED\r\n"),
+            Err(_) => b_open = false,
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    signal("-CONT");
+    let exec = a.try_read_reply().map_err(|e| e.to_string());
+    assert_eq!(
+        exec,
+        Ok(b"*3\r\n+OK\r\n+OK\r\n+OK\r\n".to_vec()),
+        "the client whose EXEC was out gets its reply"
+    );
+    if b_open {
+        b_open = b.try_cmd(&[b"EXEC"]).is_ok();
+    }
+    assert!(
+        !b_open,
+        "the transaction that passed the budget was evicted"
+    );
+    assert!(respite.stat("redis.main.evicted_clients") >= 1);
+    let mut direct = backends[0].raw();
+    assert_eq!(direct.cmd(&[b"EXISTS", b"a1", b"a2", b"a3"]), int(3));
+    assert_eq!(direct.cmd(&[b"EXISTS", b"b1", b"b2", b"inside"]), int(0));
+}
+
 /// (3) A connection's waiting room at its bound (`max_pending_requests = 64`, filled by one
 /// client pipelining 500 `GET`s while the backend is stopped) does not refuse a client that
 /// waits for nothing: its `GET` takes the place of the flooder's newest, which is refused

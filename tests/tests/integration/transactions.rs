@@ -11,7 +11,6 @@ use common::*;
 use respite_tests::respite::{Respite, simple_config};
 use respite_tests::{RawClient, RedisServer, free_port};
 
-const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
 const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
 
 /// True if `key` exists on any of `backends`.

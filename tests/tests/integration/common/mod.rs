@@ -71,6 +71,9 @@ pub const NIL: &[u8] = b"$-1\r\n";
 /// RESP `+OK`.
 pub const OK: &[u8] = b"+OK\r\n";
 
+/// EXEC's reply to a transaction discarded at queue time, as Redis gives it.
+pub const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+
 /// Printable form of reply bytes for assertion messages.
 pub fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).escape_debug().to_string()

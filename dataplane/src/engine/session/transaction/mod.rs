@@ -51,6 +51,11 @@ type Dest = TxDest<ClusterPool>;
 const RELOADED: &[u8] = b"-EXECABORT Transaction discarded because the listener's \
 configuration was reloaded while it was queued\r\n";
 
+/// A command that would take its transaction past the worker's share of
+/// `maxmemory_clients`: the transaction is discarded.
+const OVER_BUDGET: &[u8] = b"-ERR transaction too large: its commands would pass the worker's \
+share of maxmemory_clients\r\n";
+
 /// The most commands one transaction may queue; past it the transaction is discarded.
 pub(super) const MAX_QUEUED: usize = 1 << 20;
 
@@ -374,6 +379,15 @@ impl Session {
                 b"-ERR transaction too large: too many commands or bytes queued since MULTI\r\n",
             );
         }
+        // A transaction holds its commands until EXEC, in the worker's memory budget: one
+        // that cannot fit in it is refused now, rather than its client evicted for it.
+        let budget = self.sink.memory_limit();
+        let size = req.frame().map_or(req.bytes().len(), <[u8]>::len);
+        if budget > 0 && tx.queued.borrow().len().saturating_add(size) > budget {
+            tx.discarded = true;
+            self.mode = Mode::Multi(tx);
+            return self.sink.push_local(cmd, OVER_BUDGET);
+        }
         // A large command (a 256 MiB `SET`) is queued as the client's frame itself, which the
         // read loop hands over (`queue_frame`), with its keys in their forwarded form where its
         // route rewrites them: copied into the queue, and again for the re-send, it stalled
@@ -589,6 +603,7 @@ impl Session {
             session: self.id,
             resp3: self.conn.resp3,
         };
+        self.sink.executing(true);
         net::spawn(async move {
             let sink = run.sink.clone();
             sink.answered_before(first.unwrap_or(seq)).await;
@@ -614,6 +629,7 @@ impl Session {
                     copy.send(count, client).await;
                 }
             }
+            sink.executing(false);
             barrier.open(None);
         });
     }
