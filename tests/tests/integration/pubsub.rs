@@ -206,10 +206,11 @@ fn payloads(c: &mut RawClient, n: usize) -> Vec<Vec<u8>> {
 
 /// A `PUBLISH` sent just as another client's pattern subscription is being let go upstream
 /// (its client left: Respite's PUNSUBSCRIBE and the PUBLISH travel on different connections,
-/// so Redis may or may not count it) still counts the one client subscribed, as Redis would:
-/// 1 in each of 40 rounds. Before, the subscription being let go was taken off Redis's count
-/// even when Redis had already let it go, so a round could answer 0 (as Redis's own
-/// `Mix SUBSCRIBE and PSUBSCRIBE` once saw 1 for 2 under load).
+/// so Redis may or may not count it) still counts the client that stays subscribed: 1, or 2
+/// when Respite had not yet seen the other client leave (as Redis counts a client whose close
+/// it has not yet read), in each of 40 rounds. Before, the subscription being let go was taken
+/// off Redis's count even when Redis had already let it go, so a round could answer 0 (as
+/// Redis's own `Mix SUBSCRIBE and PSUBSCRIBE` once saw 1 for 2 under load).
 #[test]
 fn a_publish_as_another_subscription_is_let_go_counts_who_is_subscribed() {
     let backends = servers(1);
@@ -227,7 +228,14 @@ fn a_publish_as_another_subscription_is_let_go_counts_who_is_subscribed() {
         counts.push(publisher.cmd(&[b"PUBLISH", b"foo.bar", b"m"]));
         payloads(&mut sub, 1);
     }
-    assert!(counts.iter().all(|c| *c == int(1)), "{counts:?}");
+    let seen: Vec<String> = counts
+        .iter()
+        .map(|c| String::from_utf8_lossy(c).trim().to_string())
+        .collect();
+    assert!(
+        seen.iter().all(|c| c == ":1" || c == ":2"),
+        "the subscriber of foo.bar was not counted: {seen:?}"
+    );
 }
 
 /// 1,000 subscribers of one channel on one worker: one upstream subscription (Redis counts one
