@@ -848,7 +848,7 @@ pub fn redis_cli(args: &[String]) -> String {
 }
 
 /// Sends signal `sig` (`"STOP"`, `"CONT"`, ...) to `pid` with kill(1).
-fn signal(pid: u32, sig: &str) {
+pub fn signal(pid: u32, sig: &str) {
     let ok = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())

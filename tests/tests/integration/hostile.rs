@@ -2113,15 +2113,9 @@ fn transactions_past_the_budget_are_refused_or_evicted_before_their_exec() {
     for k in ["a1", "a2", "a3"] {
         assert_eq!(a.cmd(&[b"SET", k.as_bytes(), &value]), b"+QUEUED\r\n");
     }
-    let pid = backends[0].pid().to_string();
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, pid.as_str()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    let pid = backends[0].pid();
+    let signal = |sig: &str| respite_tests::cluster::signal(pid, sig);
+    signal("STOP");
     a.send(&[b"EXEC"]);
     std::thread::sleep(Duration::from_millis(200));
     let mut b = respite.raw();
@@ -2134,7 +2128,7 @@ fn transactions_past_the_budget_are_refused_or_evicted_before_their_exec() {
         }
     }
     std::thread::sleep(Duration::from_millis(300));
-    signal("-CONT");
+    signal("CONT");
     let exec = a.try_read_reply().map_err(|e| e.to_string());
     assert_eq!(
         exec,

@@ -681,18 +681,12 @@ hosts = ["{}"]
     let respite = start_listening(&rest);
     let mut c = respite.raw();
     assert_eq!(c.cmd(&[b"SET", b"warm", b"w"]), OK);
-    let pid = backends[0].pid().to_string();
-    let signal = move |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, pid.as_str()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    let pid = backends[0].pid();
+    let signal = move |sig: &str| respite_tests::cluster::signal(pid, sig);
+    signal("STOP");
     let resume = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(2));
-        signal("-CONT");
+        signal("CONT");
     });
     let big = vec![b'z'; 2 * MIB];
     let started = Instant::now();
