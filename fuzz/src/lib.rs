@@ -460,7 +460,23 @@ pub fn reply_scanner(data: &[u8]) {
         assert!(n > 0 && n <= data.len(), "scan found {n} of {}", data.len());
         // A complete reply read from a subscriber connection: parsed or refused, never a panic.
         let _ = resp::pubsub::parse_push(data.get(..n).unwrap_or_default());
-        let _ = resp::pubsub::add_to_counts(data.get(..n).unwrap_or_default(), &[1, -1, 3]);
+        let _ = resp::pubsub::add_to_counts(
+            data.get(..n).unwrap_or_default(),
+            &[
+                resp::pubsub::Correction {
+                    counted: 1,
+                    receivers: 2,
+                },
+                resp::pubsub::Correction {
+                    counted: 0,
+                    receivers: -1,
+                },
+                resp::pubsub::Correction {
+                    counted: 3,
+                    receivers: 0,
+                },
+            ],
+        );
     }
     // Redis's glob matching of a pattern (first half) against a channel (second half).
     let (pattern, channel) = data.split_at(data.len() / 2);
