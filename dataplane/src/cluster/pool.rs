@@ -133,6 +133,11 @@ impl ClusterPool {
         settings: PoolSettings,
         ctx: &PoolContext,
     ) -> Result<Rc<ClusterPool>, PoolError> {
+        let mut settings = settings;
+        settings.tls = settings
+            .tls
+            .take()
+            .map(|t| t.with_stats(&ctx.store, ctx.worker));
         let settings = Rc::new(settings);
         let kind = match cluster.cluster_type {
             ClusterType::Static | ClusterType::Eds => {

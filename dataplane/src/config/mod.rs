@@ -35,11 +35,13 @@ mod tests_raw;
 mod tests_routes;
 #[cfg(test)]
 mod tests_sockmap;
+pub mod tls;
 mod validate;
 
 pub use dump::REDACTED;
 pub use routes::{KEY_VARIABLE, clusters_of};
 pub use sockmap::{Sockmap, parse_port_list};
+pub use tls::{DownstreamTls, SniCertificate, UpstreamTls};
 
 /// A validated configuration snapshot. Immutable once built; a reload builds a new one.
 ///
@@ -180,6 +182,9 @@ pub struct ListenerConfig {
     /// replies is disconnected. Default 1 GiB hard (above the largest value Redis stores by
     /// default, `proto-max-bulk-len` 512 MiB), 64 MiB soft for 60s.
     pub client_output_buffer_limit: OutputBufferLimit,
+    /// `[listeners.tls]`: the listener accepts TLS only (absent, the default: plain TCP only).
+    /// A reload changes the certificates of new connections; established ones keep theirs.
+    pub tls: Option<DownstreamTls>,
 }
 
 /// An output-buffer limit (Redis `client-output-buffer-limit <class> <hard> <soft> <soft
@@ -419,6 +424,9 @@ pub struct ClusterConfig {
     /// `[clusters.tcp_keepalive]`: TCP keepalive on upstream connections, so a host that powers
     /// off is noticed while the connection is idle (Envoy `upstream_connection_options`).
     pub tcp_keepalive: TcpKeepalive,
+    /// `[clusters.tls]`: every connection to the hosts is TLS (absent, the default: plain
+    /// TCP). The handshake counts in `connect_timeout`.
+    pub tls: Option<UpstreamTls>,
 }
 
 impl ClusterConfig {

@@ -157,6 +157,62 @@ pub struct RawListener {
     /// `[listeners.client_output_buffer_limit]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_output_buffer_limit: Option<Spanned<RawOutputBufferLimit>>,
+    /// `[listeners.tls]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Spanned<RawDownstreamTls>>,
+}
+
+/// `[listeners.tls]` ([`super::DownstreamTls`]). Paths as written (relative ones are relative
+/// to the data plane's working directory).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDownstreamTls {
+    /// PEM certificate chain file.
+    pub certificate_chain: Spanned<String>,
+    /// PEM private key file.
+    pub private_key: Spanned<String>,
+    /// PEM CA bundle for client certificates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trusted_ca: Option<Spanned<String>>,
+    /// Refuse clients without a valid certificate.
+    #[serde(default)]
+    pub require_client_certificate: bool,
+    /// `[[listeners.tls.sni]]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sni: Vec<Spanned<RawSniCertificate>>,
+}
+
+/// `[[listeners.tls.sni]]` ([`super::SniCertificate`]).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSniCertificate {
+    /// Names served by this certificate.
+    pub server_names: Vec<Spanned<String>>,
+    /// PEM certificate chain file.
+    pub certificate_chain: Spanned<String>,
+    /// PEM private key file.
+    pub private_key: Spanned<String>,
+}
+
+/// `[clusters.tls]` ([`super::UpstreamTls`]).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamTls {
+    /// PEM CA bundle; the system's roots when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trusted_ca: Option<Spanned<String>>,
+    /// Server name sent and verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sni: Option<Spanned<String>>,
+    /// PEM client certificate chain file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_chain: Option<Spanned<String>>,
+    /// PEM private key file of the client certificate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Spanned<String>>,
+    /// Accept any server certificate.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
 }
 
 impl RawListener {
@@ -185,6 +241,7 @@ impl RawListener {
             access_log: None,
             client_output_buffer_limit_pubsub: None,
             client_output_buffer_limit: None,
+            tls: None,
         }
     }
 }
@@ -385,6 +442,9 @@ pub struct RawCluster {
     /// `[clusters.tcp_keepalive]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive: Option<Spanned<RawTcpKeepalive>>,
+    /// `[clusters.tls]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Spanned<RawUpstreamTls>>,
 }
 
 impl RawCluster {
@@ -413,6 +473,7 @@ impl RawCluster {
             max_leased_connections: None,
             max_reply_bytes_in_flight: None,
             tcp_keepalive: None,
+            tls: None,
         }
     }
 }

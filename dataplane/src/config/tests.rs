@@ -127,6 +127,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 access_log: None,
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
                 client_output_buffer_limit: OutputBufferLimit::NORMAL,
+                tls: None,
             },
             ListenerConfig {
                 name: "second".into(),
@@ -155,6 +156,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 access_log: None,
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
                 client_output_buffer_limit: OutputBufferLimit::NORMAL,
+                tls: None,
             },
         ],
         clusters: vec![
@@ -189,6 +191,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_leased_connections: 32,
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
+                tls: None,
             },
             ClusterConfig {
                 name: "sessions".into(),
@@ -213,6 +216,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_leased_connections: 32,
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
+                tls: None,
             },
         ],
         sockmap: Sockmap::default(),

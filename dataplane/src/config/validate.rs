@@ -13,9 +13,9 @@ use super::limits::{
 };
 use super::locate::Source;
 use super::raw::{
-    RawAccessLog, RawAdmin, RawCluster, RawConfig, RawDuration, RawHealthCheck, RawHost,
-    RawHotKeys, RawListener, RawOutlierDetection, RawOutputBufferLimit, RawRuntime,
-    RawTcpKeepalive,
+    RawAccessLog, RawAdmin, RawCluster, RawConfig, RawDownstreamTls, RawDuration, RawHealthCheck,
+    RawHost, RawHotKeys, RawListener, RawOutlierDetection, RawOutputBufferLimit, RawRuntime,
+    RawTcpKeepalive, RawUpstreamTls,
 };
 use super::routes::ClusterRef;
 use super::{
@@ -401,6 +401,11 @@ fn listener(
         None => None,
     };
 
+    let tls = match l.tls {
+        Some(t) => Some(downstream_tls(src, &format!("{path}.tls"), t)?),
+        None => None,
+    };
+
     Ok(ListenerConfig {
         stat_prefix: stat_prefix.unwrap_or_else(|| name.clone()),
         name,
@@ -432,7 +437,81 @@ fn listener(
         access_log,
         client_output_buffer_limit_pubsub,
         client_output_buffer_limit,
+        tls,
     })
+}
+
+/// `[listeners.tls]`: the files are read and the server config built now.
+fn downstream_tls(
+    src: &Source<'_>,
+    path: &str,
+    raw: Spanned<RawDownstreamTls>,
+) -> Result<super::DownstreamTls> {
+    let t = raw.into_inner();
+    let mut sni = Vec::with_capacity(t.sni.len());
+    for (i, s) in t.sni.into_iter().enumerate() {
+        let s = s.into_inner();
+        let mut server_names = Vec::with_capacity(s.server_names.len());
+        for n in s.server_names {
+            let name = n.get_ref().to_ascii_lowercase();
+            let bare = name.strip_prefix("*.").unwrap_or(&name);
+            if bare.is_empty() || bare.contains('*') || !name.is_ascii() {
+                return Err(src.error(
+                    Some(n.span()),
+                    &format!("{path}.sni[{i}].server_names"),
+                    "a DNS name, or *. followed by one (one leading wildcard label only)",
+                ));
+            }
+            server_names.push(name);
+        }
+        sni.push(super::SniCertificate {
+            server_names,
+            certificate_chain: s.certificate_chain.into_inner().into(),
+            private_key: s.private_key.into_inner().into(),
+        });
+    }
+    super::tls::downstream(
+        t.certificate_chain.into_inner().into(),
+        t.private_key.into_inner().into(),
+        t.trusted_ca.map(|c| c.into_inner().into()),
+        t.require_client_certificate,
+        sni,
+    )
+    .map_err(|e| tls_error(src, path, &e))
+}
+
+/// `[clusters.tls]`: the files (or the system's roots) are read and the client config built.
+fn upstream_tls(
+    src: &Source<'_>,
+    path: &str,
+    raw: Spanned<RawUpstreamTls>,
+) -> Result<super::UpstreamTls> {
+    let t = raw.into_inner();
+    if let Some(sni) = &t.sni
+        && rustls::pki_types::ServerName::try_from(sni.get_ref().as_str()).is_err()
+    {
+        return Err(src.error(
+            Some(sni.span()),
+            &format!("{path}.sni"),
+            "not a DNS name or IP address",
+        ));
+    }
+    let tls = super::tls::upstream(
+        t.trusted_ca.map(|c| c.into_inner().into()),
+        t.sni.map(Spanned::into_inner),
+        t.certificate_chain.map(|c| c.into_inner().into()),
+        t.private_key.map(|c| c.into_inner().into()),
+        t.insecure_skip_verify,
+    )
+    .map_err(|e| tls_error(src, path, &e))?;
+    Ok(tls)
+}
+
+/// A TLS file error, pointed at the key that names the file.
+fn tls_error(src: &Source<'_>, path: &str, e: &super::tls::TlsError) -> ConfigError {
+    let key = format!("{path}.{}", e.key);
+    let span = src.span_at(&key).or_else(|| src.span_at(path));
+    src.error(span, &key, &e.message)
 }
 
 /// `[listeners.client_output_buffer_limit_pubsub]`, `[listeners.client_output_buffer_limit]`:
@@ -580,6 +659,10 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         Some(k) => tcp_keepalive(src, &format!("{path}.tcp_keepalive"), k.into_inner())?,
         None => TcpKeepalive::default(),
     };
+    let tls = match c.tls.take() {
+        Some(t) => Some(upstream_tls(src, &format!("{path}.tls"), t)?),
+        None => None,
+    };
     let connection_rate_limit_per_sec = c
         .connection_rate_limit_per_sec
         .take()
@@ -709,6 +792,7 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         max_leased_connections,
         max_reply_bytes_in_flight,
         tcp_keepalive,
+        tls,
     })
 }
 

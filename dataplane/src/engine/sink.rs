@@ -187,7 +187,7 @@ pub struct Sink {
     budget: Rc<Budget>,
     /// The client connection, shut when the client is disconnected for its memory (a write
     /// the client never reads would otherwise wait for ever, holding its bytes).
-    stream: RefCell<Option<std::rc::Weak<net::TcpStream>>>,
+    stream: RefCell<Option<std::rc::Weak<net::Stream>>>,
 }
 
 impl Sink {
@@ -211,7 +211,7 @@ impl Sink {
 
     /// The client connection, shut if the client is disconnected for its memory, and the
     /// client's output-buffer limit (Redis `client-output-buffer-limit normal`).
-    pub fn attach(&self, stream: &Rc<net::TcpStream>, limit: OutputBufferLimit) {
+    pub fn attach(&self, stream: &Rc<net::Stream>, limit: OutputBufferLimit) {
         *self.stream.borrow_mut() = Some(Rc::downgrade(stream));
         self.inner.borrow_mut().limit = Some(limit);
     }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::command::COMMANDS;
 use crate::stats::{Counter, Gauge, LocalHistogram, Store};
+use crate::upstream::SslStats;
 
 /// Command id of a listener `custom_commands` entry in reply slots: out of the command table, so
 /// its stats are `command.custom.total|success|error|latency`, registered with the first one.
@@ -74,6 +75,8 @@ pub struct ListenerStats {
     pub auth_throttled: Arc<Counter>,
     /// `command.custom.*` of the listener's `custom_commands`, registered with the first one.
     custom: RefCell<Option<CommandStats>>,
+    /// `ssl.*`, registered at the first TLS handshake (a plain listener has none).
+    ssl: RefCell<Option<Rc<SslStats>>>,
     /// The listener's `latency_in_micros` (set at every config apply; a change mixes units in
     /// the histograms already recorded, as a restart would not).
     micros: Cell<bool>,
@@ -90,6 +93,17 @@ struct FaultStats {
 }
 
 impl ListenerStats {
+    /// This worker's `redis.<stat_prefix>.ssl.*` shard, registered on first use.
+    pub fn ssl(&self) -> Rc<SslStats> {
+        self.ssl
+            .borrow_mut()
+            .get_or_insert_with(|| {
+                let scope = self.prefix.trim_end_matches('.');
+                Rc::new(SslStats::under(&self.store, self.worker, scope))
+            })
+            .clone()
+    }
+
     /// Registers this worker's shards under `redis.<stat_prefix>.`.
     pub fn new(store: Arc<Store>, worker: usize, stat_prefix: &str) -> ListenerStats {
         let prefix = format!("redis.{stat_prefix}.");
@@ -120,6 +134,7 @@ impl ListenerStats {
             auth_failure: c("downstream_auth_failure"),
             auth_throttled: c("downstream_auth_throttled"),
             custom: RefCell::new(None),
+            ssl: RefCell::new(None),
             micros: Cell::new(false),
             commands: RefCell::new(Vec::new()),
             faults: RefCell::new(Vec::new()),

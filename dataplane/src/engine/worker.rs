@@ -14,9 +14,9 @@ use tracing::{info, warn};
 use super::accept_backoff::AcceptBackoff;
 use super::blocked::BlockedClients;
 use super::budget::{self, Budget};
+use super::handshake;
 use super::observe::Observer;
 use super::pubsub::{Counts, Hub};
-use super::session;
 use super::sink::Sink;
 use super::stats::ListenerStats;
 use crate::cluster::topology::Registry;
@@ -512,7 +512,7 @@ impl Worker {
                 Ok(Some(stream)) => {
                     n += 1;
                     let peer = stream.peer_addr().ok();
-                    net::spawn(session::run(
+                    net::spawn(handshake::serve(
                         stream,
                         peer,
                         l.handle.clone(),
@@ -642,7 +642,7 @@ async fn accept_loop(
         match net::accept(&listener).await {
             Ok((stream, peer)) => {
                 backoff.reset();
-                net::spawn(session::run(
+                net::spawn(handshake::serve(
                     stream,
                     Some(peer),
                     handle.clone(),

@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::conn::read_replies;
-use crate::net::{self, BufResult, TcpStream};
+use super::tls::TlsSettings;
+use crate::net::{self, BufResult, Stream};
 use crate::resp::encode;
 
 /// How one attempt ended on the wire.
@@ -28,16 +29,19 @@ pub struct CheckSession {
     handshake: Vec<u8>,
     command: Vec<u8>,
     connect_timeout: Duration,
+    tls: Option<TlsSettings>,
 }
 
 impl CheckSession {
     /// `command`: the check's arguments (`PING`, `EXISTS key`); `user`/`password`: the
-    /// cluster's `auth_username`/`auth_password`.
+    /// cluster's `auth_username`/`auth_password`; `tls`: the cluster's TLS (the handshake
+    /// counts in `connect_timeout`).
     pub fn new(
         command: &[&[u8]],
         user: Option<&str>,
         password: Option<&str>,
         connect_timeout: Duration,
+        tls: Option<TlsSettings>,
     ) -> CheckSession {
         let mut handshake = Vec::new();
         match (user, password) {
@@ -56,6 +60,7 @@ impl CheckSession {
             handshake,
             command: encoded,
             connect_timeout,
+            tls,
         }
     }
 
@@ -65,14 +70,22 @@ impl CheckSession {
     pub async fn run(
         &self,
         addr: SocketAddr,
-        stream: Option<TcpStream>,
-    ) -> (CheckReply, Option<TcpStream>) {
+        stream: Option<Stream>,
+    ) -> (CheckReply, Option<Stream>) {
         let (stream, fresh) = match stream {
             Some(s) => (s, false),
-            None => match net::connect(addr, self.connect_timeout).await {
-                Ok(s) => (s, true),
-                Err(_) => return (CheckReply::NetworkFail, None),
-            },
+            None => {
+                let opened = match &self.tls {
+                    Some(t) => t.connect(addr, self.connect_timeout, None).await,
+                    None => net::connect(addr, self.connect_timeout)
+                        .await
+                        .map(Stream::plain),
+                };
+                match opened {
+                    Ok(s) => (s, true),
+                    Err(_) => return (CheckReply::NetworkFail, None),
+                }
+            }
         };
         let mut req = Vec::with_capacity(self.handshake.len() + self.command.len());
         let mut replies = 1;

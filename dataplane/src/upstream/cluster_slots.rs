@@ -24,6 +24,8 @@ pub const MAX_REPLY: usize = 64 * 1024 * 1024;
 pub enum FetchError {
     /// The TCP connect failed or timed out.
     Connect(std::io::Error),
+    /// The TLS handshake failed (`[clusters.tls]`).
+    Tls(std::io::Error),
     /// Setting a socket option failed.
     Socket(std::io::Error),
     /// Writing the request failed.
@@ -48,6 +50,7 @@ impl std::fmt::Display for FetchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FetchError::Connect(e) => write!(f, "connect: {e}"),
+            FetchError::Tls(e) => write!(f, "TLS handshake: {e}"),
             FetchError::Socket(e) => write!(f, "socket: {e}"),
             FetchError::Write(e) => write!(f, "write: {e}"),
             FetchError::Read(e) => write!(f, "read: {e}"),
@@ -72,6 +75,8 @@ pub struct ClusterSlotsClient {
     request: Vec<u8>,
     auth: bool,
     stop: Arc<AtomicBool>,
+    /// The cluster's TLS: discovery connects as every other connection to its nodes does.
+    tls: Option<super::TlsSettings>,
 }
 
 impl ClusterSlotsClient {
@@ -100,6 +105,7 @@ impl ClusterSlotsClient {
             request,
             auth,
             stop,
+            tls: super::TlsSettings::of(cluster),
         }
     }
 
@@ -108,13 +114,29 @@ impl ClusterSlotsClient {
     pub fn fetch(&self, node: SocketAddr) -> Result<Vec<u8>, FetchError> {
         // A timeout too long to represent (not rejected by config validation) is no deadline.
         let deadline = Instant::now().checked_add(self.timeout);
-        let mut stream =
+        let tcp =
             TcpStream::connect_timeout(&node, self.connect_timeout).map_err(FetchError::Connect)?;
         // Small request, one reply: no point waiting for Nagle.
-        let _ = stream.set_nodelay(true);
-        stream
-            .set_write_timeout(Some(self.timeout))
+        let _ = tcp.set_nodelay(true);
+        tcp.set_write_timeout(Some(self.timeout))
             .map_err(FetchError::Socket)?;
+        let mut stream = match &self.tls {
+            Some(tls) => {
+                // The handshake has what is left of connect_timeout, as on the workers.
+                tcp.set_read_timeout(Some(self.connect_timeout))
+                    .map_err(FetchError::Socket)?;
+                let name = tls.server_name(node);
+                let mut conn =
+                    rustls::ClientConnection::new(tls.config.client.config.clone(), name)
+                        .map_err(|e| FetchError::Tls(std::io::Error::other(e)))?;
+                let mut tcp = tcp;
+                while conn.is_handshaking() {
+                    conn.complete_io(&mut tcp).map_err(FetchError::Tls)?;
+                }
+                Blocking::Tls(Box::new(rustls::StreamOwned::new(conn, tcp)))
+            }
+            None => Blocking::Plain(tcp),
+        };
         stream.write_all(&self.request).map_err(FetchError::Write)?;
         let mut reader = Reader::default();
         if self.auth {
@@ -125,6 +147,45 @@ impl ClusterSlotsClient {
             }
         }
         reader.next(&mut stream, deadline, &self.stop)
+    }
+}
+
+/// A blocking connection to a node, plain or TLS.
+enum Blocking {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Blocking {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Blocking::Plain(s) => s,
+            Blocking::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl Read for Blocking {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Blocking::Plain(s) => s.read(buf),
+            Blocking::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Blocking {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Blocking::Plain(s) => s.write(buf),
+            Blocking::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Blocking::Plain(s) => s.flush(),
+            Blocking::Tls(s) => s.flush(),
+        }
     }
 }
 
@@ -140,7 +201,7 @@ impl Reader {
     /// the peer closes or sends something that is not RESP.
     fn next(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &mut Blocking,
         deadline: Option<Instant>,
         stop: &AtomicBool,
     ) -> Result<Vec<u8>, FetchError> {
@@ -164,6 +225,7 @@ impl Reader {
                 return Err(FetchError::TimedOut);
             }
             stream
+                .tcp()
                 .set_read_timeout(Some(left.min(READ_SLICE)))
                 .map_err(FetchError::Socket)?;
             match stream.read(&mut chunk) {
@@ -214,6 +276,7 @@ mod tests {
             max_leased_connections: 32,
             max_reply_bytes_in_flight: 64 << 20,
             tcp_keepalive: Default::default(),
+            tls: None,
         }
     }
 

@@ -22,7 +22,7 @@ use super::{
     Target, UPSTREAM_FAILURE, UPSTREAM_OVERFLOW,
 };
 use crate::net::BufResult;
-use crate::net::{self, Notify, TcpStream};
+use crate::net::{self, Notify, Stream};
 use crate::resp::{ReplyScanner, encode};
 use crate::stats::clock::{self, BatchClock};
 use crate::stats::log_limit::log_limited;
@@ -208,7 +208,7 @@ pub struct Conn<H: HostState> {
     reads: Cell<u64>,
     /// The current TCP connection, while there is one: the timeout task shuts it to close a
     /// hung connection.
-    stream: RefCell<Option<Rc<TcpStream>>>,
+    stream: RefCell<Option<Rc<Stream>>>,
     /// Replaced by a config change: close once the last pending reply is in.
     retiring: Cell<bool>,
     /// Redis Cluster connections: where redirects and failures are reported.
@@ -950,7 +950,7 @@ const IDLE_CLOSE_LIFE: Duration = Duration::from_millis(500);
 /// for RESP3 connections or `AUTH [user] pass` for RESP2 ones when credentials are configured,
 /// then `READONLY` for Redis Cluster replicas. Any error reply fails the connection. Then
 /// waits while the host loads its dataset ([`wait_loaded`]).
-async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<TcpStream> {
+async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<Stream> {
     let stream = open(
         conn.addr,
         &conn.settings,
@@ -981,7 +981,7 @@ const LOADING_POLL: Duration = Duration::from_millis(100);
 ///
 /// Errors: a write or read error, or a `PING` unanswered for `connect_timeout` (the connection
 /// is dropped and reconnects with backoff), or the connection shut down meanwhile.
-async fn wait_loaded<H: HostState>(conn: &Conn<H>, stream: &TcpStream) -> std::io::Result<()> {
+async fn wait_loaded<H: HostState>(conn: &Conn<H>, stream: &Stream) -> std::io::Result<()> {
     let mut since: Option<Instant> = None;
     loop {
         let BufResult(res, _) = net::write_all(stream, PING.to_vec()).await;
@@ -1025,8 +1025,16 @@ pub(super) async fn open(
     readonly: bool,
     cluster: &str,
     handshake: std::time::Duration,
-) -> std::io::Result<TcpStream> {
-    let stream = net::connect_keepalive(addr, s.connect_timeout, &s.tcp_keepalive).await?;
+) -> std::io::Result<Stream> {
+    let stream = match &s.tls {
+        Some(tls) => {
+            tls.connect(addr, s.connect_timeout, Some(&s.tcp_keepalive))
+                .await?
+        }
+        None => {
+            Stream::plain(net::connect_keepalive(addr, s.connect_timeout, &s.tcp_keepalive).await?)
+        }
+    };
     // RESP3 connections authenticate inside HELLO; RESP2 ones with AUTH.
     let mut req = Vec::new();
     let mut replies = 0;
@@ -1077,7 +1085,7 @@ pub(super) async fn open(
 /// check): the raw bytes of each.
 ///
 /// Errors: end of stream before `n` replies, a read error, or a malformed reply.
-pub(super) async fn read_replies(stream: &TcpStream, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
+pub(super) async fn read_replies(stream: &Stream, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
     let mut buf = Vec::with_capacity(512);
     let mut start = 0;
     let mut out = Vec::with_capacity(n);
@@ -1125,7 +1133,7 @@ pub(super) fn make_room(buf: &mut Vec<u8>, start: &mut usize) {
 }
 
 /// Reads replies and hands each to its pending request, until the connection fails.
-async fn read_loop<H: HostState>(conn: &Conn<H>, stream: &TcpStream) {
+async fn read_loop<H: HostState>(conn: &Conn<H>, stream: &Stream) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut start = 0usize;
     let mut scanner = ReplyScanner::default();
@@ -1186,7 +1194,7 @@ async fn read_loop<H: HostState>(conn: &Conn<H>, stream: &TcpStream) {
 }
 
 /// Writes queued requests: everything queued goes out in one write per flush.
-async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<TcpStream>, generation: u64) {
+async fn write_loop<H: HostState>(conn: Rc<Conn<H>>, stream: Rc<Stream>, generation: u64) {
     let mut spare: Vec<u8> = Vec::with_capacity(16 * 1024);
     loop {
         if conn.generation.get() != generation {

@@ -21,7 +21,7 @@ use std::time::Instant;
 use super::PoolSettings;
 use super::backoff::Backoff;
 use super::conn::{open, read_replies};
-use crate::net::{self, BufResult, Notify, TcpStream};
+use crate::net::{self, BufResult, Notify, Stream};
 use crate::stats::{Counter, Gauge, Histogram};
 use std::sync::Arc;
 
@@ -75,13 +75,13 @@ pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30)
 
 /// An idle connection, its id at the host, and when it became idle.
 struct Idle {
-    stream: TcpStream,
+    stream: Stream,
     upstream_id: Option<u64>,
     since: Instant,
 }
 
 impl Idle {
-    fn new(stream: TcpStream, upstream_id: Option<u64>) -> Idle {
+    fn new(stream: Stream, upstream_id: Option<u64>) -> Idle {
         Idle {
             stream,
             upstream_id,
@@ -105,7 +105,7 @@ async fn open_leased(
     settings: &PoolSettings,
     cluster: &str,
     handshake: std::time::Duration,
-) -> std::io::Result<(TcpStream, Option<u64>)> {
+) -> std::io::Result<(Stream, Option<u64>)> {
     let stream = open(addr, settings, false, cluster, handshake).await?;
     let BufResult(res, _) = net::write_all(&stream, CLIENT_ID.to_vec()).await;
     res?;
@@ -409,7 +409,7 @@ impl LeasePool {
         self: &Rc<Self>,
         addr: SocketAddr,
         resp3: bool,
-        (stream, upstream_id): (TcpStream, Option<u64>),
+        (stream, upstream_id): (Stream, Option<u64>),
         started: Instant,
     ) -> Lease {
         self.stats.total.inc();
@@ -503,7 +503,7 @@ impl LeasePool {
         addr: SocketAddr,
         settings: &PoolSettings,
         handshake: std::time::Duration,
-    ) -> std::io::Result<(TcpStream, Option<u64>)> {
+    ) -> std::io::Result<(Stream, Option<u64>)> {
         let tried = Instant::now();
         let opened = open_leased(addr, settings, &self.cluster, handshake).await;
         self.note_connect(addr, settings.resp3, tried, opened.is_ok());
@@ -632,7 +632,7 @@ pub struct Lease {
     upstream_id: Option<u64>,
     /// Cleared by [`Lease::close_on_release`].
     reusable: bool,
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
 }
 
 impl Lease {
@@ -861,7 +861,7 @@ pub enum Piece {
 /// time), each write within `timeout`; returns `buf` (empty when a write was cut by the
 /// timeout: it keeps its buffer).
 async fn write_large(
-    stream: &TcpStream,
+    stream: &Stream,
     timeout: std::time::Duration,
     prefix: &[u8],
     mut buf: Vec<u8>,

@@ -15,6 +15,7 @@ mod lease;
 mod limit;
 mod room;
 mod subscriber;
+mod tls;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -29,6 +30,7 @@ pub use host::{HostState, Streak};
 pub use lease::{BlockedError, LEASE_EXHAUSTED, Lease, LeaseError, LeasePool, LeaseStats, Piece};
 pub use limit::ConnectLimiter;
 pub use subscriber::{Event, SubConn, Subscriber};
+pub use tls::{SslStats, TlsSettings};
 
 use crate::config::{ClusterConfig, ListenerConfig, ReadPolicy, TcpKeepalive};
 use crate::stats::{Counter, Gauge, LocalHistogram, Store};
@@ -186,6 +188,8 @@ pub struct PoolSettings {
     /// The listener's `enable_command_stats` (in Envoy's `ConnPoolSettings`): per-command
     /// upstream counters and latency under `cluster.<c>.redis_cluster.upstream_commands.`.
     pub enable_command_stats: bool,
+    /// The cluster's `[clusters.tls]`: every connection of the pool is TLS.
+    pub tls: Option<TlsSettings>,
 }
 
 impl PoolSettings {
@@ -210,6 +214,7 @@ impl PoolSettings {
             .max(1),
             tcp_keepalive: cluster.tcp_keepalive,
             enable_command_stats: listener.enable_command_stats,
+            tls: TlsSettings::of(cluster),
         }
     }
 }

@@ -21,7 +21,7 @@ use tracing::debug;
 
 use super::PoolSettings;
 use super::conn::{make_room, open};
-use crate::net::{self, BufResult, Notify, TcpStream};
+use crate::net::{self, BufResult, Notify, Stream};
 use crate::resp::pubsub::{Push, Topic, parse_push};
 use crate::resp::{self as reply, ReplyScanner, encode};
 
@@ -79,7 +79,7 @@ pub struct SubConn {
     asked: RefCell<VecDeque<Asked>>,
     write_ready: Notify,
     closed: Cell<bool>,
-    stream: RefCell<Option<Rc<TcpStream>>>,
+    stream: RefCell<Option<Rc<Stream>>>,
 }
 
 impl SubConn {
@@ -195,7 +195,7 @@ impl SubConn {
         }
     }
 
-    async fn read_loop(&self, stream: &TcpStream, owner: &Weak<dyn Subscriber>) {
+    async fn read_loop(&self, stream: &Stream, owner: &Weak<dyn Subscriber>) {
         let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
         let mut start = 0usize;
         let mut scanner = ReplyScanner::default();
@@ -302,7 +302,7 @@ impl Drop for SubConn {
 }
 
 /// Writes queued commands, all that is queued in one write.
-async fn write_loop(conn: Rc<SubConn>, stream: Rc<TcpStream>) {
+async fn write_loop(conn: Rc<SubConn>, stream: Rc<Stream>) {
     let mut spare = Vec::new();
     loop {
         if conn.closed.get() {

@@ -328,6 +328,7 @@ impl Run {
                     c.auth_username.as_deref(),
                     c.auth_password.as_deref(),
                     c.connect_timeout,
+                    crate::upstream::TlsSettings::of(c),
                 )
             })
             .collect();

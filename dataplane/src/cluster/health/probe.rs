@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::check::{Outcome, judge};
-use crate::net::TcpStream;
-use crate::upstream::{CheckReply, CheckSession};
+use crate::net::Stream;
+use crate::upstream::{CheckReply, CheckSession, TlsSettings};
 
 /// One configured check of a cluster, ready to run against any of its hosts.
 #[derive(Debug, Clone)]
@@ -15,19 +15,20 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// `key`: `EXISTS key` instead of `PING`; `user`/`password`: the cluster's credentials.
+    /// `key`: `EXISTS key` instead of `PING`; `user`/`password`: the cluster's credentials;
+    /// `tls`: the cluster's TLS, which checks use like every other connection to its hosts.
     pub fn new(
         key: Option<&str>,
         user: Option<&str>,
         password: Option<&str>,
         connect_timeout: Duration,
+        tls: Option<TlsSettings>,
     ) -> Probe {
-        let session = match key {
-            Some(k) => {
-                CheckSession::new(&[b"EXISTS", k.as_bytes()], user, password, connect_timeout)
-            }
-            None => CheckSession::new(&[b"PING"], user, password, connect_timeout),
+        let command: &[&[u8]] = match key {
+            Some(k) => &[b"EXISTS", k.as_bytes()],
+            None => &[b"PING"],
         };
+        let session = CheckSession::new(command, user, password, connect_timeout, tls);
         Probe {
             session,
             exists: key.is_some(),
@@ -39,8 +40,8 @@ impl Probe {
     pub async fn run(
         &self,
         addr: std::net::SocketAddr,
-        stream: Option<TcpStream>,
-    ) -> (Outcome, Option<TcpStream>) {
+        stream: Option<Stream>,
+    ) -> (Outcome, Option<Stream>) {
         let (reply, kept) = self.session.run(addr, stream).await;
         let outcome = match reply {
             CheckReply::Reply(r) => judge(&r, self.exists),

@@ -33,7 +33,7 @@ use super::stats::CUSTOM_CMD;
 use super::worker::{ListenerHandle, ListenerRuntime, WorkerShared};
 use crate::command::Request;
 use crate::command::{self, Kind, Local, PubSub, ResolveError};
-use crate::net::{self, BufResult, TcpStream};
+use crate::net::{self, BufResult, Stream};
 use crate::resp::{Limits, Parsed, RequestParser, encode};
 use crate::router::dispatch::{self, Client, Dispatch, Scratch, Upstream};
 use crate::router::fault::Fault;
@@ -126,7 +126,7 @@ impl Drop for Open {
 
 /// Serves one client connection, from `peer` (as accept gave it), until it closes.
 pub async fn run(
-    stream: TcpStream,
+    stream: Stream,
     peer: Option<std::net::SocketAddr>,
     handle: Rc<ListenerHandle>,
     worker: Rc<WorkerShared>,
@@ -377,7 +377,7 @@ pub async fn run(
 /// output dropped, as Redis drops a client that closed) or the worker drains (its reply is
 /// then `-UNBLOCKED`, and what was read behind it is still answered).
 async fn watch_client(
-    stream: &TcpStream,
+    stream: &Stream,
     barrier: &Barrier,
     buf: &mut Vec<u8>,
     sink: &Sink,
@@ -464,7 +464,7 @@ fn move_gauge(gauge: &crate::stats::Gauge, held: usize, now: usize) -> usize {
 /// executed). Both wake the reader through `sink.reader`; other wake-ups of it are ignored, so a
 /// read is only ever abandoned when the session ends.
 async fn read_unless_stopped(
-    stream: &TcpStream,
+    stream: &Stream,
     buf: Vec<u8>,
     sink: &Sink,
     worker: &WorkerShared,
@@ -492,7 +492,7 @@ async fn read_unless_stopped(
 /// closes or `deadline` passes. Closing with unread bytes makes Linux send RST at once, dropping
 /// the replies still in this socket's send queue (a slow reader then sees a cut reply and
 /// `connection reset`).
-async fn linger(stream: &TcpStream, deadline: Instant) {
+async fn linger(stream: &Stream, deadline: Instant) {
     net::shutdown_write(stream);
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     loop {
@@ -684,7 +684,7 @@ impl Session {
 /// Writes completed replies to the client; closes the connection when the reader is done and
 /// every reply is written, or when a write fails.
 async fn write_loop(
-    stream: Rc<TcpStream>,
+    stream: Rc<Stream>,
     sink: Rc<Sink>,
     stats: Rc<super::stats::ListenerStats>,
     open: Rc<Open>,
@@ -731,7 +731,7 @@ async fn write_loop(
 const _: fn(Rc<Sink>) -> Rc<dyn crate::upstream::Deliver> = |s| s;
 
 /// The client's address for a log line ("?" once the socket has lost it): error paths only.
-fn peer_text(stream: &TcpStream) -> String {
+fn peer_text(stream: &Stream) -> String {
     stream
         .peer_addr()
         .map_or_else(|_| "?".to_owned(), |a| a.to_string())

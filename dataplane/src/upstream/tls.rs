@@ -1,0 +1,173 @@
+//! TLS to a cluster's hosts: the name each host is verified as, the TCP connect plus handshake
+//! under one `connect_timeout`, and the cluster's `ssl.*` stats (Envoy's names, under
+//! `cluster.<name>.ssl.`) with a log line that says why a handshake failed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::ServerName;
+
+use crate::config::{ClusterConfig, TcpKeepalive, UpstreamTls};
+use crate::net::{self, Stream};
+use crate::stats::log_limit::log_limited;
+use crate::stats::{Counter, Store};
+
+/// A cluster's `[clusters.tls]` as its connections use it. Compared and hashed by the config
+/// (the stats shard rides along, outside the comparison), so it can sit in
+/// [`super::PoolSettings`].
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    /// The validated settings with their rustls config.
+    pub config: UpstreamTls,
+    /// `address_text` of each configured host, by address: the name its certificate is
+    /// verified as when `sni` is not set.
+    names: Arc<[(SocketAddr, String)]>,
+    /// The cluster's name, for log lines.
+    cluster: Arc<str>,
+    /// This worker's `ssl.*` shard; `None` off the workers (health checks, tests).
+    pub(super) stats: Option<Arc<SslStats>>,
+}
+
+impl PartialEq for TlsSettings {
+    fn eq(&self, other: &Self) -> bool {
+        self.config == other.config && self.names == other.names
+    }
+}
+impl Eq for TlsSettings {}
+
+impl std::hash::Hash for TlsSettings {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.config.sni.hash(state);
+        self.names.hash(state);
+    }
+}
+
+impl TlsSettings {
+    /// The TLS settings of `cluster`'s connections, `None` when it has no `[clusters.tls]`.
+    pub fn of(cluster: &ClusterConfig) -> Option<TlsSettings> {
+        let config = cluster.tls.clone()?;
+        let names = cluster
+            .hosts
+            .iter()
+            .map(|h| (h.address, h.address_text.clone()))
+            .collect();
+        Some(TlsSettings {
+            config,
+            names,
+            cluster: cluster.name.as_str().into(),
+            stats: None,
+        })
+    }
+
+    /// Registers this worker's `cluster.<name>.ssl.*` shard.
+    pub fn with_stats(mut self, store: &Store, worker: usize) -> TlsSettings {
+        self.stats = Some(Arc::new(SslStats::new(store, worker, &self.cluster)));
+        self
+    }
+
+    /// The name `addr`'s certificate is verified as: `sni`, else the host's name as written,
+    /// else its IP (a Redis Cluster node known from discovery or a redirect).
+    pub fn server_name(&self, addr: SocketAddr) -> ServerName<'static> {
+        let text = self
+            .names
+            .iter()
+            .find(|(a, _)| *a == addr)
+            .map(|(_, t)| t.as_str());
+        self.config.server_name(text, addr.ip())
+    }
+
+    /// Connects to `addr` and runs the TLS handshake, both within `timeout`; counts the
+    /// outcome and logs a failed handshake (rate-limited) with its reason.
+    ///
+    /// # Errors
+    /// The connect or the handshake failed, or `timeout` passed.
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+        timeout: Duration,
+        keepalive: Option<&TcpKeepalive>,
+    ) -> std::io::Result<Stream> {
+        let deadline = Instant::now() + timeout;
+        let tcp = match keepalive {
+            Some(k) => net::connect_keepalive(addr, timeout, k).await?,
+            None => net::connect(addr, timeout).await?,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let name = self.server_name(addr);
+        let shown = format!("{name:?}");
+        let handshake = net::tls_connect(tcp, self.config.client.config.clone(), name);
+        let res = match net::timeout(left, handshake).await {
+            Some(r) => r,
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "TLS handshake timeout (connect_timeout)",
+            )),
+        };
+        match &res {
+            Ok(_) => {
+                if let Some(s) = &self.stats {
+                    s.handshake.inc();
+                }
+            }
+            Err(e) => {
+                let failure = net::tls::failure(e);
+                if let Some(s) = &self.stats {
+                    s.count_failure(failure);
+                }
+                log_limited!(WARN, "upstream TLS handshake failed";
+                    cluster = %self.cluster, upstream = %addr, server_name = %shown, error = %e);
+            }
+        }
+        res
+    }
+}
+
+/// One worker's shard of a cluster's (or a listener's) `ssl.*` counters (Envoy's names).
+#[derive(Debug)]
+pub struct SslStats {
+    /// `ssl.handshake`: handshakes completed.
+    pub handshake: Arc<Counter>,
+    /// `ssl.connection_error`: handshakes that failed, whatever the reason.
+    pub connection_error: Arc<Counter>,
+    /// `ssl.fail_verify_error`: the peer's certificate chain did not verify.
+    pub fail_verify_error: Arc<Counter>,
+    /// `ssl.fail_verify_san`: the certificate is not for the expected name.
+    pub fail_verify_san: Arc<Counter>,
+    /// `ssl.fail_verify_no_cert`: a certificate was required and none was presented.
+    pub fail_verify_no_cert: Arc<Counter>,
+    /// `ssl.no_certificate`: connections that completed with no peer certificate where one
+    /// could have been presented (a listener with `trusted_ca` that does not require one).
+    pub no_certificate: Arc<Counter>,
+}
+
+impl SslStats {
+    /// Registers `worker`'s shard under `<scope>.ssl.` (`cluster.<name>` or
+    /// `redis.<stat_prefix>`).
+    pub fn under(store: &Store, worker: usize, scope: &str) -> SslStats {
+        let c = |n: &str| store.counter(&format!("{scope}.ssl.{n}"), worker);
+        SslStats {
+            handshake: c("handshake"),
+            connection_error: c("connection_error"),
+            fail_verify_error: c("fail_verify_error"),
+            fail_verify_san: c("fail_verify_san"),
+            fail_verify_no_cert: c("fail_verify_no_cert"),
+            no_certificate: c("no_certificate"),
+        }
+    }
+
+    fn new(store: &Store, worker: usize, cluster: &str) -> SslStats {
+        SslStats::under(store, worker, &format!("cluster.{cluster}"))
+    }
+
+    /// Counts a failed handshake.
+    pub fn count_failure(&self, failure: net::tls::Failure) {
+        self.connection_error.inc();
+        match failure {
+            net::tls::Failure::Verify => self.fail_verify_error.inc(),
+            net::tls::Failure::VerifyName => self.fail_verify_san.inc(),
+            net::tls::Failure::NoCertificate => self.fail_verify_no_cert.inc(),
+            net::tls::Failure::Other => {}
+        }
+    }
+}
