@@ -415,3 +415,79 @@ fn named_mode_subscribes_to_the_clusters_of_its_listeners() {
         (CLUSTER_TYPE, Interest::Names(["c".to_string()].into()))
     );
 }
+
+/// The xDS path of the TLS translation: inline certificates pushed again give the same files
+/// (the same config), and an SDS context is NACKed by name while the rest applies.
+#[test]
+fn tls_resources_apply_and_sds_is_rejected_by_name() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        DataSource, TransportSocket, data_source, transport_socket,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, TlsCertificate, UpstreamTlsContext,
+    };
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let inline = |s: String| DataSource {
+        specifier: Some(data_source::Specifier::InlineString(s)),
+        ..Default::default()
+    };
+    let socket = |a: Any| TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(a)),
+    };
+    let down = DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificates: vec![TlsCertificate {
+                certificate_chain: Some(inline(ck.cert.pem())),
+                private_key: Some(inline(ck.signing_key.serialize_pem())),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut c = static_cluster("c", &[7100]);
+    c.transport_socket = Some(socket(any(&UpstreamTlsContext {
+        sni: "localhost".into(),
+        ..Default::default()
+    })));
+    let mut sds = static_cluster("sds", &[7101]);
+    sds.transport_socket = Some(socket(any(&UpstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificate_sds_secret_configs: vec![SdsSecretConfig {
+                name: "client".into(),
+                sds_config: None,
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })));
+    let mut l = listener("s", 7009, "c");
+    l.filter_chains[0].transport_socket = Some(socket(any(&down)));
+
+    let mut a = applier(Duration::from_secs(60));
+    let v = a.apply(update(
+        CLUSTER_TYPE,
+        vec![("c", any(&c)), ("sds", any(&sds))],
+        &[],
+    ));
+    assert_eq!(v.rejected.len(), 1, "{v:?}");
+    assert_eq!(v.rejected[0].0, "sds");
+    assert!(
+        v.rejected[0].1.contains(
+            "transport_socket.typed_config.common_tls_context.\
+             tls_certificate_sds_secret_configs: SDS is not supported by respite"
+        ),
+        "{v:?}"
+    );
+    let v = a.apply(update(LISTENER_TYPE, vec![("s", any(&l))], &[]));
+    assert!(v.rejected.is_empty(), "{v:?}");
+    let first = a.applied().expect("applied");
+    assert!(first.listeners[0].tls.is_some());
+    let upstream = first.clusters[0].tls.as_ref().expect("[clusters.tls]");
+    assert!(upstream.insecure_skip_verify);
+
+    let v = a.apply(update(LISTENER_TYPE, vec![("s", any(&l))], &[]));
+    assert!(v.rejected.is_empty(), "{v:?}");
+    assert_eq!(a.applied().expect("applied").listeners, first.listeners);
+}

@@ -35,10 +35,16 @@ pub fn translate(c: &Cluster) -> Result<ClusterDraft, String> {
     if c.name.is_empty() {
         return Err("name: required".into());
     }
-    if c.transport_socket.is_some() || !c.transport_socket_matches.is_empty() {
-        return Err("transport_socket: upstream TLS is not supported".into());
+    if !c.transport_socket_matches.is_empty() {
+        return Err(format!(
+            "transport_socket_matches: {} (one transport_socket for every host)",
+            super::tls::NOT_SUPPORTED
+        ));
     }
     let mut t = RawCluster::new(c.name.clone(), ClusterType::Static);
+    if let Some(ts) = &c.transport_socket {
+        t.tls = super::tls::upstream(ts, "transport_socket", &c.name)?.map(unspanned);
+    }
     let kind = discovery(c, &mut t)?;
     let timeout = match &c.connect_timeout {
         Some(d) => positive_duration(d, "connect_timeout")?,

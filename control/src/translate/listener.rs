@@ -10,8 +10,8 @@ use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis
     redis_fault::RedisFaultType,
 };
 use respite::config::raw::{
-    RawFault, RawListener, RawMirrorPolicy, RawPrefixRoutes, RawReadCommandPolicy, RawRoute,
-    unspanned,
+    RawDownstreamTls, RawFault, RawListener, RawMirrorPolicy, RawPrefixRoutes,
+    RawReadCommandPolicy, RawRoute, unspanned,
 };
 use respite::config::{FaultType, ReadPolicy as DataPlaneReadPolicy};
 
@@ -25,10 +25,11 @@ pub fn translate(l: &Listener) -> Result<ListenerDraft, String> {
     }
     unsupported_listener_fields(l)?;
     let address = socket_address(l.address.as_ref(), "address")?;
-    let proxy = redis_proxy(l)?;
+    let (proxy, tls) = redis_proxy(l)?;
 
     let mut clusters = BTreeSet::new();
-    let listener = proxy_fields(&proxy, &l.name, address, &mut clusters)?;
+    let mut listener = proxy_fields(&proxy, &l.name, address, &mut clusters)?;
+    listener.tls = tls.map(unspanned);
     Ok(ListenerDraft {
         name: l.name.clone(),
         listener,
@@ -75,10 +76,27 @@ fn unsupported_listener_fields(l: &Listener) -> Result<(), String> {
     }
 }
 
-/// The one filter chain's one filter, decoded. Matched by its `typed_config` type URL (what Envoy
+/// The one filter chain's one filter, decoded, and the chain's TLS (`transport_socket`,
+/// [`super::tls::downstream`]). The filter is matched by its `typed_config` type URL (what Envoy
 /// itself uses to pick the factory); the filter name is only checked for a helpful message.
+///
+/// Chains chosen by SNI (`filter_chain_match.server_names`) are refused rather than folded into
+/// `[[listeners.tls.sni]]`: Respite takes one chain, and Envoy's SNI chains also need the
+/// `tls_inspector` listener filter, which is refused as well.
 #[allow(deprecated)] // use_proxy_proto: still sent by older control planes.
-fn redis_proxy(l: &Listener) -> Result<RedisProxy, String> {
+fn redis_proxy(l: &Listener) -> Result<(RedisProxy, Option<RawDownstreamTls>), String> {
+    let sni_chain = l.filter_chains.iter().position(|c| {
+        c.filter_chain_match
+            .as_ref()
+            .is_some_and(|m| !m.server_names.is_empty())
+    });
+    if let Some(i) = sni_chain {
+        return Err(format!(
+            "filter_chains[{i}].filter_chain_match.server_names: choosing a filter chain (or \
+             its certificate) by SNI is not supported by respite (one filter chain with one \
+             certificate per listener)"
+        ));
+    }
     let chain = match l.filter_chains.as_slice() {
         [c] => c,
         [] => return Err("filter_chains: required (one chain with the redis_proxy filter)".into()),
@@ -95,9 +113,19 @@ fn redis_proxy(l: &Listener) -> Result<RedisProxy, String> {
             "{f}.filter_chain_match: filter chain matching is not supported"
         ));
     }
-    if chain.transport_socket.is_some() {
+    let tls = match &chain.transport_socket {
+        Some(ts) => super::tls::downstream(ts, &format!("{f}.transport_socket"))?,
+        None => None,
+    };
+    // Without TLS the timeout bounds a connect that is already done: no effect.
+    if tls.is_some()
+        && chain
+            .transport_socket_connect_timeout
+            .is_some_and(|d| d.seconds != 0 || d.nanos != 0)
+    {
         return Err(format!(
-            "{f}.transport_socket: downstream TLS is not supported"
+            "{f}.transport_socket_connect_timeout: not supported by respite (the data plane's \
+             TLS handshake timeout is fixed)"
         ));
     }
     if chain.use_proxy_proto.is_some_and(|v| v.value) {
@@ -115,7 +143,7 @@ fn redis_proxy(l: &Listener) -> Result<RedisProxy, String> {
             ));
         }
     };
-    match &filter.config_type {
+    let proxy = match &filter.config_type {
         Some(filter::ConfigType::TypedConfig(any)) if any.type_url == REDIS_PROXY_TYPE => decode(
             any,
             REDIS_PROXY_TYPE,
@@ -132,7 +160,8 @@ fn redis_proxy(l: &Listener) -> Result<RedisProxy, String> {
         None => Err(format!(
             "{f}.filters[0].typed_config: required ({REDIS_PROXY_TYPE})"
         )),
-    }
+    }?;
+    Ok((proxy, tls))
 }
 
 /// `RedisProxy` → the listener. The deprecated single `downstream_auth_password` is still read

@@ -3,7 +3,7 @@
 //! rejected by name while the others apply (xDS: a NACK names each rejected resource).
 //!
 //! A field that changes behaviour and that Respite does not implement (e.g.
-//! `external_auth_provider`, AWS IAM auth, a second network filter, TLS) makes the resource
+//! `external_auth_provider`, AWS IAM auth, a second network filter, SDS) makes the resource
 //! invalid with a reason naming the field; fields with no effect on a Redis proxy are ignored.
 //!
 //! Choices where Envoy and Respite differ (each documented where it is made):
@@ -19,12 +19,17 @@
 //! - EDS priorities above 0: invalid (`endpoints.rs`).
 //! - Redis Cluster refresh thresholds: Envoy's defaults (0 = off) when absent
 //!   (`redis_cluster.rs`).
+//! - TLS transport sockets (`tls.rs`): one certificate per listener (no SNI filter chains); an
+//!   upstream context without `trusted_ca` verifies nothing, as in Envoy (logged as a warning);
+//!   one with it also checks the host name; inline certificates become private files
+//!   (`files.rs`); `alpn_protocols` is ignored.
 
 use std::collections::BTreeSet;
 
 mod cluster;
 mod endpoints;
 pub mod fields;
+pub mod files;
 mod health;
 mod lb;
 mod listener;
@@ -37,6 +42,9 @@ mod tests_cluster;
 mod tests_golden;
 #[cfg(test)]
 mod tests_support;
+#[cfg(test)]
+mod tests_tls;
+pub mod tls;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;

@@ -412,8 +412,8 @@ fn filter_chain_shape_is_one_chain_one_redis_filter() {
     assert_mentions(
         &listener_err(&l),
         &[
-            "filter_chains[0].transport_socket",
-            "downstream TLS is not supported",
+            "filter_chains[0].transport_socket.typed_config: required",
+            "DownstreamTlsContext",
         ],
     );
 

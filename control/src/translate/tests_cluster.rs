@@ -579,7 +579,10 @@ fn cluster_rejections() {
     });
     assert_mentions(
         &cluster_err(&cl),
-        &["transport_socket", "upstream TLS is not supported"],
+        &[
+            "transport_socket.typed_config: required",
+            "UpstreamTlsContext",
+        ],
     );
 
     let mut cl = static_cluster("c", &[7001]);

@@ -35,7 +35,11 @@ mod tests_raw;
 mod tests_routes;
 #[cfg(test)]
 mod tests_sockmap;
+#[cfg(test)]
+mod tests_tls;
 pub mod tls;
+#[cfg(test)]
+pub(crate) mod tls_testing;
 mod validate;
 
 pub use dump::REDACTED;

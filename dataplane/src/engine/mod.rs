@@ -140,6 +140,18 @@ fn stop_removed_discoveries(
     registry.retain(&keep);
 }
 
+/// `insecure_skip_verify` is a choice the operator made on purpose; it is still said out loud
+/// at every start and reload that keeps it, so it cannot go unnoticed.
+fn note_insecure_tls(config: &Config) {
+    for c in &config.clusters {
+        if c.tls.as_ref().is_some_and(|t| t.insecure_skip_verify) {
+            warn!(cluster = %c.name,
+                "clusters.tls.insecure_skip_verify: the hosts' certificates are not verified \
+                 (encrypted, but any host can pose as them)");
+        }
+    }
+}
+
 /// `[sockmap]` is respite-control's (it loads the eBPF programs); the data plane only says so,
 /// so that an operator who enabled it here does not wonder why nothing happened.
 fn note_sockmap(config: &Config) {
@@ -224,6 +236,7 @@ impl Engine {
             ),
         }
         note_sockmap(&config);
+        note_insecure_tls(&config);
         Ok(Engine {
             config,
             config_path,
@@ -351,6 +364,7 @@ impl Engine {
         let names: Vec<&str> = new.clusters.iter().map(|c| c.name.as_str()).collect();
         self.hosts.retain(&names);
         note_sockmap(&new);
+        note_insecure_tls(&new);
         self.admin_ctx.set_config(new.clone());
         self.config = new;
         Ok(())

@@ -18,13 +18,15 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 pub use compio::net::{TcpListener, TcpStream};
 
 pub mod tls;
+#[cfg(test)]
+mod tls_tests;
 
 /// A connection: a TCP socket, with TLS records on it or not. Every read and write of the data
 /// plane goes through the functions of this module, which encrypt and decrypt when it is TLS;
 /// above this layer the two are the same.
 pub struct Stream {
     tcp: TcpStream,
-    tls: Option<tls::Tls>,
+    tls: Option<Box<tls::Tls>>,
 }
 
 impl Stream {
@@ -61,7 +63,7 @@ pub async fn tls_accept(
     Ok((
         Stream {
             tcp,
-            tls: Some(state),
+            tls: Some(Box::new(state)),
         },
         info,
     ))
@@ -80,7 +82,7 @@ pub async fn tls_connect(
     let state = tls::connect(&tcp, config, name).await?;
     Ok(Stream {
         tcp,
-        tls: Some(state),
+        tls: Some(Box::new(state)),
     })
 }
 
@@ -304,7 +306,7 @@ pub async fn write_shared(stream: &Stream, bytes: bytes::Bytes) -> io::Result<()
 /// it is out of step: not usable either (on TLS, records that decrypt to nothing, such as a
 /// late session ticket, count as bytes too: the connection is then let go, never misread).
 pub fn idle_usable(stream: &Stream) -> bool {
-    if stream.tls.as_ref().is_some_and(tls::Tls::has_buffered) {
+    if stream.tls.as_ref().is_some_and(|t| t.has_buffered()) {
         return false;
     }
     let stream = &stream.tcp;
@@ -321,7 +323,7 @@ pub fn idle_usable(stream: &Stream) -> bool {
 /// bytes already received and not yet read count at once; otherwise ciphertext waiting counts
 /// (a read may then still wait for the rest of a record).
 pub async fn readable_or_closed(stream: &Stream) -> bool {
-    if stream.tls.as_ref().is_some_and(tls::Tls::has_buffered) {
+    if stream.tls.as_ref().is_some_and(|t| t.has_buffered()) {
         return true;
     }
     let stream = &stream.tcp;

@@ -21,10 +21,15 @@ use compio::io::{AsyncReadExt, AsyncWriteExt};
 use compio::net::TcpStream;
 use rustls::pki_types::ServerName;
 
-/// Ciphertext read from the socket per read (at least): four full records.
-const RX_CHUNK: usize = 4 * 16 * 1024 + 1024;
-/// A receive or send scratch buffer larger than this is not kept between operations.
-const KEEP: usize = 256 * 1024;
+/// Room for one full record (16 KiB of plaintext plus the record's overhead): what an idle
+/// connection keeps for its next read.
+const RX_MIN: usize = 16 * 1024 + 512;
+/// Room for four full records: what a busy connection reads into (its reads filled the room
+/// they had, so the next one gets twice as much, up to this).
+const RX_MAX: usize = 4 * RX_MIN;
+/// A send scratch buffer larger than this is not kept between writes (a connection writing
+/// large values allocates per flush; one writing small replies reuses it).
+const TX_KEEP: usize = 32 * 1024;
 /// Plaintext offered to rustls per step (it takes up to its send buffer limit, 64 KiB).
 const TX_STEP: usize = 256 * 1024;
 
@@ -33,6 +38,8 @@ pub(crate) struct Tls {
     conn: RefCell<rustls::Connection>,
     /// Ciphertext read and not yet given to rustls: `buf[start..]`.
     rx: RefCell<Rx>,
+    /// Room the next socket read gets, [`RX_MIN`] to [`RX_MAX`].
+    rx_room: Cell<usize>,
     /// Decrypted bytes rustls holds for the reader.
     plain: Cell<usize>,
     /// The peer sent `close_notify`, or its end of the socket closed.
@@ -87,6 +94,7 @@ impl Tls {
         Tls {
             conn: RefCell::new(conn),
             rx: RefCell::new(Rx::default()),
+            rx_room: Cell::new(RX_MIN),
             plain: Cell::new(0),
             closed: Cell::new(false),
             tx_held: Cell::new(false),
@@ -102,7 +110,8 @@ impl Tls {
         self.plain.get() > 0 || rx.start < rx.buf.len()
     }
 
-    /// Gives buffered ciphertext to rustls: `Ok(true)` when some was taken.
+    /// Gives buffered ciphertext to rustls: `Ok(true)` when some was taken or plaintext is
+    /// waiting (the caller goes round again rather than waiting for the socket).
     fn feed(&self) -> io::Result<bool> {
         let mut rx = self.rx.borrow_mut();
         let Rx { buf, start } = &mut *rx;
@@ -120,7 +129,7 @@ impl Tls {
         if state.peer_has_closed() {
             self.closed.set(true);
         }
-        Ok(n > 0)
+        Ok(n > 0 || self.plain.get() > 0)
     }
 
     /// Reads ciphertext from the socket into the receive buffer: `Ok(0)` at end of stream.
@@ -136,16 +145,24 @@ impl Tls {
             }
             buf
         };
-        if buf.capacity() - buf.len() < RX_CHUNK / 2 {
-            buf.reserve(RX_CHUNK);
+        let room = self.rx_room.get();
+        if buf.is_empty() && buf.capacity() > 2 * room {
+            // A busy spell is over: the next read gets a small buffer again.
+            buf = Vec::new();
         }
+        if buf.capacity() - buf.len() < room / 2 {
+            buf.reserve(room);
+        }
+        let offered = buf.capacity() - buf.len();
         let mut s = tcp;
         let BufResult(res, b) = s.append(buf).await;
         buf = b;
+        self.rx_room.set(match res {
+            Ok(n) if n >= offered => (room * 2).min(RX_MAX),
+            Ok(n) if n < RX_MIN / 2 => RX_MIN,
+            _ => room,
+        });
         let mut rx = self.rx.borrow_mut();
-        if buf.capacity() > KEEP && buf.is_empty() {
-            buf = Vec::new();
-        }
         rx.buf = buf;
         res
     }
@@ -258,7 +275,7 @@ impl Tls {
             }
             let mut s = tcp;
             let BufResult(res, out) = s.write_all(out).await;
-            if out.capacity() <= KEEP {
+            if out.capacity() <= TX_KEEP {
                 *self.tx_spare.borrow_mut() = out;
             }
             res?;

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use super::reader::{MapErr, Obj, Res, kind, structure};
 use super::redis;
+use super::tls;
 
 /// The full message names an `@type` may name; anything else is an error naming it.
 pub const KNOWN: &[&str] = &[
@@ -20,6 +21,8 @@ pub const KNOWN: &[&str] = &[
     "envoy.extensions.clusters.redis.v3.RedisClusterConfig",
     "envoy.extensions.health_checkers.redis.v3.Redis",
     "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer",
+    "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+    "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
     "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector",
     "envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash",
     "envoy.extensions.load_balancing_policies.maglev.v3.Maglev",
@@ -64,6 +67,12 @@ pub fn any(v: &Value, p: &str) -> Res<Any> {
         }
         "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer" => {
             RawBuffer {}.encode_to_vec()
+        }
+        "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext" => {
+            tls::downstream_tls_context(&mut o, p)?.encode_to_vec()
+        }
+        "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext" => {
+            tls::upstream_tls_context(&mut o)?.encode_to_vec()
         }
         "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector" => TlsInspector {
             enable_ja3_fingerprinting: o.boolw("enable_ja3_fingerprinting")?,

@@ -10,10 +10,11 @@ use super::core::{
     address, config_source, health_check, locality, metadata, percent, tcp_keepalive,
     transport_socket, typed_extension_config,
 };
-use super::reader::{Obj, Res, oneof};
+use super::reader::{MapErr, Obj, Res, oneof};
 
-/// A Cluster: the fields a Redis upstream cluster carries. HTTP protocol options, subsets, LRS,
-/// transport_socket_matches and DNS resolver extensions are not mapped (unknown fields).
+/// A Cluster: the fields a Redis upstream cluster carries. HTTP protocol options, subsets, LRS
+/// and DNS resolver extensions are not mapped (unknown fields); `transport_socket_matches` is
+/// refused by name.
 // Deprecated fields are still accepted by Envoy (with a warning); mapping them keeps the proto
 // faithful, the translator decides.
 #[allow(deprecated)]
@@ -21,6 +22,15 @@ pub fn cluster(v: &Value, p: &str) -> Res<c::Cluster> {
     use cluster::ClusterDiscoveryType as D;
     use cluster::LbConfig as L;
     let mut o = Obj::new(v, p)?;
+    o.msg::<()>("transport_socket_matches", |_, p| {
+        Err(MapErr::new(
+            p,
+            format!(
+                "{} (one transport_socket for every host)",
+                crate::translate::tls::NOT_SUPPORTED
+            ),
+        ))
+    })?;
     let ty = o.enm("type", cluster::DiscoveryType::from_str_name)?;
     let ty = o.has("type").then_some(D::Type(ty));
     let custom = o

@@ -13,6 +13,7 @@ mod core;
 mod listener;
 mod reader;
 mod redis;
+mod tls;
 mod yaml;
 
 use std::path::Path;

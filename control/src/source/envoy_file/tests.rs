@@ -488,3 +488,124 @@ fn lb_configs_and_keepalive_decode() {
     let m = Maglev::decode(tec.typed_config.as_ref().unwrap().value.as_slice()).unwrap();
     assert_eq!(m.table_size, Some(UInt64Value { value: 65537 }));
 }
+
+/// A listener and a cluster with TLS transport sockets, `files` = (certificate, key, CA).
+fn tls_yaml(files: (&str, &str, &str), extra_validation: &str) -> String {
+    let (cert, key, ca) = files;
+    format!(
+        "static_resources:
+  listeners:
+  - name: redis
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: 6390 }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.redis_proxy
+        typed_config:
+          \"@type\": type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProxy
+          stat_prefix: r
+          settings: {{ op_timeout: 1s }}
+          prefix_routes: {{ catch_all_route: {{ cluster: cache }} }}
+      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          require_client_certificate: true
+          common_tls_context:
+            alpn_protocols: [redis]
+            tls_params: {{ tls_minimum_protocol_version: TLSv1_2 }}
+            tls_certificates:
+            - certificate_chain: {{ filename: {cert} }}
+              private_key: {{ filename: {key} }}
+            validation_context:
+              trusted_ca: {{ filename: {ca} }}
+{extra_validation}
+  clusters:
+  - name: cache
+    type: STATIC
+    load_assignment:
+      cluster_name: cache
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 7000 }} }} }}
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: localhost
+        common_tls_context:
+          tls_certificates:
+          - certificate_chain: {{ filename: {cert} }}
+            private_key: {{ filename: {key} }}
+          validationContext: {{ trustedCa: {{ filename: {ca} }} }}
+"
+    )
+}
+
+#[test]
+fn tls_transport_sockets_import_and_translate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let path = |n: &str, text: String| {
+        let p = dir.path().join(n);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let cert = path("cert.pem", ck.cert.pem());
+    let key = path("key.pem", ck.signing_key.serialize_pem());
+    let sr = parse(&tls_yaml((&cert, &key, &cert), ""), true).unwrap();
+    let text = crate::translate::static_config(&sr.listeners, &sr.clusters).unwrap();
+    let cfg = respite::config::parse_pushed(&text, "t").unwrap();
+    let l = cfg.listeners[0].tls.as_ref().unwrap();
+    assert_eq!(l.certificate_chain, PathBuf::from(&cert));
+    assert_eq!(l.trusted_ca, Some(PathBuf::from(&cert)));
+    assert!(l.require_client_certificate);
+    let c = cfg.clusters[0].tls.as_ref().unwrap();
+    assert_eq!(c.sni.as_deref(), Some("localhost"));
+    assert_eq!(c.trusted_ca, Some(PathBuf::from(&cert)));
+    assert_eq!(c.private_key, Some(PathBuf::from(&key)));
+    assert!(!c.insecure_skip_verify);
+}
+
+#[test]
+fn tls_sds_and_unmapped_fields_are_refused_by_path() {
+    let files = ("/c.pem", "/k.pem", "/ca.pem");
+    let v =
+        "              match_typed_subject_alt_names: [{ san_type: DNS, matcher: { exact: a } }]";
+    assert_eq!(
+        err(&tls_yaml(files, v)),
+        "static_resources.listeners[0].filter_chains[0].transport_socket.typed_config.\
+         common_tls_context.validation_context.match_typed_subject_alt_names: not supported by \
+         respite (line 26)"
+    );
+    let sds = tls_yaml(files, "").replace(
+        "            tls_certificates:",
+        "            tls_certificate_sds_secret_configs: [{ name: cert, sds_config: { ads: {} } }]
+            tls_certificates:",
+    );
+    let e = err(&sds);
+    assert!(
+        e.starts_with(
+            "static_resources.listeners[0].filter_chains[0].transport_socket.typed_config.\
+             common_tls_context.tls_certificate_sds_secret_configs: SDS is not supported by \
+             respite"
+        ),
+        "{e}"
+    );
+    let matches = tls_yaml(files, "").replace(
+        "    type: STATIC",
+        "    type: STATIC\n    transport_socket_matches: [{ name: m }]",
+    );
+    assert_mentions_all(
+        &err(&matches),
+        &[
+            "static_resources.clusters[0].transport_socket_matches",
+            "not supported by respite",
+        ],
+    );
+}
+
+fn assert_mentions_all(e: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(e.contains(p), "{e:?} does not mention {p:?}");
+    }
+}
