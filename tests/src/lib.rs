@@ -14,11 +14,14 @@
 //!   the sockmap counters.
 //! - [`xds::XdsServer`]: a scripted xDS (ADS) management server; [`xds::ControlProcess`]: a
 //!   `respite-control` under test; [`xds_resources`]: Envoy resources and responses to send.
+//! - [`tls`]: certificates made at test time, TLS `redis-server`s and Redis Clusters, a
+//!   blocking rustls RESP client.
 
 pub mod admin;
 pub mod cluster;
 pub mod respite;
 pub mod sockmap;
+pub mod tls;
 pub mod xds;
 pub mod xds_resources;
 pub use cluster::RedisCluster;

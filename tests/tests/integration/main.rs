@@ -50,6 +50,7 @@ mod restart;
 mod routes;
 mod scripts;
 mod stats;
+mod tls;
 mod transactions;
 mod xds_e2e;
 mod xds_transport;
