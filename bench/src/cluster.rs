@@ -17,6 +17,7 @@ use std::task::Poll;
 
 use respite::cluster::key_slot;
 use respite::cluster::topology::{SlotMap, UNASSIGNED};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::load::{Conn, connect, roundtrip};
 use crate::resp::ReplyKind;
@@ -119,11 +120,15 @@ impl Batch {
     }
 
     /// Writes each node's share of the batch to its connection (`conns[i]` is node `i`).
-    pub(crate) async fn send(&self, conns: &mut [Conn]) -> io::Result<()> {
-        use tokio::io::AsyncWriteExt;
+    pub(crate) async fn send<S: AsyncWrite + Unpin>(
+        &self,
+        conns: &mut [Conn<S>],
+    ) -> io::Result<()> {
         for ((conn, buf), &n) in conns.iter_mut().zip(&self.bufs).zip(&self.counts) {
             if n > 0 {
                 conn.stream.write_all(buf).await?;
+                // A TLS stream may keep records the socket did not take yet (a no-op on TCP).
+                conn.stream.flush().await?;
             }
         }
         Ok(())
@@ -131,10 +136,10 @@ impl Batch {
 
     /// Reads every reply of the batch, calling `on_reply(conn, offset, kind)` for each, the
     /// nodes read concurrently.
-    pub(crate) async fn replies(
+    pub(crate) async fn replies<S: AsyncRead + Unpin>(
         &self,
-        conns: &mut [Conn],
-        on_reply: &dyn Fn(&Conn, usize, ReplyKind),
+        conns: &mut [Conn<S>],
+        on_reply: &dyn Fn(&Conn<S>, usize, ReplyKind),
     ) -> io::Result<()> {
         if self.counts.iter().filter(|&&n| n > 0).count() <= 1 {
             for (conn, &n) in conns.iter_mut().zip(&self.counts) {
@@ -169,10 +174,10 @@ impl Batch {
 }
 
 /// Reads `n` replies from `conn`.
-async fn drain(
-    conn: &mut Conn,
+async fn drain<S: AsyncRead + Unpin>(
+    conn: &mut Conn<S>,
     n: u64,
-    on_reply: &dyn Fn(&Conn, usize, ReplyKind),
+    on_reply: &dyn Fn(&Conn<S>, usize, ReplyKind),
 ) -> io::Result<()> {
     for _ in 0..n {
         let (at, kind) = conn.next_reply().await?;

@@ -2,7 +2,9 @@
 //! connection keeps `pipeline` requests in flight. Open-loop (`rate`): each connection sends on a
 //! fixed schedule whatever is outstanding (see [`crate::openloop`]). With `cluster`, each
 //! connection is a cluster-aware client: one socket per primary, requests routed by key slot
-//! (see [`crate::cluster`]).
+//! (see [`crate::cluster`]). With `tls`, every connection does a TLS handshake first and the
+//! closed loop runs over the TLS stream (the loop is generic over the stream: the plain path is
+//! the same code as without TLS support); open loop and cluster routing are plain TCP only.
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
@@ -14,14 +16,16 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 use crate::cluster::{Batch, Topology};
 use crate::mix::{Mix, OpKind};
 use crate::procstat::{self, PidSpec};
 use crate::report::{CpuUsage, Report};
 use crate::resp::{ReplyKind, parse_reply};
+use crate::tls::TlsClient;
 
 /// When the measured phase ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +59,9 @@ pub struct LoadConfig {
     /// `addr` is a Redis Cluster seed: fetch CLUSTER SLOTS once and send each request to the
     /// primary of its key's slot (single-key commands and PING only; closed loop only).
     pub cluster: bool,
+    /// Connect with TLS (closed loop, one target only): handshake, then AUTH, on every
+    /// connection before the load starts.
+    pub tls: Option<Arc<TlsClient>>,
 }
 
 pub(crate) const WARMUP: u8 = 0;
@@ -367,8 +374,8 @@ pub(crate) fn roundtrip(s: &mut StdTcpStream, cmd: &[u8]) -> io::Result<Vec<u8>>
 /// SETs keys `index, index + stride, ...` below `keyspace`, pipelined, not measured.
 /// `conns[i]` is primary `i` of `topology`, or the one target without it.
 #[allow(clippy::too_many_arguments)]
-async fn prefill_conn(
-    conns: &mut [Conn],
+async fn prefill_conn<S: AsyncRead + AsyncWrite + Unpin>(
+    conns: &mut [Conn<S>],
     topology: Option<&Topology>,
     index: u64,
     stride: u64,
@@ -378,7 +385,7 @@ async fn prefill_conn(
     stats: &RefCell<ThreadStats>,
 ) -> io::Result<()> {
     let mut batch = Batch::new(conns.len(), 64 * 1024);
-    let on_reply = |conn: &Conn, at: usize, kind: ReplyKind| {
+    let on_reply = |conn: &Conn<S>, at: usize, kind: ReplyKind| {
         if let ReplyKind::Error { .. } = kind {
             let mut st = stats.borrow_mut();
             st.prefill_errors += 1;
@@ -409,8 +416,8 @@ async fn prefill_conn(
 
 /// The closed loop of one client connection: batches of `pipeline` requests, split by node
 /// when there is a `topology` (`conns[i]` is primary `i`), else all to `conns[0]`.
-async fn run_conn(
-    conns: &mut [Conn],
+async fn run_conn<S: AsyncRead + AsyncWrite + Unpin>(
+    conns: &mut [Conn<S>],
     topology: Option<&Topology>,
     enc: &Encoder,
     pipeline: u64,
@@ -466,124 +473,145 @@ async fn run_conn(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn thread_main(
+/// The connections of one client thread: `(connection index, one socket per node)`.
+type Conns<S> = Vec<(u64, Vec<Conn<S>>)>;
+
+/// One thread's connections, over plain TCP or TLS.
+enum ThreadConns {
+    Plain(Conns<TcpStream>),
+    Tls(Conns<TlsStream<TcpStream>>),
+}
+
+/// What every task of a client thread shares.
+struct ThreadCtx {
     cfg: Arc<LoadConfig>,
     shared: Arc<Shared>,
-    barrier: Arc<Barrier>,
-    streams: Vec<(u64, Vec<StdTcpStream>)>,
     topology: Option<Arc<Topology>>,
+    stats: Rc<RefCell<ThreadStats>>,
+    enc: Rc<Encoder>,
     seed: u64,
-) -> ThreadStats {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio current_thread runtime");
-    let local = tokio::task::LocalSet::new();
-    let stats = Rc::new(RefCell::new(ThreadStats::new()));
-    let enc = Rc::new(Encoder::new(
-        &cfg.mix,
-        cfg.keyspace,
-        cfg.key_offset,
-        cfg.value_size,
-    ));
+}
 
-    let conns: Vec<(u64, Vec<Conn>)> = {
-        let _guard = rt.enter();
-        streams
-            .into_iter()
-            .map(|(i, socks)| {
-                let conns = socks
-                    .into_iter()
-                    .map(|s| Conn::new(TcpStream::from_std(s).expect("register socket with tokio")))
-                    .collect();
-                (i, conns)
-            })
-            .collect()
-    };
-
-    // Prefill (each connection a slice of the keyspace), before the barrier: not measured.
-    let conns: Vec<(u64, Vec<Conn>)> = if cfg.prefill {
-        local.block_on(&rt, async {
-            let mut handles = Vec::new();
-            for (i, mut conn) in conns {
-                let stats = stats.clone();
-                let cfg = cfg.clone();
-                let enc = enc.clone();
-                let topology = topology.clone();
-                handles.push(tokio::task::spawn_local(async move {
-                    let stride = cfg.connections as u64;
-                    let r = prefill_conn(
-                        &mut conn,
-                        topology.as_deref(),
-                        i,
-                        stride,
-                        cfg.keyspace,
-                        cfg.key_offset,
-                        &enc.value,
-                        &stats,
-                    )
-                    .await;
-                    (i, conn, r)
-                }));
-            }
-            let mut out = Vec::new();
-            for h in handles {
-                let (i, conn, r) = h.await.expect("prefill task");
-                match r {
-                    Ok(()) => out.push((i, conn)),
-                    Err(e) => stats
-                        .borrow_mut()
-                        .conn_errors
-                        .push(format!("connection {i} (prefill): {e}")),
-                }
-            }
-            out
-        })
-    } else {
-        conns
-    };
-    if !stats.borrow().conn_errors.is_empty() {
-        shared.phase.store(DONE, Ordering::Relaxed);
+/// Sends `AUTH pw` on `conn` and reads its reply; an error reply is an error.
+async fn auth<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut Conn<S>, pw: &str) -> io::Result<()> {
+    conn.stream
+        .write_all(&crate::resp::command(&[b"AUTH", pw.as_bytes()]))
+        .await?;
+    conn.stream.flush().await?;
+    let (at, kind) = conn.next_reply().await?;
+    match conn.error_text(at, kind) {
+        Some(e) => Err(io::Error::other(format!("AUTH failed: {e}"))),
+        None => Ok(()),
     }
+}
 
-    barrier.wait();
-
-    if let Some(rate) = cfg.rate {
-        let sched = crate::openloop::Schedule::new(rate, cfg.connections);
-        // The open loop runs its own epoll loop on this thread: hand the sockets back.
-        let mut socks = Vec::with_capacity(conns.len());
-        {
-            let _guard = rt.enter();
-            let mut st = stats.borrow_mut();
-            // One socket per connection: `run` refuses `cluster` with `rate`.
-            for (i, conn) in conns
-                .into_iter()
-                .flat_map(|(i, c)| c.into_iter().map(move |c| (i, c)))
-            {
-                match conn.stream.into_std() {
-                    Ok(s) => socks.push((i, s)),
-                    Err(e) => st.conn_errors.push(format!("connection {i}: {e}")),
-                }
+/// The TLS handshake (then AUTH) of every connection, concurrently; failed connections are
+/// left out and counted in `stats.conn_errors`.
+fn tls_handshakes(
+    rt: &tokio::runtime::Runtime,
+    local: &tokio::task::LocalSet,
+    ctx: &ThreadCtx,
+    tls: &Arc<TlsClient>,
+    conns: Conns<TcpStream>,
+) -> Conns<TlsStream<TcpStream>> {
+    local.block_on(rt, async {
+        let mut handles = Vec::new();
+        for (i, socks) in conns {
+            let tls = tls.clone();
+            let auth_pw = ctx.cfg.auth.clone();
+            handles.push((
+                i,
+                tokio::task::spawn_local(async move {
+                    let mut out = Vec::with_capacity(socks.len());
+                    for c in socks {
+                        let mut conn = Conn::new(tls.connect(c.stream).await?);
+                        if let Some(pw) = &auth_pw {
+                            auth(&mut conn, pw).await?;
+                        }
+                        out.push(conn);
+                    }
+                    Ok::<_, io::Error>(out)
+                }),
+            ));
+        }
+        let mut out = Vec::new();
+        for (i, h) in handles {
+            match h.await.expect("TLS handshake task") {
+                Ok(c) => out.push((i, c)),
+                Err(e) => ctx
+                    .stats
+                    .borrow_mut()
+                    .conn_errors
+                    .push(format!("connection {i} (TLS): {e}")),
             }
         }
-        crate::openloop::run_thread(socks, &enc, sched, &shared, &mut stats.borrow_mut());
-        drop(enc);
-        return Rc::try_unwrap(stats)
-            .ok()
-            .expect("all tasks finished")
-            .into_inner();
-    }
+        out
+    })
+}
 
-    local.block_on(&rt, async {
+/// Prefill (each connection a slice of the keyspace), not measured; connections that failed
+/// are left out and counted in `stats.conn_errors`.
+fn prefill_all<S: AsyncRead + AsyncWrite + Unpin + 'static>(
+    rt: &tokio::runtime::Runtime,
+    local: &tokio::task::LocalSet,
+    ctx: &ThreadCtx,
+    conns: Conns<S>,
+) -> Conns<S> {
+    local.block_on(rt, async {
         let mut handles = Vec::new();
         for (i, mut conn) in conns {
-            let stats = stats.clone();
-            let shared = shared.clone();
-            let enc = enc.clone();
-            let pipeline = cfg.pipeline as u64;
-            let conn_seed = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            let topology = topology.clone();
+            let stats = ctx.stats.clone();
+            let cfg = ctx.cfg.clone();
+            let enc = ctx.enc.clone();
+            let topology = ctx.topology.clone();
+            handles.push(tokio::task::spawn_local(async move {
+                let stride = cfg.connections as u64;
+                let r = prefill_conn(
+                    &mut conn,
+                    topology.as_deref(),
+                    i,
+                    stride,
+                    cfg.keyspace,
+                    cfg.key_offset,
+                    &enc.value,
+                    &stats,
+                )
+                .await;
+                (i, conn, r)
+            }));
+        }
+        let mut out = Vec::new();
+        for h in handles {
+            let (i, conn, r) = h.await.expect("prefill task");
+            match r {
+                Ok(()) => out.push((i, conn)),
+                Err(e) => ctx
+                    .stats
+                    .borrow_mut()
+                    .conn_errors
+                    .push(format!("connection {i} (prefill): {e}")),
+            }
+        }
+        out
+    })
+}
+
+/// The closed loop of every connection until the measured phase ends.
+fn closed_loop_all<S: AsyncRead + AsyncWrite + Unpin + 'static>(
+    rt: &tokio::runtime::Runtime,
+    local: &tokio::task::LocalSet,
+    ctx: &ThreadCtx,
+    conns: Conns<S>,
+) {
+    local.block_on(rt, async {
+        let mut handles = Vec::new();
+        for (i, mut conn) in conns {
+            let stats = ctx.stats.clone();
+            let shared = ctx.shared.clone();
+            let enc = ctx.enc.clone();
+            let pipeline = ctx.cfg.pipeline as u64;
+            let conn_seed = ctx.seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let topology = ctx.topology.clone();
             handles.push(tokio::task::spawn_local(async move {
                 let r = run_conn(
                     &mut conn,
@@ -607,6 +635,98 @@ fn thread_main(
             h.await.expect("connection task");
         }
     });
+}
+
+fn thread_main(
+    cfg: Arc<LoadConfig>,
+    shared: Arc<Shared>,
+    barrier: Arc<Barrier>,
+    streams: Vec<(u64, Vec<StdTcpStream>)>,
+    topology: Option<Arc<Topology>>,
+    seed: u64,
+) -> ThreadStats {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio current_thread runtime");
+    let local = tokio::task::LocalSet::new();
+    let ctx = ThreadCtx {
+        enc: Rc::new(Encoder::new(
+            &cfg.mix,
+            cfg.keyspace,
+            cfg.key_offset,
+            cfg.value_size,
+        )),
+        cfg,
+        shared,
+        topology,
+        stats: Rc::new(RefCell::new(ThreadStats::new())),
+        seed,
+    };
+
+    let plain: Conns<TcpStream> = {
+        let _guard = rt.enter();
+        streams
+            .into_iter()
+            .map(|(i, socks)| {
+                let conns = socks
+                    .into_iter()
+                    .map(|s| Conn::new(TcpStream::from_std(s).expect("register socket with tokio")))
+                    .collect();
+                (i, conns)
+            })
+            .collect()
+    };
+    // TLS handshakes and the prefill happen before the barrier: not measured.
+    let mut conns = match &ctx.cfg.tls {
+        None => ThreadConns::Plain(plain),
+        Some(tls) => ThreadConns::Tls(tls_handshakes(&rt, &local, &ctx, tls, plain)),
+    };
+    if ctx.cfg.prefill {
+        conns = match conns {
+            ThreadConns::Plain(c) => ThreadConns::Plain(prefill_all(&rt, &local, &ctx, c)),
+            ThreadConns::Tls(c) => ThreadConns::Tls(prefill_all(&rt, &local, &ctx, c)),
+        };
+    }
+    if !ctx.stats.borrow().conn_errors.is_empty() {
+        ctx.shared.phase.store(DONE, Ordering::Relaxed);
+    }
+
+    barrier.wait();
+
+    match conns {
+        ThreadConns::Plain(conns) => match ctx.cfg.rate {
+            Some(rate) => {
+                let sched = crate::openloop::Schedule::new(rate, ctx.cfg.connections);
+                // The open loop runs its own epoll loop on this thread: hand the sockets back.
+                let mut socks = Vec::with_capacity(conns.len());
+                {
+                    let _guard = rt.enter();
+                    let mut st = ctx.stats.borrow_mut();
+                    // One socket per connection: `run` refuses `cluster` with `rate`.
+                    for (i, conn) in conns
+                        .into_iter()
+                        .flat_map(|(i, c)| c.into_iter().map(move |c| (i, c)))
+                    {
+                        match conn.stream.into_std() {
+                            Ok(s) => socks.push((i, s)),
+                            Err(e) => st.conn_errors.push(format!("connection {i}: {e}")),
+                        }
+                    }
+                }
+                crate::openloop::run_thread(
+                    socks,
+                    &ctx.enc,
+                    sched,
+                    &ctx.shared,
+                    &mut ctx.stats.borrow_mut(),
+                );
+            }
+            None => closed_loop_all(&rt, &local, &ctx, conns),
+        },
+        ThreadConns::Tls(conns) => closed_loop_all(&rt, &local, &ctx, conns),
+    }
+    let ThreadCtx { stats, enc, .. } = ctx;
     drop(enc);
     Rc::try_unwrap(stats)
         .ok()
@@ -627,6 +747,11 @@ pub(crate) fn cpu_snapshot(cfg: &LoadConfig) -> Vec<Option<Duration>> {
 pub fn run(cfg: LoadConfig) -> io::Result<Report> {
     let cfg = Arc::new(cfg);
     let threads = cfg.threads.clamp(1, cfg.connections);
+    if cfg.tls.is_some() && (cfg.rate.is_some() || cfg.cluster) {
+        return Err(io::Error::other(
+            "TLS runs closed-loop against one target only (no --rate, no --cluster)",
+        ));
+    }
     let topology = if cfg.cluster {
         if cfg.rate.is_some() {
             return Err(io::Error::other(
@@ -658,7 +783,9 @@ pub fn run(cfg: LoadConfig) -> io::Result<Report> {
         let socks = nodes
             .iter()
             .map(|&addr| {
-                let s = connect(addr, cfg.auth.as_deref())?;
+                // Over TLS, AUTH follows the handshake (in the client thread).
+                let auth = cfg.auth.as_deref().filter(|_| cfg.tls.is_none());
+                let s = connect(addr, auth)?;
                 s.set_nonblocking(true)?;
                 Ok(s)
             })

@@ -19,9 +19,12 @@ mod procstat;
 mod report;
 mod resp;
 mod soak;
+mod tls;
 
 use std::net::ToSocketAddrs;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -42,6 +45,8 @@ By default the run is closed-loop: each connection writes a batch of --pipeline 
 write, reads all replies, then sends the next batch. Latency = reply time - batch send time.
 With --rate R it is open-loop: connection i of C sends request k at (k*C + i)/R s after the start,
 whatever is outstanding; latency = reply time - intended send time (coordinated-omission aware).
+With --tls-ca FILE every connection is TLS (closed loop, one target): handshake and AUTH first,
+unmeasured, then the same loop over the TLS stream.
 With --cluster SEED it is a cluster-aware client: CLUSTER SLOTS once from SEED, one socket per
 primary for each connection, each batch split by the primary owning each key's slot (one write
 per node; the batch completes when every node has answered). GET/SET/PING mixes only.
@@ -52,7 +57,8 @@ EXAMPLES:
   respite-bench --port 6380 -c 50 -P 16 --mix get --prefill -n 200000
   respite-bench --addr 127.0.0.1:6380 --mix get:50,set:50 --duration 10s --warmup 1s \\
       --pid respite=$(pidof respite) --json
-  respite-bench run --cluster 127.0.0.1:7000 -c 50 -P 16 --mix set --prefill --duration 5s";
+  respite-bench run --cluster 127.0.0.1:7000 -c 50 -P 16 --mix set --prefill --duration 5s
+  respite-bench --port 6390 --tls-ca ca.pem --tls-cert client.pem --tls-key client.key -P 16";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -151,6 +157,21 @@ struct RunArgs {
     /// Also report CPU µs/request of this process (repeatable; label defaults to its comm).
     #[arg(long = "pid", value_name = "[LABEL=]PID")]
     pids: Vec<PidSpec>,
+    /// Connect with TLS, trusting the PEM CA certificate(s) in FILE (closed loop, one target:
+    /// not with --rate or --cluster). Every connection's handshake (then AUTH) happens before
+    /// the load, unmeasured.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["rate", "cluster"])]
+    tls_ca: Option<PathBuf>,
+    /// TLS client certificate chain (PEM), for servers that verify clients (redis-server's
+    /// `tls-auth-clients yes`, Respite's `require_client_certificate`).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Name the server's certificate is verified as [default: the target host].
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    tls_server_name: Option<String>,
 }
 
 impl RunArgs {
@@ -191,6 +212,19 @@ impl RunArgs {
         if self.keyspace == 0 {
             return Err("--keyspace must be > 0".into());
         }
+        let tls = match &self.tls_ca {
+            None => None,
+            Some(ca) => {
+                let name = match &self.tls_server_name {
+                    Some(n) => n.clone(),
+                    None => tls_host(&target),
+                };
+                let client = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+                Some(Arc::new(tls::TlsClient::from_files(
+                    ca, client, &name, true,
+                )?))
+            }
+        };
         let stop = match (self.requests, self.duration) {
             (Some(0), _) => return Err("--requests must be > 0".into()),
             (Some(n), _) => Stop::Requests(n),
@@ -216,8 +250,17 @@ impl RunArgs {
             key_offset: self.key_offset,
             quiet: false,
             cluster: self.cluster.is_some(),
+            tls,
         })
     }
+}
+
+/// The host part of `HOST:PORT` or `[V6]:PORT`, as a TLS server name.
+fn tls_host(target: &str) -> String {
+    let host = target.rsplit_once(':').map_or(target, |(h, _)| h);
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string()
 }
 
 fn run(args: RunArgs) -> ExitCode {
@@ -344,5 +387,35 @@ mod tests {
         assert_eq!(cfg.stop, Stop::Requests(100_000));
         assert_eq!(cfg.addr.to_string(), "127.0.0.1:6380");
         assert_eq!(cfg.pids[0].label, "redis");
+        assert!(cfg.tls.is_none());
+    }
+
+    #[test]
+    fn tls_flags() {
+        assert_eq!(tls_host("127.0.0.1:6380"), "127.0.0.1");
+        assert_eq!(tls_host("[::1]:6380"), "::1");
+        assert_eq!(tls_host("redis.example:6380"), "redis.example");
+        for bad in [
+            &["respite-bench", "--tls-ca", "ca.pem", "--rate", "10"][..],
+            &[
+                "respite-bench",
+                "--tls-ca",
+                "ca.pem",
+                "--cluster",
+                "127.0.0.1:7000",
+            ],
+            &["respite-bench", "--tls-cert", "c.pem", "--tls-key", "c.key"],
+            &["respite-bench", "--tls-ca", "ca.pem", "--tls-cert", "c.pem"],
+            &["respite-bench", "--tls-server-name", "localhost"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+        let a = Cli::try_parse_from(["respite-bench", "--tls-ca", "/nonexistent/ca.pem"]).unwrap();
+        assert!(
+            a.run
+                .into_config()
+                .unwrap_err()
+                .contains("/nonexistent/ca.pem")
+        );
     }
 }

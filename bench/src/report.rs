@@ -25,6 +25,9 @@ pub struct RunParams {
     pub prefill: bool,
     /// Open-loop target rate in requests/second (`None` = closed loop).
     pub rate: Option<f64>,
+    /// Connections were TLS (handshakes before the load, not measured).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
 }
 
 /// Latency percentiles in microseconds.
@@ -144,6 +147,7 @@ impl Report {
                 warmup_s: cfg.warmup.map(|w| w.as_secs_f64()),
                 prefill: cfg.prefill,
                 rate: cfg.rate,
+                tls: cfg.tls.is_some(),
             },
             requests: 0,
             errors: 0,
@@ -206,7 +210,7 @@ impl Report {
         };
         let _ = writeln!(
             s,
-            "respite-bench → {}  mix={}  c={}  P={}  threads={}  keyspace={}  value={}B  {}{}",
+            "respite-bench → {}  mix={}  c={}  P={}  threads={}  keyspace={}  value={}B  {}{}{}",
             self.target,
             p.mix,
             p.connections,
@@ -216,6 +220,7 @@ impl Report {
             p.value_size,
             bound,
             if p.prefill { "  prefill" } else { "" },
+            if p.tls { "  TLS" } else { "" },
         );
         let _ = writeln!(s, "  requests     {:>12}", group(self.requests));
         let _ = writeln!(

@@ -211,6 +211,7 @@ mod tests {
             key_offset: 0,
             quiet: true,
             cluster: false,
+            tls: None,
         };
         RunRecord {
             rep,

@@ -180,6 +180,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
         port: seed,
         proxy_pid: None,
         cluster: true,
+        tls: None,
         stats_reader: None,
         admin: None,
     }];
@@ -191,6 +192,7 @@ pub(super) fn run(args: &CompareArgs) -> Result<(), String> {
                 port: s.port,
                 proxy_pid: Some(s.pid),
                 cluster: false,
+                tls: None,
                 stats_reader: None,
                 admin: s.admin_port,
             }),

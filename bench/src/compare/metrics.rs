@@ -234,6 +234,7 @@ mod tests {
             key_offset: 0,
             quiet: true,
             cluster: false,
+            tls: None,
         };
         let mut r = Report::new(&cfg, 1);
         r.requests = 100_000;

@@ -5,6 +5,7 @@
 //! `--baseline-bin`: also a baseline Respite build, compared with the current one (`baseline.rs`).
 //! `--cases tx-c50,blpop-pingpong`: transactions and blocking commands (`stateful.rs`).
 //! `--cases pubsub-1,pubsub-100,pubsub-1000`: pub/sub fan-out to N subscribers (`pubsub.rs`).
+//! `--tls`: TLS vs plain, Respite vs redis-server's own TLS, and handshakes per second (`tls.rs`).
 
 mod baseline;
 mod cases;
@@ -20,6 +21,7 @@ mod stateful;
 mod stats_reader;
 pub(crate) mod sysstat;
 mod table;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -124,6 +126,18 @@ pub struct CompareArgs {
     /// executable].
     #[arg(long, value_name = "PATH", requires = "sockmap")]
     respite_control_bin: Option<PathBuf>,
+    /// Measure TLS: one redis-server with a plain and a TLS port (`--tls-port`, mutual TLS,
+    /// its default) and one Respite (1 worker) with a plain→plain, a TLS→TLS and a TLS→plain
+    /// listener; the load generator direct to both Redis ports and to the three listeners, GET
+    /// and SET at P1 and P16 (`--cases`: get-p1, set-p1, get-p16, set-p16), then connections
+    /// that connect, handshake, PING and close in a loop (`handshake` in `--cases`): handshakes
+    /// per second and CPU per handshake. Certificates are made at run time (rcgen). Writes
+    /// `<UTC>-tls.{json,md}` and `latest-tls.*`; --redis-servers does not apply.
+    #[arg(long, conflicts_with_all = ["cluster", "sockmap", "stats_reader", "baseline_bin", "scaling", "memory_conns"])]
+    tls: bool,
+    /// With --tls: concurrent clients of the handshake loop.
+    #[arg(long, default_value_t = 8, value_name = "N", requires = "tls")]
+    handshake_clients: usize,
     /// Output directory [default: bench/results under the workspace root; bench/results/quick
     /// with --quick].
     #[arg(long, value_name = "DIR")]
@@ -153,6 +167,8 @@ struct Settings {
     stats_reader: bool,
     /// `--baseline-bin`: the baseline respite binary (target `respite-1w-baseline`).
     baseline_bin: Option<PathBuf>,
+    /// `compare --tls`.
+    tls: bool,
 }
 
 /// One target of every case.
@@ -167,6 +183,8 @@ struct Target {
     stats_reader: Option<u16>,
     /// Respite's admin port, read around stateful runs (leased connections).
     admin: Option<u16>,
+    /// Connect with TLS (`compare --tls`).
+    tls: Option<std::sync::Arc<crate::tls::TlsClient>>,
 }
 
 /// Everything written to `<timestamp>.json`.
@@ -200,6 +218,8 @@ pub fn main(args: CompareArgs) -> ExitCode {
         cluster::run(&args)
     } else if args.sockmap {
         sockmap::run(&args)
+    } else if args.tls {
+        tls::run(&args)
     } else {
         run(&args)
     };
@@ -271,6 +291,7 @@ fn setup(
         },
         noisy_threshold_cores: metrics::NOISY_CORES,
         cluster: args.cluster,
+        tls: args.tls,
         stats_reader: args.stats_reader,
         baseline_bin: args.baseline_bin.clone(),
     };
@@ -408,6 +429,7 @@ fn run(args: &CompareArgs) -> Result<(), String> {
         port: s.port,
         proxy_pid: Some(s.pid),
         cluster: false,
+        tls: None,
         stats_reader: None,
         admin: s.admin_port,
     };
@@ -644,6 +666,7 @@ fn prefill(
         key_offset,
         quiet: true,
         cluster,
+        tls: None,
     };
     let rep = load::run(cfg).map_err(|e| format!("prefill {name}: {e}"))?;
     if rep.prefill_errors > 0 || rep.failed() {
@@ -736,6 +759,7 @@ impl<'a> Runner<'a> {
             key_offset: case.key_offset,
             quiet: true,
             cluster: t.cluster,
+            tls: t.tls.clone(),
         })
     }
 

@@ -125,6 +125,20 @@ impl Fleet {
              [listeners.prefix_routes.catch_all_route]\ncluster = \"backends\"\n\
              [[clusters]]\nname = \"backends\"\n{cluster}"
         );
+        self.respite_with_config(name, bin, &toml, port, admin)
+    }
+
+    /// Starts Respite `bin` as `name` with the config `toml` (written to `<name>.toml`), whose
+    /// admin endpoint is on `admin`, and waits until it answers PING on the plain listener
+    /// `port`.
+    pub fn respite_with_config(
+        &mut self,
+        name: &str,
+        bin: &Path,
+        toml: &str,
+        port: u16,
+        admin: u16,
+    ) -> Result<Server, String> {
         let path = self.dir.join(format!("{name}.toml"));
         std::fs::write(&path, toml).map_err(|e| format!("{}: {e}", path.display()))?;
         let log = self.dir.join(format!("{name}.log"));

@@ -437,6 +437,7 @@ fn measure(
                     },
                     proxy_pid: respite.as_ref().map(|r| r.pid),
                     cluster: false,
+                    tls: None,
                     stats_reader: None,
                     admin: None,
                 };
@@ -699,6 +700,7 @@ mod tests {
             client_threads: "1",
             noisy_threshold_cores: 0.1,
             cluster: false,
+            tls: false,
             stats_reader: false,
             baseline_bin: None,
         };
