@@ -89,6 +89,17 @@ pub fn failure(e: &io::Error) -> Failure {
     }
 }
 
+/// True when `e` is a TLS alert the peer sent: under TLS 1.3 a server that refuses the
+/// client's certificate says so only after the client's side of the handshake is done, on the
+/// first read.
+pub fn is_peer_alert(e: &io::Error) -> bool {
+    matches!(
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>()),
+        Some(rustls::Error::AlertReceived(_))
+    )
+}
+
 impl Tls {
     fn new(conn: rustls::Connection) -> Tls {
         Tls {

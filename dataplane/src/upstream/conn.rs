@@ -916,6 +916,9 @@ async fn supervise<H: HostState>(conn: Rc<Conn<H>>) {
             Err(e) => {
                 conn.stats.cx_connect_fail.inc();
                 conn.stats.host_cx_connect_fail.inc();
+                if let Some(tls) = &conn.settings.tls {
+                    tls.note_refusal(conn.addr, &e);
+                }
                 conn.note_failure();
                 conn.streak.failure(&*conn.host);
                 // The first failure of a run is worth an operator's eye (a refused handshake, a

@@ -123,6 +123,23 @@ impl TlsSettings {
     }
 }
 
+impl TlsSettings {
+    /// Counts and logs a refusal the host sent after the handshake looked done (a TLS 1.3
+    /// server refusing the client certificate alerts on the first read): one
+    /// `ssl.connection_error`, as if the handshake had failed, which it did. Other errors are
+    /// not TLS's and are left to the caller.
+    pub fn note_refusal(&self, addr: SocketAddr, e: &std::io::Error) {
+        if !net::tls::is_peer_alert(e) {
+            return;
+        }
+        if let Some(s) = &self.stats {
+            s.connection_error.inc();
+        }
+        log_limited!(WARN, "upstream TLS handshake failed";
+            cluster = %self.cluster, upstream = %addr, error = %e);
+    }
+}
+
 /// One worker's shard of a cluster's (or a listener's) `ssl.*` counters (Envoy's names).
 #[derive(Debug)]
 pub struct SslStats {

@@ -570,6 +570,8 @@ fn upstream_certificate_verification() {
         !log_lines(&respite, &needles).is_empty()
     });
     assert!(logged, "log:\n{}", respite.log());
+    // Counted as the failed handshake it is, though rustls had finished its side.
+    wait_stat_at_least(&respite, "cluster.c.ssl.connection_error", 1);
     assert_eq!(good.plain().cmd(&[b"DBSIZE"]), int(0));
 }
 
