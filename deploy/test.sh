@@ -15,6 +15,8 @@ command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || need+=(nutcra
 command -v curl >/dev/null || need+=(curl)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v tclsh >/dev/null || need+=(tcl)
+# Tcl's tls package: the tcl suite over TLS (tests/tests/integration/tls_sessions.rs).
+echo 'package require tls' | tclsh >/dev/null 2>&1 || need+=(tcl-tls)
 # node + npm: tests/tests/integration/pubsub.rs runs ioredis subscribers (npm install ioredis).
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter, listener_filter};
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisProxy;
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_proxy::{
     ConnPoolSettings, PrefixRoutes, RedisFault, conn_pool_settings::ReadPolicy, prefix_routes,
@@ -24,6 +24,7 @@ pub fn translate(l: &Listener) -> Result<ListenerDraft, String> {
         return Err("name: required".into());
     }
     unsupported_listener_fields(l)?;
+    listener_filters(l)?;
     let address = socket_address(l.address.as_ref(), "address")?;
     let (proxy, tls) = redis_proxy(l)?;
 
@@ -39,14 +40,10 @@ pub fn translate(l: &Listener) -> Result<ListenerDraft, String> {
 
 /// Listener-level features that change what the listener accepts and that Respite does not have.
 fn unsupported_listener_fields(l: &Listener) -> Result<(), String> {
-    let checks: [(bool, &str); 8] = [
+    let checks: [(bool, &str); 7] = [
         (
             !l.additional_addresses.is_empty(),
             "additional_addresses: one address per listener",
-        ),
-        (
-            !l.listener_filters.is_empty(),
-            "listener_filters: listener filters are not supported",
         ),
         (
             l.default_filter_chain.is_some(),
@@ -76,13 +73,56 @@ fn unsupported_listener_fields(l: &Listener) -> Result<(), String> {
     }
 }
 
+/// Envoy's `tls_inspector` type and its names (the current one and the deprecated one).
+const TLS_INSPECTOR_TYPE: &str = "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector";
+const TLS_INSPECTOR_NAMES: [&str; 2] = [
+    "envoy.filters.listener.tls_inspector",
+    "envoy.listener.tls_inspector",
+];
+
+/// `listener_filters`: only Envoy's `tls_inspector` is accepted, and ignored (logged). It reads
+/// the ClientHello so that a filter chain can be chosen by SNI or ALPN; Respite has one chain
+/// and its TLS reads the SNI itself, so the inspector would choose nothing (real Envoy TLS
+/// configs carry it out of habit). Every other listener filter (proxy_protocol, original_dst,
+/// ...) changes what the listener accepts: refused by name. A filter is recognised by its
+/// `typed_config` type, else by its name.
+fn listener_filters(l: &Listener) -> Result<(), String> {
+    for (i, f) in l.listener_filters.iter().enumerate() {
+        let p = format!("listener_filters[{i}]");
+        let inspector = match &f.config_type {
+            Some(listener_filter::ConfigType::TypedConfig(any)) => {
+                any.type_url.rsplit('/').next() == Some(TLS_INSPECTOR_TYPE)
+            }
+            Some(listener_filter::ConfigType::ConfigDiscovery(_)) => {
+                return Err(format!(
+                    "{p}.config_discovery: listener filter discovery is not supported by respite"
+                ));
+            }
+            None => TLS_INSPECTOR_NAMES.contains(&f.name.as_str()),
+        };
+        if !inspector {
+            return Err(format!(
+                "{p} ({}): listener filters are not supported by respite (only \
+                 envoy.filters.listener.tls_inspector, which is ignored)",
+                f.name
+            ));
+        }
+        tracing::info!(
+            listener = %l.name,
+            "{p} ({}): ignored (one filter chain; respite's TLS reads the SNI itself)",
+            f.name
+        );
+    }
+    Ok(())
+}
+
 /// The one filter chain's one filter, decoded, and the chain's TLS (`transport_socket`,
 /// [`super::tls::downstream`]). The filter is matched by its `typed_config` type URL (what Envoy
 /// itself uses to pick the factory); the filter name is only checked for a helpful message.
 ///
 /// Chains chosen by SNI (`filter_chain_match.server_names`) are refused rather than folded into
 /// `[[listeners.tls.sni]]`: Respite takes one chain, and Envoy's SNI chains also need the
-/// `tls_inspector` listener filter, which is refused as well.
+/// `tls_inspector` listener filter, which Respite accepts only because it then chooses nothing.
 #[allow(deprecated)] // use_proxy_proto: still sent by older control planes.
 fn redis_proxy(l: &Listener) -> Result<(RedisProxy, Option<RawDownstreamTls>), String> {
     let sni_chain = l.filter_chains.iter().position(|c| {

@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::config::core::v3::{
     DataSource, GrpcService, TransportSocket, address, data_source, socket_address,
 };
 use envoy_types::pb::envoy::config::listener::v3::{
-    Filter, FilterChain, FilterChainMatch, ListenerFilter, filter,
+    Filter, FilterChain, FilterChainMatch, ListenerFilter, filter, listener_filter,
 };
 use envoy_types::pb::envoy::extensions::common::dynamic_forward_proxy::v3::DnsCacheConfig;
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisExternalAuthProvider;
@@ -417,12 +417,31 @@ fn filter_chain_shape_is_one_chain_one_redis_filter() {
         ],
     );
 
+    // Any listener filter but tls_inspector changes what the listener accepts: refused by name.
     let mut l = base.clone();
     l.listener_filters = vec![ListenerFilter {
-        name: "envoy.filters.listener.tls_inspector".into(),
+        name: "envoy.filters.listener.proxy_protocol".into(),
         ..Default::default()
     }];
-    assert_mentions(&listener_err(&l), &["listener_filters", "not supported"]);
+    assert_mentions(
+        &listener_err(&l),
+        &[
+            "listener_filters[0] (envoy.filters.listener.proxy_protocol)",
+            "not supported by respite",
+        ],
+    );
+    // A filter named tls_inspector whose typed_config is something else is not the inspector.
+    l.listener_filters = vec![ListenerFilter {
+        name: "envoy.filters.listener.tls_inspector".into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(Any {
+            type_url: "type.googleapis.com/envoy.extensions.filters.listener.proxy_protocol.v3.\
+                       ProxyProtocol"
+                .into(),
+            value: vec![],
+        })),
+        ..Default::default()
+    }];
+    assert_mentions(&listener_err(&l), &["listener_filters[0]", "not supported"]);
 
     let tcp_proxy = Filter {
         name: "envoy.filters.network.tcp_proxy".into(),

@@ -8,7 +8,10 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
 use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
 use envoy_types::pb::envoy::config::core::v3::{DataSource, TransportSocket, data_source};
-use envoy_types::pb::envoy::config::listener::v3::{FilterChainMatch, Listener};
+use envoy_types::pb::envoy::config::listener::v3::{
+    FilterChainMatch, Listener, ListenerFilter, listener_filter,
+};
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
@@ -158,6 +161,30 @@ fn downstream_files_client_ca_and_required_client_certificate() {
     let tls = cfg.listeners[0].tls.as_ref().expect("[listeners.tls]");
     assert!(!tls.require_client_certificate);
     assert_eq!(tls.trusted_ca, Some(PathBuf::from(&pki.ca)));
+}
+
+/// The `tls_inspector` listener filter real Envoy TLS configs carry (typed or by name only):
+/// accepted and ignored, the listener's TLS as without it.
+#[test]
+fn tls_inspector_is_accepted_and_ignored() {
+    let pki = pki();
+    let mut l = tls_listener(&downstream(&pki));
+    l.listener_filters = vec![
+        ListenerFilter {
+            name: "envoy.filters.listener.tls_inspector".into(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(any(
+                &TlsInspector::default(),
+            ))),
+            ..Default::default()
+        },
+        ListenerFilter {
+            name: "envoy.listener.tls_inspector".into(),
+            ..Default::default()
+        },
+    ];
+    let cfg = parse_listener(&l);
+    let tls = cfg.listeners[0].tls.as_ref().expect("[listeners.tls]");
+    assert_eq!(tls.certificate_chain, PathBuf::from(&pki.server_cert));
 }
 
 #[test]

@@ -51,6 +51,7 @@ mod routes;
 mod scripts;
 mod stats;
 mod tls;
+mod tls_sessions;
 mod transactions;
 mod xds_e2e;
 mod xds_transport;

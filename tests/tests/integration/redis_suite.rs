@@ -12,7 +12,8 @@
 //! that passes through Respite fails this test too (the list is stale). Both pass counts are
 //! printed.
 //!
-//! The same exceptions and the same rule apply to both. Units: `unit/type/string incr hash list
+//! The same exceptions and the same rule apply to both, and to the run over TLS on both sides
+//! (`tls_sessions::redis_suite_over_tls`, a few units, with this module's functions). Units: `unit/type/string incr hash list
 //! list-2 list-3 set zset stream stream-cgroups`, `unit/multi scripting functions pubsub`
 //! (not pubsubshard: every test of it is tagged `external:skip`; its cases are replayed in
 //! `pubsub.rs` and `cluster.rs`). Time on 2
@@ -56,7 +57,7 @@ fn suite_dir() -> PathBuf {
 }
 
 #[derive(Debug, Default, Clone)]
-struct UnitResult {
+pub(crate) struct UnitResult {
     ok: usize,
     err: usize,
     exception: usize,
@@ -121,12 +122,14 @@ fn category(text: &str) -> String {
     }
 }
 
-/// Runs `run.sh <port> <units>` and reads its per-unit results.
-fn run_suite(
+/// Runs `run.sh <port> <units>` and reads its per-unit results. `tls`: a directory with
+/// `ca.crt`, `client.crt` and `client.key`, to connect with TLS (run.sh's `REDIS_SUITE_TLS`).
+pub(crate) fn run_suite(
     port: u16,
     units: &[String],
     label: &str,
     skip: Option<&std::path::Path>,
+    tls: Option<&Path>,
 ) -> BTreeMap<String, UnitResult> {
     let out = tempfile::Builder::new()
         .prefix(&format!("redis-suite-{label}-"))
@@ -140,6 +143,10 @@ fn run_suite(
         .env(
             "REDIS_SUITE_SKIP",
             skip.map(|p| p.as_os_str()).unwrap_or_default(),
+        )
+        .env(
+            "REDIS_SUITE_TLS",
+            tls.map(|p| p.as_os_str()).unwrap_or_default(),
         )
         // runtest's own test server listens from baseport-32: start at a port nobody uses.
         .env(
@@ -252,22 +259,28 @@ fn direct_results(units: &[String]) -> BTreeMap<String, UnitResult> {
         return r.clone();
     }
     let server = RedisServer::start();
-    let r = run_suite(server.port, units, "direct", None);
+    let r = run_suite(server.port, units, "direct", None, None);
     *cached = Some((units.to_vec(), r.clone()));
     r
 }
 
-/// Runs `units` through Respite listening on `port` (the listed exceptions skipped), and
-/// checks them against the direct run: the tests passing directly but not through Respite
-/// must be exactly the ones in exceptions.txt. `log` gives Respite's log for the failure
-/// message.
-fn check_through_respite(label: &str, port: u16, units: &[String], log: &dyn Fn() -> String) {
+/// Runs `units` through Respite listening on `port` (the listed exceptions skipped; with TLS
+/// when `tls` is given, as in [`run_suite`]), and checks them against `direct`, the same units
+/// run against a plain redis-server: the tests passing directly but not through Respite must
+/// be exactly the ones in exceptions.txt. `log` gives Respite's log for the failure message.
+pub(crate) fn check_through_respite(
+    label: &str,
+    port: u16,
+    units: &[String],
+    direct: &BTreeMap<String, UnitResult>,
+    tls: Option<&Path>,
+    log: &dyn Fn() -> String,
+) {
     let exceptions = exceptions();
-    let direct = direct_results(units);
     // Listed exceptions are skipped through respite (not run and failed): a refused blocking
     // command inside a test that switched the client to RESP3 would otherwise leave it there.
     let skip = suite_dir().join("exceptions.txt");
-    let via = run_suite(port, units, label, Some(&skip));
+    let via = run_suite(port, units, label, Some(&skip), tls);
 
     let mut problems = Vec::new();
     let mut new_lines: Vec<String> = Vec::new();
@@ -384,7 +397,10 @@ fn redis_suite_through_respite() {
     let backends: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let addrs: Vec<String> = backends.iter().map(|b| b.addr()).collect();
     let respite = Respite::over(&addrs, 2);
-    check_through_respite("respite", respite.port, &units, &|| respite.log());
+    let direct = direct_results(&units);
+    check_through_respite("respite", respite.port, &units, &direct, None, &|| {
+        respite.log()
+    });
 }
 
 /// Respite over a six-node Redis Cluster (3 primaries + 3 replicas, `read_policy =
@@ -401,5 +417,13 @@ fn redis_suite_through_respite_cluster() {
     let (port, admin) = (respite_tests::free_port(), respite_tests::free_port());
     let config = cluster_config(port, admin, &cluster.seeds(), "primary", "");
     let respite = Respite::start(&config, port, admin);
-    check_through_respite("respite-cluster", respite.port, &units, &|| respite.log());
+    let direct = direct_results(&units);
+    check_through_respite(
+        "respite-cluster",
+        respite.port,
+        &units,
+        &direct,
+        None,
+        &|| respite.log(),
+    );
 }

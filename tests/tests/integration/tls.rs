@@ -25,7 +25,7 @@ const NIL: &[u8] = b"$-1\r\n";
 // ---- config pieces -----------------------------------------------------------------------
 
 /// `[admin]` and `[runtime]` followed by `parts` (listeners and clusters).
-fn config(admin: u16, parts: &[String]) -> String {
+pub(crate) fn config(admin: u16, parts: &[String]) -> String {
     format!(
         "[admin]\naddress = \"127.0.0.1:{admin}\"\n[runtime]\nworkers = 2\ndrain_timeout = \
          \"5s\"\n{}",
@@ -35,7 +35,7 @@ fn config(admin: u16, parts: &[String]) -> String {
 
 /// A `[[listeners]]` named `name` (also its `stat_prefix`) on `port`, routing everything to
 /// `cluster`; `tls` is the body of its `[listeners.tls]` table when given.
-fn listener(name: &str, port: u16, cluster: &str, tls: Option<String>) -> String {
+pub(crate) fn listener(name: &str, port: u16, cluster: &str, tls: Option<String>) -> String {
     let mut s = format!(
         "[[listeners]]\nname = \"{name}\"\naddress = \"127.0.0.1:{port}\"\nstat_prefix = \
          \"{name}\"\nop_timeout = \"2s\"\n[listeners.prefix_routes.catch_all_route]\ncluster = \
@@ -49,7 +49,7 @@ fn listener(name: &str, port: u16, cluster: &str, tls: Option<String>) -> String
 }
 
 /// A static `[[clusters]]` named `name` over `hosts`; `tls` is the body of `[clusters.tls]`.
-fn cluster(name: &str, hosts: &[String], tls: Option<String>) -> String {
+pub(crate) fn cluster(name: &str, hosts: &[String], tls: Option<String>) -> String {
     let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
     let mut s = format!(
         "[[clusters]]\nname = \"{name}\"\nconnect_timeout = \"1s\"\nhosts = [{}]\n",
@@ -62,12 +62,12 @@ fn cluster(name: &str, hosts: &[String], tls: Option<String>) -> String {
     s
 }
 
-fn path(p: &Path) -> String {
+pub(crate) fn path(p: &Path) -> String {
     p.display().to_string()
 }
 
 /// `[listeners.tls]` body serving `cert`.
-fn serve(cert: &CertFiles) -> String {
+pub(crate) fn serve(cert: &CertFiles) -> String {
     format!(
         "certificate_chain = \"{}\"\nprivate_key = \"{}\"\n",
         path(&cert.cert),
@@ -76,7 +76,7 @@ fn serve(cert: &CertFiles) -> String {
 }
 
 /// `[clusters.tls]` body trusting the CA, presenting `client` and sending `sni` when given.
-fn upstream(certs: &Certs, client: Option<&CertFiles>, sni: Option<&str>) -> String {
+pub(crate) fn upstream(certs: &Certs, client: Option<&CertFiles>, sni: Option<&str>) -> String {
     let mut s = format!("trusted_ca = \"{}\"\n", path(&certs.ca_pem));
     if let Some(c) = client {
         s.push_str(&format!(
@@ -92,7 +92,7 @@ fn upstream(certs: &Certs, client: Option<&CertFiles>, sni: Option<&str>) -> Str
 }
 
 /// Waits until `respite`'s stat `name` equals `want` (5 s); panics with every `ssl.` stat.
-fn wait_stat(respite: &Respite, name: &str, want: i64) {
+pub(crate) fn wait_stat(respite: &Respite, name: &str, want: i64) {
     let ok = wait_until(Duration::from_secs(5), || respite.stat(name) == want);
     assert!(
         ok,

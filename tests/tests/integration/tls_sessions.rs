@@ -1,0 +1,288 @@
+//! The stateful half of Respite over TLS on both sides: transactions, blocking commands and
+//! pub/sub from TLS clients through a mutual-TLS listener to TLS redis-servers (Debian's 7.0.15),
+//! and units of Redis's own tcl suite run over TLS (runtest `--tls`, Tcl's `tls` package)
+//! against a TLS redis-server and through Respite.
+//!
+//! Each session here needs an upstream connection of its own (a lease for MULTI and BLPOP, a
+//! subscriber connection for SUBSCRIBE): these tests are what shows that those connections
+//! are TLS too, since the backends' only address in the config is their TLS port.
+
+use crate::common;
+use crate::redis_suite;
+use crate::tls::{path, wait_stat};
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{show, wait_until};
+use respite_tests::tls::{Certs, TlsClient, TlsRedis, client_config};
+use respite_tests::{RawClient, RedisServer, Respite, free_port};
+
+/// A config with a plain listener on `port` (the harness's readiness probe) and a mutual-TLS
+/// listener on `tls_port`, both over one ketama cluster of the TLS `hosts` (hash tags on, as
+/// `respite_tests::simple_config`), whose connections trust the test CA and present its client
+/// certificate.
+fn tls_config(certs: &Certs, port: u16, tls_port: u16, admin: u16, hosts: &[String]) -> String {
+    let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
+    let (ca, cert, key) = (
+        path(&certs.ca_pem),
+        path(&certs.server.cert),
+        path(&certs.server.key),
+    );
+    let (client_cert, client_key) = (path(&certs.client.cert), path(&certs.client.key));
+    let listener = |name: &str, port: u16, tls: &str| {
+        format!(
+            "[[listeners]]\nname = \"{name}\"\naddress = \"127.0.0.1:{port}\"\nstat_prefix = \
+             \"{name}\"\nop_timeout = \"1s\"\nenable_hashtagging = true\n\
+             [listeners.prefix_routes.catch_all_route]\ncluster = \"cache\"\n{tls}"
+        )
+    };
+    format!(
+        "[admin]\naddress = \"127.0.0.1:{admin}\"\n[runtime]\nworkers = 2\ndrain_timeout = \
+         \"5s\"\n{}{}[[clusters]]\nname = \"cache\"\ntype = \"static\"\nlb_policy = \
+         \"ketama\"\nconnect_timeout = \"1s\"\nhosts = [{}]\n[clusters.tls]\ntrusted_ca = \
+         \"{ca}\"\ncertificate_chain = \"{client_cert}\"\nprivate_key = \"{client_key}\"\n",
+        listener("plain", port, ""),
+        listener(
+            "tls",
+            tls_port,
+            &format!(
+                "[listeners.tls]\ncertificate_chain = \"{cert}\"\nprivate_key = \"{key}\"\n\
+                 trusted_ca = \"{ca}\"\nrequire_client_certificate = true\n"
+            ),
+        ),
+        hosts.join(", ")
+    )
+}
+
+/// What the scenario needs of a client: plain ([`RawClient`]) or TLS ([`TlsClient`]).
+trait Client {
+    fn send(&mut self, args: &[&[u8]]);
+    fn read_reply(&mut self) -> Vec<u8>;
+    fn cmd(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.send(args);
+        self.read_reply()
+    }
+}
+
+impl Client for RawClient {
+    fn send(&mut self, args: &[&[u8]]) {
+        RawClient::send(self, args)
+    }
+    fn read_reply(&mut self) -> Vec<u8> {
+        RawClient::read_reply(self)
+    }
+}
+
+impl Client for TlsClient {
+    fn send(&mut self, args: &[&[u8]]) {
+        TlsClient::send(self, args)
+    }
+    fn read_reply(&mut self) -> Vec<u8> {
+        TlsClient::read_reply(self)
+    }
+}
+
+/// `blocked_clients` of a redis-server's `INFO clients` (asked on its plain port).
+fn blocked(server: &RedisServer) -> i64 {
+    let info = server.raw().cmd(&[b"INFO", b"clients"]);
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no blocked_clients in INFO clients: {}", show(&info)))
+}
+
+/// Transactions, a WATCH conflict, BLPOP woken by another client and timing out, and pub/sub
+/// with channel and pattern subscribers: every reply, in order, labelled by its step. `c` are
+/// four clients of one server (direct or through Respite); `blocked` counts the clients
+/// blocked at the backends.
+fn scenario(c: &mut [Box<dyn Client>; 4], blocked: &dyn Fn() -> i64) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut note = |step: &str, reply: Vec<u8>| out.push((step.to_string(), reply));
+    let [a, b, sub, psub] = c;
+
+    // MULTI/EXEC, DISCARD and an aborted transaction, one command at a time.
+    let transaction: &[&[&[u8]]] = &[
+        &[b"MULTI"],
+        &[b"SET", b"{t}a", b"1"],
+        &[b"INCR", b"{t}a"],
+        &[b"LPUSH", b"{t}l", b"x", b"y"],
+        &[b"GET", b"{t}a"],
+        &[b"EXEC"],
+        &[b"MULTI"],
+        &[b"INCR", b"{t}a"],
+        &[b"DISCARD"],
+        &[b"GET", b"{t}a"],
+        &[b"MULTI"],
+        &[b"SET", b"{t}b"],
+        &[b"SET", b"{t}b", b"1"],
+        &[b"EXEC"],
+        &[b"EXISTS", b"{t}b"],
+    ];
+    for args in transaction {
+        note(&show(&args.join(&b" "[..])), a.cmd(args));
+    }
+    // WATCH: another client's write in between makes EXEC return a null array.
+    note("WATCH", a.cmd(&[b"WATCH", b"{w}k"]));
+    note("SET by b", b.cmd(&[b"SET", b"{w}k", b"theirs"]));
+    note("MULTI", a.cmd(&[b"MULTI"]));
+    note("SET in MULTI", a.cmd(&[b"SET", b"{w}k", b"mine"]));
+    note("EXEC after a watched write", a.cmd(&[b"EXEC"]));
+    note("GET watched", a.cmd(&[b"GET", b"{w}k"]));
+
+    // BLPOP: blocks at the backend until b pushes; then one that times out.
+    a.send(&[b"BLPOP", b"{q}list", b"5"]);
+    let was_blocked = wait_until(Duration::from_secs(5), || blocked() == 1);
+    note("BLPOP blocked at a backend", vec![u8::from(was_blocked)]);
+    note("RPUSH by b", b.cmd(&[b"RPUSH", b"{q}list", b"v"]));
+    note("BLPOP woken", a.read_reply());
+    note("BLPOP timing out", a.cmd(&[b"BLPOP", b"{q}empty", b"0.2"]));
+    note("after BLPOP", a.cmd(&[b"PING"]));
+
+    // Pub/sub: a channel subscriber and a pattern subscriber, messages published by b.
+    note("SUBSCRIBE", sub.cmd(&[b"SUBSCRIBE", b"news", b"sports"]));
+    note("SUBSCRIBE 2nd", sub.read_reply());
+    note("PSUBSCRIBE", psub.cmd(&[b"PSUBSCRIBE", b"n*"]));
+    note("PUBLISH news", b.cmd(&[b"PUBLISH", b"news", b"hello"]));
+    note("message", sub.read_reply());
+    note("pmessage", psub.read_reply());
+    note("PUBLISH sports", b.cmd(&[b"PUBLISH", b"sports", b"goal"]));
+    note("message 2", sub.read_reply());
+    note("PING subscribed", sub.cmd(&[b"PING"]));
+    note("UNSUBSCRIBE news", sub.cmd(&[b"UNSUBSCRIBE", b"news"]));
+    note("PUBLISH after", b.cmd(&[b"PUBLISH", b"news", b"late"]));
+    note("pmessage late", psub.read_reply());
+    note("UNSUBSCRIBE all", sub.cmd(&[b"UNSUBSCRIBE"]));
+    note("PUNSUBSCRIBE", psub.cmd(&[b"PUNSUBSCRIBE"]));
+    note("GET after pub/sub", sub.cmd(&[b"GET", b"{t}a"]));
+    out
+}
+
+/// Transactions, WATCH, BLPOP and pub/sub from rustls clients through a mutual-TLS listener over
+/// two TLS redis-servers that require client certificates give, reply for reply, the bytes a
+/// plain redis-server gives plain clients. The cluster's handshakes cover the shared, leased and
+/// subscriber connections, and none failed.
+#[test]
+fn transactions_blocking_and_pubsub_over_tls() {
+    let certs = Certs::generate();
+    let servers: Vec<TlsRedis> = (0..2)
+        .map(|_| TlsRedis::start(&certs, &certs.server, &[]))
+        .collect();
+    let hosts: Vec<String> = servers.iter().map(TlsRedis::tls_addr).collect();
+    let (port, tls_port, admin) = (free_port(), free_port(), free_port());
+    let respite = Respite::start(
+        &tls_config(&certs, port, tls_port, admin, &hosts),
+        port,
+        admin,
+    );
+    let reference = RedisServer::start();
+
+    let want = {
+        let mut c: [Box<dyn Client>; 4] =
+            std::array::from_fn(|_| -> Box<dyn Client> { Box::new(reference.raw()) });
+        scenario(&mut c, &|| blocked(&reference))
+    };
+    let got = {
+        let addr = format!("127.0.0.1:{tls_port}");
+        let config = client_config(&certs.ca_pem, Some(&certs.client));
+        let mut c: [Box<dyn Client>; 4] = std::array::from_fn(|_| -> Box<dyn Client> {
+            Box::new(TlsClient::connect(&addr, "localhost", config.clone()))
+        });
+        let backends = || servers.iter().map(|s| blocked(&s.server)).sum::<i64>();
+        scenario(&mut c, &backends)
+    };
+    assert_eq!(got.len(), want.len());
+    for ((step, g), (_, w)) in got.iter().zip(&want) {
+        assert_eq!(show(g), show(w), "{step}; log:\n{}", respite.log());
+    }
+    // The data went to the TLS servers (read on their plain ports).
+    let on_servers: Vec<Vec<u8>> = servers
+        .iter()
+        .map(|s| s.plain().cmd(&[b"GET", b"{w}k"]))
+        .collect();
+    assert!(
+        on_servers.iter().any(|r| r == b"$6\r\ntheirs\r\n"),
+        "{on_servers:?}"
+    );
+    // Two backends, two workers: at least a shared connection, a lease and a subscriber
+    // connection were opened, each with a handshake.
+    let handshakes = respite.stat("cluster.cache.ssl.handshake");
+    assert!(
+        handshakes >= 3,
+        "cluster.cache.ssl.handshake = {handshakes}"
+    );
+    wait_stat(&respite, "redis.tls.ssl.handshake", 4);
+    for bad in ["redis.tls", "cluster.cache"] {
+        assert_eq!(respite.stat(&format!("{bad}.ssl.connection_error")), 0);
+    }
+}
+
+/// Units of Redis's tcl suite over TLS on both sides.
+const TLS_UNITS: &[&str] = &[
+    "unit/type/string",
+    "unit/type/hash",
+    "unit/multi",
+    "unit/pubsub",
+];
+
+/// Writes the files runtest `--tls` reads (`ca.crt`, `client.crt`, `client.key`) into `dir`.
+fn runtest_certificates(certs: &Certs, dir: &Path) {
+    for (from, to) in [
+        (&certs.ca_pem, "ca.crt"),
+        (&certs.client.cert, "client.crt"),
+        (&certs.client.key, "client.key"),
+    ] {
+        std::fs::copy(from, dir.join(to)).unwrap_or_else(|e| panic!("copy {to}: {e}"));
+    }
+}
+
+/// Redis's tcl suite units [`TLS_UNITS`] over TLS (runtest `--tls`, presenting a client
+/// certificate): directly against one TLS redis-server, then through Respite's mutual-TLS
+/// listener over three TLS redis-servers that require client certificates. The tests that pass
+/// directly but not through Respite must be exactly those in `tests/redis-suite/exceptions.txt`
+/// (the plain runs' list: TLS changes nothing a test can see). `REDIS_SUITE_SKIP` skips it, as
+/// it skips the plain runs.
+#[test]
+fn redis_suite_over_tls() {
+    if std::env::var_os("REDIS_SUITE_SKIP").is_some() {
+        println!("REDIS_SUITE_SKIP set: skipped");
+        return;
+    }
+    let certs = Certs::generate();
+    let runtest = tempfile::tempdir().expect("tempdir");
+    runtest_certificates(&certs, runtest.path());
+    let units: Vec<String> = TLS_UNITS.iter().map(|u| u.to_string()).collect();
+
+    let direct = {
+        let server = TlsRedis::start(&certs, &certs.server, &[]);
+        redis_suite::run_suite(
+            server.tls_port,
+            &units,
+            "direct-tls",
+            None,
+            Some(runtest.path()),
+        )
+    };
+    let servers: Vec<TlsRedis> = (0..3)
+        .map(|_| TlsRedis::start(&certs, &certs.server, &[]))
+        .collect();
+    let hosts: Vec<String> = servers.iter().map(TlsRedis::tls_addr).collect();
+    let (port, tls_port, admin) = (free_port(), free_port(), free_port());
+    let respite = Respite::start(
+        &tls_config(&certs, port, tls_port, admin, &hosts),
+        port,
+        admin,
+    );
+    redis_suite::check_through_respite(
+        "respite-tls",
+        tls_port,
+        &units,
+        &direct,
+        Some(runtest.path()),
+        &|| respite.log(),
+    );
+    assert!(respite.stat("redis.tls.ssl.handshake") > 0);
+    assert_eq!(respite.stat("redis.tls.ssl.connection_error"), 0);
+    assert_eq!(respite.stat("cluster.cache.ssl.connection_error"), 0);
+}
