@@ -13,6 +13,9 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || need+=(nutcracker)
 command -v curl >/dev/null || need+=(curl)
+# openssl: tests/tests/integration/tls_sessions.rs makes X.509 v1 certificates the way Redis's
+# own test scripts do.
+command -v openssl >/dev/null || need+=(openssl)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v tclsh >/dev/null || need+=(tcl)
 # Tcl's tls package: the tcl suite over TLS (tests/tests/integration/tls_sessions.rs).

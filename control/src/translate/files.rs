@@ -22,11 +22,16 @@ const RUNTIME_SUBDIR: &str = "respite-control";
 
 /// Where inline `DataSource`s are written: `$XDG_RUNTIME_DIR/respite-control` when the variable
 /// is set (a per-user runtime directory, stable across restarts), else
-/// `<temp dir>/respite-control-<pid>` (a name no other process of this machine uses now).
+/// `<temp dir>/respite-control-<euid>`: per user and the same for every run, so runs that
+/// translate the same bytes share one file instead of leaving a directory each (another user's
+/// directory at that path is refused by [`write_in`]'s checks).
 pub fn dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d).join(RUNTIME_SUBDIR),
-        None => std::env::temp_dir().join(format!("respite-control-{}", std::process::id())),
+        None => std::env::temp_dir().join(format!(
+            "respite-control-{}",
+            nix::unistd::geteuid().as_raw()
+        )),
     }
 }
 

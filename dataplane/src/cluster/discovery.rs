@@ -218,7 +218,7 @@ impl Worker {
             stats,
             refresher: Refresher::new(seeds, current, fastrand::Rng::new()),
             gate: TriggerGate::new(&cluster.redis_cluster),
-            client: ClusterSlotsClient::new(&cluster, stop.clone()),
+            client: ClusterSlotsClient::new(&cluster, stop.clone()).with_stats(store),
             rate: cluster.redis_cluster.cluster_refresh_rate,
             name: cluster.name,
             cell,

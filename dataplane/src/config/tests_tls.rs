@@ -222,3 +222,104 @@ fn a_host_is_verified_as_sni_else_its_written_name_else_its_ip() {
     assert!(name(&named, Some("10.0.0.7:6379")).contains("cache.example"));
     assert!(name(&named, None).contains("cache.example"));
 }
+
+/// Files that are not PEM files of a sane size are refused before they are read whole: a
+/// device (which never ends), a FIFO (which would block a reload), a file past
+/// `tls::MAX_PEM_BYTES`; an encrypted key is named as such.
+#[test]
+fn devices_fifos_huge_files_and_encrypted_keys_are_refused() {
+    let pki = Pki::new();
+    let text = config(
+        &listener_tls(Path::new("/dev/zero"), &pki.server_key, ""),
+        "",
+    );
+    assert_err(
+        &text,
+        8,
+        "listeners[0].tls.certificate_chain",
+        "/dev/zero: not a regular file",
+    );
+
+    let fifo = pki.dir.path().join("fifo.pem");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let text = config(&listener_tls(&pki.server_cert, &fifo, ""), "");
+    assert_err(
+        &text,
+        9,
+        "listeners[0].tls.private_key",
+        &format!("{}: not a regular file", fifo.display()),
+    );
+
+    let huge = pki.dir.path().join("huge.pem");
+    let f = std::fs::File::create(&huge).unwrap();
+    f.set_len(tls::MAX_PEM_BYTES + 1).unwrap();
+    let text = config(
+        "",
+        &format!(
+            "[clusters.tls]\ntrusted_ca = {:?}\n",
+            huge.display().to_string()
+        ),
+    );
+    assert_err(
+        &text,
+        12,
+        "clusters[0].tls.trusted_ca",
+        "more than a PEM file holds",
+    );
+
+    let encrypted = pki.dir.path().join("encrypted.key");
+    std::fs::write(
+        &encrypted,
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let text = config(&listener_tls(&pki.server_cert, &encrypted, ""), "");
+    assert_err(
+        &text,
+        9,
+        "listeners[0].tls.private_key",
+        "the key is encrypted",
+    );
+}
+
+/// An SNI entry with no names, or a name (in any case) already in another entry, would never
+/// be chosen: config errors naming the entry.
+#[test]
+fn sni_entries_without_names_or_with_a_taken_name_are_refused() {
+    let pki = Pki::new();
+    let entry = |names: &str| {
+        format!(
+            "[[listeners.tls.sni]]\nserver_names = [{names}]\ncertificate_chain = {:?}\nprivate_key = {:?}\n",
+            pki.server_cert.display().to_string(),
+            pki.server_key.display().to_string()
+        )
+    };
+    let empty = config(
+        &listener_tls(&pki.server_cert, &pki.server_key, &entry("")),
+        "",
+    );
+    assert_err(
+        &empty,
+        10,
+        "listeners[0].tls.sni[0].server_names",
+        "empty: the entry would serve no client",
+    );
+    let twice = config(
+        &listener_tls(
+            &pki.server_cert,
+            &pki.server_key,
+            &format!("{}{}", entry("\"a.b\""), entry("\"x.y\", \"A.B\"")),
+        ),
+        "",
+    );
+    assert_err(
+        &twice,
+        15,
+        "listeners[0].tls.sni[1].server_names",
+        "a.b is already served by sni[0]",
+    );
+}

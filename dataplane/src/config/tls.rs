@@ -139,10 +139,43 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Reads `path`, adding its bytes to `digest`.
+/// The largest PEM file read: a system CA bundle is a few hundred KiB; anything much larger
+/// (or a device such as /dev/zero) is a mistake that would otherwise take the memory of a
+/// running process on reload.
+pub const MAX_PEM_BYTES: u64 = 4 << 20;
+
+/// Reads `path`, adding its bytes to `digest`. Only a regular file (symlinks followed) of at
+/// most [`MAX_PEM_BYTES`]: a FIFO would block the reload, a device never end.
 fn read(key: &'static str, path: &Path, digest: &mut Sha256) -> Result<Vec<u8>, TlsError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| err(key, format!("cannot read {}: {e}", path.display())))?;
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| err(key, format!("cannot read {}: {e}", path.display()));
+    let meta = std::fs::metadata(path).map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(err(key, format!("{}: not a regular file", path.display())));
+    }
+    if meta.len() > MAX_PEM_BYTES {
+        return Err(err(
+            key,
+            format!(
+                "{}: {} bytes, more than a PEM file holds (at most {MAX_PEM_BYTES})",
+                path.display(),
+                meta.len()
+            ),
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(cannot)?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
+        return Err(err(
+            key,
+            format!(
+                "{}: grew past {MAX_PEM_BYTES} bytes while read",
+                path.display()
+            ),
+        ));
+    }
     digest.update(path.as_os_str().as_encoded_bytes());
     digest.update((bytes.len() as u64).to_le_bytes());
     digest.update(&bytes);
@@ -174,6 +207,19 @@ fn certs(
 
 fn private_key(path: &Path, d: &mut Sha256) -> Result<PrivateKeyDer<'static>, TlsError> {
     let bytes = read("private_key", path, d)?;
+    // PKCS#8 `ENCRYPTED PRIVATE KEY` or a legacy `Proc-Type: 4,ENCRYPTED` PEM: say so, rather
+    // than that no key was found.
+    let text = String::from_utf8_lossy(&bytes);
+    if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") || text.contains("4,ENCRYPTED") {
+        return Err(err(
+            "private_key",
+            format!(
+                "{}: the key is encrypted; respite reads unencrypted keys only (decrypt it \
+                 with `openssl pkey -in <key> -out <new key>` into a file only respite can read)",
+                path.display()
+            ),
+        ));
+    }
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
         err(
             "private_key",
@@ -399,17 +445,33 @@ impl ResolvesServerCert for SniResolver {
 
 /// `insecure_skip_verify`: a verifier that accepts every certificate, but still checks that
 /// the handshake's signatures are made with the presented certificate's key (so the
-/// connection is at least encrypted to whoever holds that key).
+/// connection is at least encrypted to whoever holds that key) when webpki can read the key
+/// out of the certificate. One it cannot parse (X.509 v1, as `openssl x509 -req` makes without
+/// extensions, and Redis's own test certificates are) is accepted unchecked: that is what the
+/// option asks for.
 mod danger {
     use std::sync::Arc;
 
     use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
     use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
     use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-    use rustls::{DigitallySignedStruct, Error, SignatureScheme};
+    use rustls::{CertificateError, DigitallySignedStruct, Error, SignatureScheme};
 
     #[derive(Debug)]
     pub(super) struct AnyCertificate(pub(super) Arc<CryptoProvider>);
+
+    /// A signature check that failed only because the certificate could not be parsed counts
+    /// as passed; a signature that does not verify still fails.
+    pub(super) fn unparsed_is_valid(
+        r: Result<HandshakeSignatureValid, Error>,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        match r {
+            Err(Error::InvalidCertificate(
+                CertificateError::BadEncoding | CertificateError::Other(_),
+            )) => Ok(HandshakeSignatureValid::assertion()),
+            r => r,
+        }
+    }
 
     impl ServerCertVerifier for AnyCertificate {
         fn verify_server_cert(
@@ -429,12 +491,12 @@ mod danger {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, Error> {
-            verify_tls12_signature(
+            unparsed_is_valid(verify_tls12_signature(
                 message,
                 cert,
                 dss,
                 &self.0.signature_verification_algorithms,
-            )
+            ))
         }
 
         fn verify_tls13_signature(
@@ -443,16 +505,34 @@ mod danger {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, Error> {
-            verify_tls13_signature(
+            unparsed_is_valid(verify_tls13_signature(
                 message,
                 cert,
                 dss,
                 &self.0.signature_verification_algorithms,
-            )
+            ))
         }
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
             self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+
+    #[test]
+    fn only_an_unparsed_certificate_skips_the_signature_check() {
+        let unparsed = [
+            CertificateError::BadEncoding,
+            CertificateError::Other(rustls::OtherError(Arc::new(std::fmt::Error))),
+        ];
+        for e in unparsed {
+            assert!(unparsed_is_valid(Err(Error::InvalidCertificate(e))).is_ok());
+        }
+        let refused = [
+            Error::InvalidCertificate(CertificateError::BadSignature),
+            Error::PeerMisbehaved(rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme),
+        ];
+        for e in refused {
+            assert!(unparsed_is_valid(Err(e)).is_err());
         }
     }
 }

@@ -449,8 +449,18 @@ fn downstream_tls(
 ) -> Result<super::DownstreamTls> {
     let t = raw.into_inner();
     let mut sni = Vec::with_capacity(t.sni.len());
+    // Name → the entry that serves it: a name in two entries would leave one unreachable.
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (i, s) in t.sni.into_iter().enumerate() {
+        let span = s.span();
         let s = s.into_inner();
+        if s.server_names.is_empty() {
+            return Err(src.error(
+                Some(span),
+                &format!("{path}.sni[{i}].server_names"),
+                "empty: the entry would serve no client (list the names it is for)",
+            ));
+        }
         let mut server_names = Vec::with_capacity(s.server_names.len());
         for n in s.server_names {
             let name = n.get_ref().to_ascii_lowercase();
@@ -460,6 +470,16 @@ fn downstream_tls(
                     Some(n.span()),
                     &format!("{path}.sni[{i}].server_names"),
                     "a DNS name, or *. followed by one (one leading wildcard label only)",
+                ));
+            }
+            if let Some(first) = seen.insert(name.clone(), i) {
+                return Err(src.error(
+                    Some(n.span()),
+                    &format!("{path}.sni[{i}].server_names"),
+                    &format!(
+                        "{name} is already served by sni[{first}] (names are matched \
+                         case-insensitively; each name in one entry)"
+                    ),
                 ));
             }
             server_names.push(name);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::session;
 use super::worker::{ListenerHandle, WorkerShared};
 use crate::net::{self, Stream, TcpStream};
-use crate::stats::log_limit::log_limited;
+use crate::stats::log_limit::log_limited_by;
 
 /// The longest a client may take over its TLS handshake. A client that opens connections and
 /// never finishes the handshake holds them no longer than this.
@@ -43,12 +43,12 @@ pub async fn serve(
         }
         Some(Err(e)) => {
             stats.count_failure(net::tls::failure(&e));
-            log_limited!(WARN, "downstream TLS handshake failed; closing the connection";
+            log_limited_by!(stats.log, WARN, "downstream TLS handshake failed; closing the connection";
                 listener = %listener, peer = %peer.map_or_else(|| "?".to_owned(), |p| p.to_string()), error = %e);
         }
         None => {
             stats.connection_error.inc();
-            log_limited!(WARN, "downstream TLS handshake timed out; closing the connection";
+            log_limited_by!(stats.log, WARN, "downstream TLS handshake timed out; closing the connection";
                 listener = %listener, peer = %peer.map_or_else(|| "?".to_owned(), |p| p.to_string()),
                 timeout_s = HANDSHAKE_TIMEOUT.as_secs());
         }

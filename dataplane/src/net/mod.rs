@@ -60,6 +60,11 @@ pub async fn tls_accept(
     config: std::sync::Arc<rustls::ServerConfig>,
 ) -> io::Result<(Stream, tls::Handshake)> {
     let (state, info) = tls::accept(&tcp, config).await?;
+    // A TLS 1.3 server sends nothing after the client's Finished (Respite issues no session
+    // tickets), so the kernel delays its ACK (up to 40 ms), and a client whose socket has Nagle
+    // on holds its first request until that ACK: every new connection would wait 40 ms. Acking
+    // now costs one setsockopt per connection. Failure only costs that latency.
+    let _ = SockRef::from(&tcp).set_tcp_quickack(true);
     Ok((
         Stream {
             tcp,

@@ -85,7 +85,16 @@ macro_rules! log_limited {
     ($level:ident, $msg:literal $(; $($field:tt)*)?) => {{
         static LIMIT: $crate::stats::log_limit::LogLimit =
             $crate::stats::log_limit::LogLimit::new();
-        match LIMIT.admit() {
+        $crate::stats::log_limit::log_limited_by!(LIMIT, $level, $msg $(; $($field)*)?)
+    }};
+}
+pub(crate) use log_limited;
+
+/// [`log_limited!`] with a given [`LogLimit`] instead of the call site's: for lines limited per
+/// cluster or per listener, so that one noisy peer cannot hide every other's line of the kind.
+macro_rules! log_limited_by {
+    ($limit:expr, $level:ident, $msg:literal $(; $($field:tt)*)?) => {{
+        match $limit.admit() {
             None => {}
             Some(0) => ::tracing::event!(::tracing::Level::$level, { $($($field)*)? }, $msg),
             Some(n) => ::tracing::event!(
@@ -97,7 +106,7 @@ macro_rules! log_limited {
         }
     }};
 }
-pub(crate) use log_limited;
+pub(crate) use log_limited_by;
 
 #[cfg(test)]
 mod tests {

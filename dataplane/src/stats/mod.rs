@@ -93,6 +93,15 @@ impl Gauge {
     }
 }
 
+/// The health thread's shard of stats that workers count under the same names
+/// (`cluster.<name>.ssl.*`): counters are single-writer, so it cannot share a worker's.
+pub const HEALTH_SHARD: usize = external::EXTERNAL_SHARD - 1;
+
+/// The discovery threads' shard of those stats (one thread per cluster, each writing only its
+/// cluster's names; during a reload the old and the new thread of one cluster may overlap for a
+/// refresh, where an increment can be lost, never corrupted).
+pub const DISCOVERY_SHARD: usize = external::EXTERNAL_SHARD - 2;
+
 /// name → worker → shard; BTreeMaps so reads come out sorted by name.
 type Shards<T> = BTreeMap<String, BTreeMap<usize, Arc<T>>>;
 

@@ -109,6 +109,15 @@ impl ClusterSlotsClient {
         }
     }
 
+    /// Counts this client's TLS handshakes in the cluster's `ssl.*` stats (the discovery
+    /// threads' shard).
+    pub fn with_stats(mut self, store: &crate::stats::Store) -> ClusterSlotsClient {
+        self.tls = self
+            .tls
+            .map(|t| t.with_stats(store, crate::stats::DISCOVERY_SHARD));
+        self
+    }
+
     /// The raw `CLUSTER SLOTS` reply of `node` (one complete RESP value, possibly an error
     /// reply, which the parser reports).
     pub fn fetch(&self, node: SocketAddr) -> Result<Vec<u8>, FetchError> {
@@ -130,9 +139,12 @@ impl ClusterSlotsClient {
                     rustls::ClientConnection::new(tls.config.client.config.clone(), name)
                         .map_err(|e| FetchError::Tls(std::io::Error::other(e)))?;
                 let mut tcp = tcp;
-                while conn.is_handshaking() {
-                    conn.complete_io(&mut tcp).map_err(FetchError::Tls)?;
+                let mut done = Ok(());
+                while conn.is_handshaking() && done.is_ok() {
+                    done = conn.complete_io(&mut tcp).map(|_| ());
                 }
+                tls.count(done.as_ref().map(|_| ()));
+                done.map_err(FetchError::Tls)?;
                 Blocking::Tls(Box::new(rustls::StreamOwned::new(conn, tcp)))
             }
             None => Blocking::Plain(tcp),

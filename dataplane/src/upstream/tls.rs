@@ -10,7 +10,7 @@ use rustls::pki_types::ServerName;
 
 use crate::config::{ClusterConfig, TcpKeepalive, UpstreamTls};
 use crate::net::{self, Stream};
-use crate::stats::log_limit::log_limited;
+use crate::stats::log_limit::{LogLimit, log_limited, log_limited_by};
 use crate::stats::{Counter, Store};
 
 /// A cluster's `[clusters.tls]` as its connections use it. Compared and hashed by the config
@@ -95,7 +95,7 @@ impl TlsSettings {
         };
         let left = deadline.saturating_duration_since(Instant::now());
         let name = self.server_name(addr);
-        let shown = format!("{name:?}");
+        let shown = shown(&name);
         let handshake = net::tls_connect(tcp, self.config.client.config.clone(), name);
         let res = match net::timeout(left, handshake).await {
             Some(r) => r,
@@ -104,22 +104,27 @@ impl TlsSettings {
                 "TLS handshake timeout (connect_timeout)",
             )),
         };
-        match &res {
-            Ok(_) => {
-                if let Some(s) = &self.stats {
-                    s.handshake.inc();
-                }
-            }
-            Err(e) => {
-                let failure = net::tls::failure(e);
-                if let Some(s) = &self.stats {
-                    s.count_failure(failure);
-                }
-                log_limited!(WARN, "upstream TLS handshake failed";
-                    cluster = %self.cluster, upstream = %addr, server_name = %shown, error = %e);
+        self.count(res.as_ref().map(|_| ()));
+        if let Err(e) = &res {
+            match &self.stats {
+                Some(s) => log_limited_by!(s.log, WARN, "upstream TLS handshake failed";
+                    cluster = %self.cluster, upstream = %addr, server_name = %shown, error = %e),
+                None => log_limited!(WARN, "upstream TLS handshake failed";
+                    cluster = %self.cluster, upstream = %addr, server_name = %shown, error = %e),
             }
         }
         res
+    }
+
+    /// Counts a handshake's outcome in `ssl.*` (when [`TlsSettings::with_stats`] gave a shard).
+    pub fn count(&self, outcome: Result<(), &std::io::Error>) {
+        let Some(s) = &self.stats else {
+            return;
+        };
+        match outcome {
+            Ok(()) => s.handshake.inc(),
+            Err(e) => s.count_failure(net::tls::failure(e)),
+        }
     }
 }
 
@@ -132,11 +137,24 @@ impl TlsSettings {
         if !net::tls::is_peer_alert(e) {
             return;
         }
-        if let Some(s) = &self.stats {
-            s.connection_error.inc();
+        match &self.stats {
+            Some(s) => {
+                s.connection_error.inc();
+                log_limited_by!(s.log, WARN, "upstream TLS handshake failed";
+                    cluster = %self.cluster, upstream = %addr, error = %e);
+            }
+            None => log_limited!(WARN, "upstream TLS handshake failed";
+                cluster = %self.cluster, upstream = %addr, error = %e),
         }
-        log_limited!(WARN, "upstream TLS handshake failed";
-            cluster = %self.cluster, upstream = %addr, error = %e);
+    }
+}
+
+/// A server name as a reader writes it (`redis.example.com`, `10.0.0.7`).
+fn shown(name: &ServerName<'_>) -> String {
+    match name {
+        ServerName::DnsName(d) => d.as_ref().to_owned(),
+        ServerName::IpAddress(ip) => std::net::IpAddr::from(*ip).to_string(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -156,6 +174,8 @@ pub struct SslStats {
     /// `ssl.no_certificate`: connections that completed with no peer certificate where one
     /// could have been presented (a listener with `trusted_ca` that does not require one).
     pub no_certificate: Arc<Counter>,
+    /// Limits the failed-handshake log lines of this cluster (or listener) on this worker.
+    pub log: LogLimit,
 }
 
 impl SslStats {
@@ -170,6 +190,7 @@ impl SslStats {
             fail_verify_san: c("fail_verify_san"),
             fail_verify_no_cert: c("fail_verify_no_cert"),
             no_certificate: c("no_certificate"),
+            log: LogLimit::new(),
         }
     }
 

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use respite::admin::LogControl;
 use respite::config::LogFormat;
 use respite_tools::drain;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _, fmt, reload};
@@ -198,7 +199,16 @@ fn init_logging(level: Option<&str>, format: LogFormat) -> LogControl {
             .boxed(),
         LogFormat::Json => fmt::layer().json().with_target(false).boxed(),
     };
-    tracing_subscriber::registry().with(filter).with(fmt).init();
+    // rustls reports what peers do (alerts, refused renegotiations) through `log`, one line per
+    // event and at WARN: any client could flood the log. Respite logs each failed handshake
+    // itself, rate-limited, so rustls's own lines are never shown.
+    let quiet = Targets::new()
+        .with_target("rustls", LevelFilter::OFF)
+        .with_default(LevelFilter::TRACE);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt.with_filter(quiet))
+        .init();
     let reader = handle.clone();
     LogControl::new(
         move |directive| {

@@ -104,7 +104,7 @@ pub(crate) fn wait_stat(respite: &Respite, name: &str, want: i64) {
 }
 
 /// Every `*.ssl.*` stat of `respite`.
-fn ssl_stats(respite: &Respite) -> Vec<(String, i64)> {
+pub(crate) fn ssl_stats(respite: &Respite) -> Vec<(String, i64)> {
     respite
         .stats()
         .into_iter()
@@ -463,7 +463,7 @@ fn through(
 /// `localhost` only while the host is addressed (and verified) by IP. Each: the client gets
 /// an unreachable-host error, the WARN line names the host and rustls's reason, `cluster.c.ssl.*`
 /// counts it and no handshake completed. One Respite per case: the WARN line is rate-limited
-/// per call site (one per 10 s, whatever the cluster). Then `sni = "localhost"` verifies the
+/// per cluster and worker (one per 10 s). Then `sni = "localhost"` verifies the
 /// localhost-only certificate; and a good host that requires a client certificate
 /// (`tls-auth-clients yes`) refuses Respite without one.
 #[test]
@@ -523,7 +523,7 @@ fn upstream_certificate_verification() {
                 "WARN upstream TLS handshake failed",
                 "cluster=c",
                 &format!("upstream={}", server.tls_addr()),
-                "server_name=IpAddress(V4(Ipv4Addr([127, 0, 0, 1])))",
+                "server_name=127.0.0.1",
                 &format!("error=invalid peer certificate: {reason}"),
             ],
         );
@@ -893,6 +893,19 @@ fn tls_redis_cluster() {
     assert_eq!(tls.cmd(&[b"GET", &extra]), bulk(b"extra"));
     assert_eq!(plain.cmd(&[b"SET", k, b"new"]), OK);
     assert_eq!(RawClient::connect(to).cmd(&[b"GET", k]), bulk(b"new"));
+    assert_eq!(respite.stat("cluster.rc.ssl.connection_error"), 0);
+
+    // With no traffic, the workers open nothing new, while discovery connects to a node every
+    // second (cluster_refresh_rate): its handshakes are the cluster's too.
+    let before = respite.stat("cluster.rc.ssl.handshake");
+    let grew = wait_until(Duration::from_secs(10), || {
+        respite.stat("cluster.rc.ssl.handshake") >= before + 2
+    });
+    assert!(
+        grew,
+        "discovery's handshakes not counted: {:?}",
+        ssl_stats(&respite)
+    );
     assert_eq!(respite.stat("cluster.rc.ssl.connection_error"), 0);
 }
 

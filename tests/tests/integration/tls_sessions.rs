@@ -9,7 +9,7 @@
 
 use crate::common;
 use crate::redis_suite;
-use crate::tls::{path, wait_stat};
+use crate::tls::{path, ssl_stats, wait_stat};
 
 use std::path::Path;
 use std::time::Duration;
@@ -218,6 +218,56 @@ fn transactions_blocking_and_pubsub_over_tls() {
     }
 }
 
+/// One worker over the TLS `host`, with `[[clusters.health_checks]]` every 100 ms when `checks`.
+fn checked_config(certs: &Certs, port: u16, admin: u16, host: &str, checks: bool) -> String {
+    let checks = if checks {
+        "[[clusters.health_checks]]\ninterval = \"100ms\"\ntimeout = \"1s\"\n"
+    } else {
+        ""
+    };
+    format!(
+        "[admin]\naddress = \"127.0.0.1:{admin}\"\n[runtime]\nworkers = 1\n[[listeners]]\nname = \
+         \"plain\"\naddress = \"127.0.0.1:{port}\"\nstat_prefix = \"plain\"\nop_timeout = \"1s\"\n\
+         [listeners.prefix_routes.catch_all_route]\ncluster = \"c\"\n[[clusters]]\nname = \"c\"\n\
+         hosts = [\"{host}\"]\n[clusters.tls]\ntrusted_ca = \"{}\"\ncertificate_chain = \"{}\"\n\
+         private_key = \"{}\"\n{checks}",
+        path(&certs.ca_pem),
+        path(&certs.client.cert),
+        path(&certs.client.key),
+    )
+}
+
+/// Health checks connect with the cluster's TLS (the host's only address here is its TLS port,
+/// and it requires a client certificate) and their handshakes are the cluster's: a Respite with
+/// checks counts one more handshake than the same Respite without them, once the checks pass.
+#[test]
+fn health_checks_use_tls_and_count_handshakes() {
+    let certs = Certs::generate();
+    let server = TlsRedis::start(&certs, &certs.server, &[]);
+    let settled = |checks: bool| {
+        let (port, admin) = (free_port(), free_port());
+        let respite = Respite::start(
+            &checked_config(&certs, port, admin, &server.tls_addr(), checks),
+            port,
+            admin,
+        );
+        if checks {
+            let passed = wait_until(Duration::from_secs(5), || {
+                respite.stat("cluster.c.health_check.success") >= 1
+            });
+            assert!(passed, "health checks over TLS: {:?}", respite.stats());
+        } else {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let n = respite.stat("cluster.c.ssl.handshake");
+        assert_eq!(respite.stat("cluster.c.ssl.connection_error"), 0);
+        (n, ssl_stats(&respite))
+    };
+    let (without, _) = settled(false);
+    let (with, stats) = settled(true);
+    assert_eq!(with, without + 1, "{stats:?}");
+}
+
 /// Units of Redis's tcl suite over TLS on both sides.
 const TLS_UNITS: &[&str] = &[
     "unit/type/string",
@@ -285,4 +335,187 @@ fn redis_suite_over_tls() {
     assert!(respite.stat("redis.tls.ssl.handshake") > 0);
     assert_eq!(respite.stat("redis.tls.ssl.connection_error"), 0);
     assert_eq!(respite.stat("cluster.cache.ssl.connection_error"), 0);
+}
+
+/// A client that leaves Nagle on (no `TCP_NODELAY`, as a hand-rolled client or `openssl
+/// s_client` does) gets its first reply over TLS 1.3 at once, not after the server's delayed
+/// ACK of its Finished (40 ms on Linux, which held every new connection's first request before
+/// Respite acked the handshake at once). Median of nine connections.
+#[test]
+fn first_request_after_a_tls13_handshake_is_not_delayed() {
+    use std::io::{Read as _, Write as _};
+    let certs = Certs::generate();
+    let server = RedisServer::start();
+    let (port, tls_port, admin) = (free_port(), free_port(), free_port());
+    let cfg = crate::tls::config(
+        admin,
+        &[
+            crate::tls::listener("plain", port, "r", None),
+            crate::tls::listener("tls", tls_port, "r", Some(crate::tls::serve(&certs.server))),
+            crate::tls::cluster("r", &[server.addr()], None),
+        ],
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let config = client_config(&certs.ca_pem, None);
+    let mut waits = Vec::new();
+    for _ in 0..9 {
+        let tcp = std::net::TcpStream::connect(("127.0.0.1", tls_port)).expect("connect");
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let mut conn = rustls::ClientConnection::new(config.clone(), name).expect("client");
+        let mut tcp = tcp;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp).expect("handshake");
+        }
+        assert_eq!(
+            conn.protocol_version(),
+            Some(rustls::ProtocolVersion::TLSv1_3)
+        );
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let start = std::time::Instant::now();
+        tls.write_all(b"*1\r\n$4\r\nPING\r\n").expect("write");
+        let mut reply = [0u8; 7];
+        tls.read_exact(&mut reply).expect("read");
+        waits.push(start.elapsed());
+        assert_eq!(&reply, b"+PONG\r\n");
+    }
+    waits.sort();
+    assert!(
+        waits[4] < Duration::from_millis(20),
+        "first request waits {waits:?}; log:\n{}",
+        respite.log()
+    );
+}
+
+/// Runs `openssl` with `args` in `dir`; panics with its output on failure.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl (Debian package openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Certificates made as Redis's `utils/gen-test-certs.sh` makes its `redis.crt`: `openssl x509
+/// -req` with no extensions, an X.509 v1 certificate without subjectAltName, which redis-server
+/// and redis-cli accept. Verified, rustls refuses it (v3 only), and the log says why; with
+/// `insecure_skip_verify` it is accepted, as the option promises (only the unparsable
+/// certificate's signature check is skipped).
+#[test]
+fn x509_v1_certificates_are_refused_verified_and_accepted_unverified() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    openssl(d, &["genrsa", "-out", "ca.key", "2048"]);
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-new",
+            "-nodes",
+            "-sha256",
+            "-key",
+            "ca.key",
+            "-days",
+            "30",
+            "-subj",
+            "/O=Redis Test/CN=Certificate Authority",
+            "-out",
+            "ca.crt",
+        ],
+    );
+    openssl(d, &["genrsa", "-out", "redis.key", "2048"]);
+    openssl(
+        d,
+        &[
+            "req",
+            "-new",
+            "-sha256",
+            "-subj",
+            "/O=Redis Test/CN=Generic-cert",
+            "-key",
+            "redis.key",
+            "-out",
+            "redis.csr",
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-sha256",
+            "-in",
+            "redis.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "30",
+            "-out",
+            "redis.crt",
+        ],
+    );
+    let p = |f: &str| d.join(f).display().to_string();
+    let tls_port = free_port();
+    let tls_port_s = tls_port.to_string();
+    let (cert, key, ca) = (p("redis.crt"), p("redis.key"), p("ca.crt"));
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port_s,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    assert!(respite_tests::wait_for_port(
+        tls_port,
+        respite_tests::START_TIMEOUT
+    ));
+    assert_eq!(server.raw().cmd(&[b"SET", b"k", b"v1"]), b"+OK\r\n");
+    let host = format!("127.0.0.1:{tls_port}");
+    let through = |tls: &str| {
+        let (port, admin) = (free_port(), free_port());
+        let cfg = crate::tls::config(
+            admin,
+            &[
+                crate::tls::listener("plain", port, "c", None),
+                crate::tls::cluster("c", std::slice::from_ref(&host), Some(tls.to_string())),
+            ],
+        );
+        let respite = Respite::start(&cfg, port, admin);
+        let reply = respite.raw().cmd(&[b"GET", b"k"]);
+        (respite, reply)
+    };
+
+    let (verified, reply) = through(&format!("trusted_ca = \"{ca}\"\n"));
+    assert!(reply.starts_with(b"-"), "{}", show(&reply));
+    let logged = wait_until(Duration::from_secs(5), || {
+        verified.log().lines().any(|l| {
+            l.contains("upstream TLS handshake failed") && l.contains("UnsupportedCertVersion")
+        })
+    });
+    assert!(logged, "log:\n{}", verified.log());
+    assert!(verified.stat("cluster.c.ssl.fail_verify_error") >= 1);
+
+    let (unverified, reply) = through("insecure_skip_verify = true\n");
+    assert_eq!(
+        show(&reply),
+        show(b"$2\r\nv1\r\n"),
+        "log:\n{}",
+        unverified.log()
+    );
+    assert!(unverified.stat("cluster.c.ssl.handshake") >= 1);
+    assert_eq!(unverified.stat("cluster.c.ssl.connection_error"), 0);
 }

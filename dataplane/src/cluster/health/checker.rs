@@ -328,7 +328,8 @@ impl Run {
                     c.auth_username.as_deref(),
                     c.auth_password.as_deref(),
                     c.connect_timeout,
-                    crate::upstream::TlsSettings::of(c),
+                    crate::upstream::TlsSettings::of(c)
+                        .map(|t| t.with_stats(store, crate::stats::HEALTH_SHARD)),
                 )
             })
             .collect();
