@@ -26,12 +26,18 @@ const RUNTIME_SUBDIR: &str = "respite-control";
 /// translate the same bytes share one file instead of leaving a directory each (another user's
 /// directory at that path is refused by [`write_in`]'s checks).
 pub fn dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+    dir_in(
+        std::env::var_os("XDG_RUNTIME_DIR"),
+        &std::env::temp_dir(),
+        nix::unistd::geteuid().as_raw(),
+    )
+}
+
+/// [`dir`] for a given `$XDG_RUNTIME_DIR`, temp dir and effective uid.
+fn dir_in(runtime: Option<std::ffi::OsString>, temp: &Path, euid: u32) -> PathBuf {
+    match runtime.filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d).join(RUNTIME_SUBDIR),
-        None => std::env::temp_dir().join(format!(
-            "respite-control-{}",
-            nix::unistd::geteuid().as_raw()
-        )),
+        None => temp.join(format!("respite-control-{euid}")),
     }
 }
 
@@ -112,6 +118,26 @@ mod tests {
     use std::os::unix::fs::PermissionsExt as _;
 
     use super::*;
+
+    /// Without `$XDG_RUNTIME_DIR` the directory is per user and the same for every run (it was
+    /// per process, and every `translate` left one behind).
+    #[test]
+    fn the_directory_is_per_user_not_per_run() {
+        let tmp = Path::new("/tmp");
+        assert_eq!(
+            dir_in(None, tmp, 1000),
+            Path::new("/tmp/respite-control-1000")
+        );
+        assert_eq!(
+            dir_in(Some("".into()), tmp, 0),
+            Path::new("/tmp/respite-control-0")
+        );
+        assert_eq!(
+            dir_in(Some("/run/user/1000".into()), tmp, 1000),
+            Path::new("/run/user/1000/respite-control")
+        );
+        assert_eq!(dir(), dir());
+    }
 
     #[test]
     fn same_bytes_same_private_file() {
