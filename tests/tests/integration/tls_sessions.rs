@@ -519,3 +519,55 @@ fn x509_v1_certificates_are_refused_verified_and_accepted_unverified() {
     assert!(unverified.stat("cluster.c.ssl.handshake") >= 1);
     assert_eq!(unverified.stat("cluster.c.ssl.connection_error"), 0);
 }
+
+/// A client that asks for a TLS 1.2 renegotiation (`openssl s_client`'s `R` command) is refused
+/// by rustls with a warning alert. rustls logs each such event, at WARN, through `log`: any client
+/// could flood Respite's log with them. None of those lines may show; the session survives the
+/// refused renegotiation, as with redis-server.
+#[test]
+fn refused_renegotiations_do_not_reach_the_log() {
+    let certs = Certs::generate();
+    let server = RedisServer::start();
+    let (port, tls_port, admin) = (free_port(), free_port(), free_port());
+    let cfg = crate::tls::config(
+        admin,
+        &[
+            crate::tls::listener("plain", port, "r", None),
+            crate::tls::listener("tls", tls_port, "r", Some(crate::tls::serve(&certs.server))),
+            crate::tls::cluster("r", &[server.addr()], None),
+        ],
+    );
+    let respite = Respite::start(&cfg, port, admin);
+    let connect = format!("127.0.0.1:{tls_port}");
+    for _ in 0..3 {
+        let mut child = std::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-tls1_2",
+                "-connect",
+                &connect,
+                "-servername",
+                "localhost",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("openssl s_client (Debian package openssl)");
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write as _;
+            stdin.write_all(b"R\n").expect("write R");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let out = child.wait_with_output().expect("s_client");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(text.contains("RENEGOTIATING"), "{text}");
+    }
+    wait_stat(&respite, "redis.tls.ssl.handshake", 3);
+    let log = respite.log();
+    assert!(
+        !log.contains("NoRenegotiation") && !log.contains("alert"),
+        "rustls's own lines reached the log:\n{log}"
+    );
+}
