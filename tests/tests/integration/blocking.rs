@@ -19,7 +19,7 @@ const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slo
 const QUEUED: &[u8] = b"+QUEUED\r\n";
 
 /// `blocked_clients` of a redis-server's `INFO clients`.
-fn blocked(server: &RedisServer) -> i64 {
+pub(crate) fn blocked(server: &RedisServer) -> i64 {
     let info = server.raw().cmd(&[b"INFO", b"clients"]);
     String::from_utf8_lossy(&info)
         .lines()

@@ -7,6 +7,7 @@
 //! subscriber connection for SUBSCRIBE): these tests are what shows that those connections
 //! are TLS too, since the backends' only address in the config is their TLS port.
 
+use crate::blocking::blocked;
 use crate::common;
 use crate::redis_suite;
 use crate::tls::{path, ssl_stats, wait_stat};
@@ -81,16 +82,6 @@ impl Client for TlsClient {
     fn read_reply(&mut self) -> Vec<u8> {
         TlsClient::read_reply(self)
     }
-}
-
-/// `blocked_clients` of a redis-server's `INFO clients` (asked on its plain port).
-fn blocked(server: &RedisServer) -> i64 {
-    let info = server.raw().cmd(&[b"INFO", b"clients"]);
-    String::from_utf8_lossy(&info)
-        .lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no blocked_clients in INFO clients: {}", show(&info)))
 }
 
 /// Transactions, a WATCH conflict, BLPOP woken by another client and timing out, and pub/sub
@@ -337,14 +328,9 @@ fn redis_suite_over_tls() {
     assert_eq!(respite.stat("cluster.cache.ssl.connection_error"), 0);
 }
 
-/// A client that leaves Nagle on (no `TCP_NODELAY`, as a hand-rolled client or `openssl
-/// s_client` does) gets its first reply over TLS 1.3 at once, not after the server's delayed
-/// ACK of its Finished (40 ms on Linux, which held every new connection's first request before
-/// Respite acked the handshake at once). Median of nine connections.
-#[test]
-fn first_request_after_a_tls13_handshake_is_not_delayed() {
-    use std::io::{Read as _, Write as _};
-    let certs = Certs::generate();
+/// A Respite with a TLS listener `tls` (serving `certs.server`) over one plain redis-server:
+/// Respite, the server (keep it) and the TLS port.
+fn tls_listener_over_plain(certs: &Certs) -> (Respite, RedisServer, u16) {
     let server = RedisServer::start();
     let (port, tls_port, admin) = (free_port(), free_port(), free_port());
     let cfg = crate::tls::config(
@@ -355,7 +341,18 @@ fn first_request_after_a_tls13_handshake_is_not_delayed() {
             crate::tls::cluster("r", &[server.addr()], None),
         ],
     );
-    let respite = Respite::start(&cfg, port, admin);
+    (Respite::start(&cfg, port, admin), server, tls_port)
+}
+
+/// A client that leaves Nagle on (no `TCP_NODELAY`, as a hand-rolled client or `openssl
+/// s_client` does) gets its first reply over TLS 1.3 at once, not after the server's delayed
+/// ACK of its Finished (40 ms on Linux, which held every new connection's first request before
+/// Respite acked the handshake at once). Median of nine connections.
+#[test]
+fn first_request_after_a_tls13_handshake_is_not_delayed() {
+    use std::io::{Read as _, Write as _};
+    let certs = Certs::generate();
+    let (respite, _server, tls_port) = tls_listener_over_plain(&certs);
     let config = client_config(&certs.ca_pem, None);
     let mut waits = Vec::new();
     for _ in 0..9 {
@@ -522,22 +519,11 @@ fn x509_v1_certificates_are_refused_verified_and_accepted_unverified() {
 
 /// A client that asks for a TLS 1.2 renegotiation (`openssl s_client`'s `R` command) is refused
 /// by rustls with a warning alert. rustls logs each such event, at WARN, through `log`: any client
-/// could flood Respite's log with them. None of those lines may show; the session survives the
-/// refused renegotiation, as with redis-server.
+/// could flood Respite's log with them. None of those lines may show.
 #[test]
 fn refused_renegotiations_do_not_reach_the_log() {
     let certs = Certs::generate();
-    let server = RedisServer::start();
-    let (port, tls_port, admin) = (free_port(), free_port(), free_port());
-    let cfg = crate::tls::config(
-        admin,
-        &[
-            crate::tls::listener("plain", port, "r", None),
-            crate::tls::listener("tls", tls_port, "r", Some(crate::tls::serve(&certs.server))),
-            crate::tls::cluster("r", &[server.addr()], None),
-        ],
-    );
-    let respite = Respite::start(&cfg, port, admin);
+    let (respite, _server, tls_port) = tls_listener_over_plain(&certs);
     let connect = format!("127.0.0.1:{tls_port}");
     for _ in 0..3 {
         let mut child = std::process::Command::new("openssl")
