@@ -138,6 +138,9 @@ pub struct LeaseStats {
     pub total: Arc<Counter>,
     /// New leased connections opened.
     pub connects: Arc<Counter>,
+    /// New leased connections that failed (refused, reset, or no handshake within
+    /// `connect_timeout`): with reconnect backoff, a few per down host, not one per request.
+    pub connect_fail: Arc<Counter>,
     /// Waits that ended at `op_timeout` without a lease.
     pub exhausted: Arc<Counter>,
     /// Leases closed instead of returned (an I/O error, a timeout, a holder that went away).
@@ -157,6 +160,7 @@ impl LeaseStats {
             waiting: g("waiting"),
             total: c("total"),
             connects: c("connect"),
+            connect_fail: c("connect_fail"),
             exhausted: c("pool_exhausted"),
             closed_dirty: c("closed_dirty"),
             wait_ms: store.histogram(&format!("cluster.{cluster}.leased_cx_wait_ms"), worker),
@@ -506,6 +510,9 @@ impl LeasePool {
     ) -> std::io::Result<(Stream, Option<u64>)> {
         let tried = Instant::now();
         let opened = open_leased(addr, settings, &self.cluster, handshake).await;
+        if opened.is_err() {
+            self.stats.connect_fail.inc();
+        }
         self.note_connect(addr, settings.resp3, tried, opened.is_ok());
         opened
     }
