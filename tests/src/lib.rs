@@ -522,12 +522,7 @@ impl Nutcracker {
     /// Like [`Nutcracker::start`], with extra pool directives as YAML lines (for example
     /// `"hash_tag: \"{}\""`), added after the defaults.
     pub fn start_with(servers: &[String], extra_pool_lines: &[&str]) -> Nutcracker {
-        let dir = tempfile::Builder::new()
-            .prefix("respite-nutcracker-")
-            .tempdir()
-            .expect("create temp dir for nutcracker");
         let port = free_port();
-        let stats_port = free_port();
         let mut conf = String::new();
         conf.push_str("respite_test:\n");
         conf.push_str(&format!("  listen: 127.0.0.1:{port}\n"));
@@ -544,6 +539,17 @@ impl Nutcracker {
         for s in servers {
             conf.push_str(&format!("   - {s}\n"));
         }
+        Self::start_config(&conf, &[port])
+    }
+
+    /// Starts nutcracker with `conf`, a whole `nutcracker.yml` (any number of pools), and waits
+    /// until every port of `ports` accepts connections; [`Nutcracker::port`] is `ports[0]`.
+    pub fn start_config(conf: &str, ports: &[u16]) -> Nutcracker {
+        let dir = tempfile::Builder::new()
+            .prefix("respite-nutcracker-")
+            .tempdir()
+            .expect("create temp dir for nutcracker");
+        let stats_port = free_port();
         let conf_path = dir.path().join("nutcracker.yml");
         fs::write(&conf_path, &conf).expect("write nutcracker.yml");
         let log = dir.path().join("nutcracker.log");
@@ -569,14 +575,17 @@ impl Nutcracker {
                     read_log(&log)
                 );
             }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            if ports
+                .iter()
+                .all(|&p| TcpStream::connect(("127.0.0.1", p)).is_ok())
+            {
                 break;
             }
             if Instant::now() >= deadline {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "nutcracker did not listen on 127.0.0.1:{port} within {START_TIMEOUT:?}; \
+                    "nutcracker did not listen on 127.0.0.1:{ports:?} within {START_TIMEOUT:?}; \
                      config:\n{conf}\nlog:\n{}",
                     read_log(&log)
                 );
@@ -584,7 +593,7 @@ impl Nutcracker {
             std::thread::sleep(Duration::from_millis(20));
         }
         Nutcracker {
-            port,
+            port: ports.first().copied().unwrap_or_default(),
             stats_port,
             child: Some(child),
             dir,

@@ -122,3 +122,44 @@ fn hash_tag_follows_server_pool_idx() {
     assert_eq!(hash_tag(angle, b"x>y<z>"), b"z");
     assert_eq!(hash_tag(angle, b"x<>y<z>"), b"x<>y<z>");
 }
+
+/// `on_unhealthy = "rehash"` (twemproxy's auto_eject_hosts): the same distribution and hash
+/// rebuilt over the live hosts, as `modula_update` skips the dead servers.
+#[test]
+fn rehash_rebuilds_modula_with_the_same_hash() {
+    use std::sync::Arc;
+
+    use super::health::ClusterVersion;
+    use super::host::SharedHost;
+
+    let hs = hosts(&[1, 2, 3]);
+    let version = Arc::new(ClusterVersion::default());
+    let shared: Vec<Arc<SharedHost>> = hs
+        .iter()
+        .map(|h| {
+            Arc::new(SharedHost {
+                cluster: "c".into(),
+                addr: h.address,
+                health: health::HostHealth::new(version.clone()),
+                connects: crate::upstream::ConnectLimiter::new(0),
+            })
+        })
+        .collect();
+    let full = LoadBalancer::with_hash(LbPolicy::Modula, KeyHash::Murmur, &hs);
+    let r = rehash::Rehash::new(version, LbPolicy::Modula, KeyHash::Murmur, hs.clone());
+    for i in 0..500 {
+        let key = format!("k{i}");
+        assert_eq!(
+            r.pick(key.as_bytes(), &full, &shared),
+            Some(full.pick(key.as_bytes()))
+        );
+    }
+    // Host 1 (weight 2) fails its check: the continuum is [h0, h2, h2, h2], hash % 4.
+    shared[1].health.set_check_failing(0, true);
+    for i in 0..500 {
+        let key = format!("k{i}");
+        let h = hashkit::murmur(key.as_bytes());
+        let want = [0, 2, 2, 2][(h % 4) as usize];
+        assert_eq!(r.pick(key.as_bytes(), &full, &shared), Some(want), "{key}");
+    }
+}

@@ -162,3 +162,179 @@ fn ketama_matches_nutcracker_named_servers() {
         .collect();
     check_placement(&servers, &nutcracker, &hosts);
 }
+
+/// twemproxy's `hash:` names, as Respite's `hash` takes them.
+const HASHES: [&str; 12] = [
+    "one_at_a_time",
+    "md5",
+    "crc16",
+    "crc32",
+    "crc32a",
+    "fnv1_64",
+    "fnv1a_64",
+    "fnv1_32",
+    "fnv1a_32",
+    "hsieh",
+    "murmur",
+    "jenkins",
+];
+
+/// One twemproxy pool and the Respite listener + cluster that must place keys like it.
+struct Pool {
+    distribution: &'static str,
+    hash: &'static str,
+    hash_tag: Option<&'static str>,
+    nutcracker_port: u16,
+    respite_port: u16,
+}
+
+/// `n` keys of pool `p` (prefix `p{p}:` so pools never see each other's keys): plain,
+/// binary (bytes >= 0x80), odd lengths; with `tag` also keys holding that tag.
+fn pool_keys(p: usize, n: usize, tag: Option<&str>) -> Vec<Vec<u8>> {
+    let mut keys = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut k = format!("p{p}:").into_bytes();
+        match (i % 4, tag) {
+            (0, _) => k.extend_from_slice(format!("key:{i}").as_bytes()),
+            (1, _) => k.extend_from_slice(&[0x80 | i as u8, 0xff, i as u8, b'k', (i / 7) as u8]),
+            (2, Some(t)) => {
+                let (open, close) = t.split_at(1);
+                k.extend_from_slice(format!("x{open}grp{}{close}y{i}", i % 17).as_bytes());
+            }
+            _ => k.extend_from_slice("k".repeat(1 + i % 23).as_bytes()),
+        }
+        keys.push(k);
+    }
+    keys
+}
+
+/// For every hash × {ketama, modula}, plus a ketama pool with `hash_tag: "<>"`: one nutcracker
+/// with a pool each and one Respite with a listener + cluster each, over the same three
+/// redis-servers (weights 1, 2, 3; the second one named). Every key written through
+/// nutcracker must be read back through Respite.
+#[test]
+fn every_hash_and_distribution_matches_nutcracker() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let weights = [1u32, 2, 3];
+    let names = [None, Some("beta"), None];
+    let mut pools = Vec::new();
+    for distribution in ["ketama", "modula"] {
+        for hash in HASHES {
+            pools.push(Pool {
+                distribution,
+                hash,
+                hash_tag: None,
+                nutcracker_port: respite_tests::free_port(),
+                respite_port: respite_tests::free_port(),
+            });
+        }
+    }
+    pools.push(Pool {
+        distribution: "ketama",
+        hash: "fnv1a_64",
+        hash_tag: Some("<>"),
+        nutcracker_port: respite_tests::free_port(),
+        respite_port: respite_tests::free_port(),
+    });
+
+    let mut yml = String::new();
+    let admin_port = respite_tests::free_port();
+    let mut toml = format!(
+        "[admin]\naddress = \"127.0.0.1:{admin_port}\"\n[runtime]\nworkers = 1\n\
+         drain_timeout = \"1s\"\n"
+    );
+    for (i, p) in pools.iter().enumerate() {
+        yml.push_str(&format!(
+            "pool{i}:\n  listen: 127.0.0.1:{}\n  hash: {}\n  distribution: {}\n  redis: true\n  \
+             auto_eject_hosts: false\n  timeout: 10000\n  server_connections: 1\n",
+            p.nutcracker_port, p.hash, p.distribution
+        ));
+        if let Some(t) = p.hash_tag {
+            yml.push_str(&format!("  hash_tag: \"{t}\"\n"));
+        }
+        yml.push_str("  servers:\n");
+        let mut hosts = Vec::new();
+        for ((s, w), n) in servers.iter().zip(weights).zip(names) {
+            match n {
+                Some(n) => {
+                    yml.push_str(&format!("   - {}:{w} {n}\n", s.addr()));
+                    hosts.push(format!(
+                        "{{ address = \"{}\", weight = {w}, name = \"{n}\" }}",
+                        s.addr()
+                    ));
+                }
+                None => {
+                    yml.push_str(&format!("   - {}:{w}\n", s.addr()));
+                    hosts.push(format!("{{ address = \"{}\", weight = {w} }}", s.addr()));
+                }
+            }
+        }
+        let tag = p
+            .hash_tag
+            .map(|t| format!("hash_tag = \"{t}\"\n"))
+            .unwrap_or_default();
+        toml.push_str(&format!(
+            "[[listeners]]\nname = \"l{i}\"\naddress = \"127.0.0.1:{}\"\nop_timeout = \"5s\"\n\
+             {tag}[listeners.prefix_routes.catch_all_route]\ncluster = \"c{i}\"\n",
+            p.respite_port
+        ));
+        toml.push_str(&format!(
+            "[[clusters]]\nname = \"c{i}\"\nlb_policy = \"{}\"\nhash = \"{}\"\nhosts = [{}]\n",
+            p.distribution,
+            p.hash,
+            hosts.join(", ")
+        ));
+    }
+    let ports: Vec<u16> = pools.iter().map(|p| p.nutcracker_port).collect();
+    let nutcracker = Nutcracker::start_config(&yml, &ports);
+    let respite = respite_tests::respite::Respite::start(&toml, pools[0].respite_port, admin_port);
+    for p in &pools[1..] {
+        assert!(
+            respite_tests::wait_for_port(p.respite_port, std::time::Duration::from_secs(10)),
+            "respite listener {}",
+            p.respite_port
+        );
+    }
+
+    for (i, p) in pools.iter().enumerate() {
+        let keys = pool_keys(i, 300, p.hash_tag);
+        let mut through_nc = RawClient::connect(&format!("127.0.0.1:{}", p.nutcracker_port));
+        let sets: Vec<Vec<&[u8]>> = keys.iter().map(|k| vec![&b"SET"[..], k, k]).collect();
+        for (k, r) in keys.iter().zip(pipelined(&mut through_nc, &sets)) {
+            assert_eq!(
+                r,
+                b"+OK\r\n",
+                "SET {k:?} via nutcracker pool{i}: {}",
+                nutcracker.log()
+            );
+        }
+        let mut through_respite = RawClient::connect(&format!("127.0.0.1:{}", p.respite_port));
+        let gets: Vec<Vec<&[u8]>> = keys.iter().map(|k| vec![&b"GET"[..], k]).collect();
+        let mut missing = Vec::new();
+        for (k, r) in keys.iter().zip(pipelined(&mut through_respite, &gets)) {
+            let mut want = format!("${}\r\n", k.len()).into_bytes();
+            want.extend_from_slice(k);
+            want.extend_from_slice(b"\r\n");
+            if r != want {
+                missing.push(String::from_utf8_lossy(k).into_owned());
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "pool{i} ({} + {}, hash_tag {:?}): {} of {} keys written through nutcracker not \
+             found through respite, first: {:?}",
+            p.distribution,
+            p.hash,
+            p.hash_tag,
+            missing.len(),
+            keys.len(),
+            &missing[..missing.len().min(5)]
+        );
+    }
+    // Every backend holds keys (a pool placing everything on one host would pass vacuously).
+    for s in &servers {
+        let n = s.raw().cmd(&[b"DBSIZE"]);
+        assert_ne!(n, b":0\r\n");
+    }
+    drop(respite);
+}
