@@ -119,6 +119,7 @@ impl LoadBalancer {
             LbPolicy::Ketama => Inner::Ketama(ketama::Ketama::new(hosts, &weights, hash)),
             LbPolicy::Modula => Inner::Modula(modula::Modula::new(&weights, hash)),
             LbPolicy::Random => Inner::Random(random::Random::new(&weights)),
+            LbPolicy::RoundRobin => Inner::Random(random::Random::round_robin(&weights)),
             LbPolicy::RingHash => Inner::RingHash(ring_hash::RingHash::new(hosts, &weights)),
             LbPolicy::Maglev => Inner::Maglev(maglev::Maglev::new(hosts, &weights)),
         };
@@ -138,9 +139,9 @@ impl LoadBalancer {
         }
     }
 
-    /// Whether a key has no fixed host ([`LbPolicy::Random`]).
+    /// Whether a key has no fixed host ([`LbPolicy::Random`], [`LbPolicy::RoundRobin`]).
     #[inline]
-    pub fn is_random(&self) -> bool {
+    pub fn is_non_hashing(&self) -> bool {
         matches!(self.inner, Inner::Random(_))
     }
 }

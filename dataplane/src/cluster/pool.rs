@@ -219,13 +219,13 @@ impl ClusterPool {
         }
     }
 
-    /// Where every pub/sub channel of a `random` cluster lives (a [`Dest::Key`] host index):
+    /// Where every pub/sub channel of a `random` or `round_robin` cluster lives (a [`Dest::Key`] host index):
     /// its first host, or with `on_unhealthy = "rehash"` its first healthy one, so that
     /// PUBLISH and SUBSCRIBE of a channel meet. `None` for any other cluster (channels are
     /// placed like keys there) and when no host is healthy.
-    pub fn random_pubsub_home(&self) -> Option<usize> {
+    pub fn non_hashing_pubsub_home(&self) -> Option<usize> {
         match &self.kind {
-            PoolKind::Hashed(h) if h.lb.is_random() => match &h.rehash {
+            PoolKind::Hashed(h) if h.lb.is_non_hashing() => match &h.rehash {
                 None => Some(0),
                 Some(_) => h.shared.iter().position(|s| s.health.is_healthy()),
             },
@@ -233,9 +233,9 @@ impl ClusterPool {
         }
     }
 
-    /// Whether keys have no fixed host (`lb_policy = "random"`).
-    pub fn is_random(&self) -> bool {
-        matches!(&self.kind, PoolKind::Hashed(h) if h.lb.is_random())
+    /// Whether keys have no fixed host (`lb_policy = "random"` or `"round_robin"`).
+    pub fn is_non_hashing(&self) -> bool {
+        matches!(&self.kind, PoolKind::Hashed(h) if h.lb.is_non_hashing())
     }
 
     /// Queues `request` for `dest`; its reply goes to `target`. `session` picks among a host's

@@ -81,8 +81,8 @@ fn ketama_hash_changes_only_the_key_hash() {
 fn random_follows_the_draw_and_ignores_weights() {
     let hs = hosts(&[1, 5, 1]);
     let lb = LoadBalancer::with_hash(LbPolicy::Random, KeyHash::Md5, &hs);
-    assert!(lb.is_random());
-    for draw in 0..9u32 {
+    assert!(lb.is_non_hashing());
+    for draw in 0..9u64 {
         random::set_draw(draw);
         // Every key of one draw goes to the same host: nc_random.c lists each server once.
         let want = (draw % 3) as usize;
@@ -96,7 +96,29 @@ fn random_follows_the_draw_and_ignores_weights() {
         seen.insert(lb.pick(b"k"));
     }
     assert_eq!(seen, HashSet::from([0, 1, 2]));
-    assert!(!LoadBalancer::new(LbPolicy::Modula, &hs).is_random());
+    assert!(!LoadBalancer::new(LbPolicy::Modula, &hs).is_non_hashing());
+}
+
+#[test]
+fn round_robin_takes_turns_per_draw_and_ignores_keys() {
+    let hs = hosts(&[1, 1, 0, 1]);
+    let lb = LoadBalancer::new(LbPolicy::RoundRobin, &hs);
+    assert!(lb.is_non_hashing());
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        random::set_draw(random::new_draw());
+        let host = lb.pick(b"a");
+        // One draw (one client command): every key to the same host.
+        for key in [&b"b"[..], b"", b"{x}y"] {
+            assert_eq!(lb.pick(key), host);
+        }
+        order.push(host);
+    }
+    // Weight 0 takes no turn; the others in config order, from wherever the worker's turn is.
+    let start = order.iter().position(|&h| h == 0).unwrap_or(0);
+    let turns: Vec<usize> = order.iter().cycle().skip(start).take(3).copied().collect();
+    assert_eq!(turns, [0, 1, 3]);
+    assert_eq!(order.get(..3), order.get(3..));
 }
 
 #[test]

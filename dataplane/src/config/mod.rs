@@ -614,7 +614,7 @@ pub enum ClusterType {
 }
 
 /// Key placement policy of a cluster. TOML:
-/// `lb_policy = "ketama" | "modula" | "random" | "ring_hash" | "maglev"`.
+/// `lb_policy = "ketama" | "modula" | "random" | "round_robin" | "ring_hash" | "maglev"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LbPolicy {
@@ -636,6 +636,11 @@ pub enum LbPolicy {
     /// on one fixed host, its first live host; keyspace notifications are subscribed on every
     /// host (a key may be anywhere).
     Random,
+    /// Envoy ROUND_ROBIN (unweighted): each client command, or transaction, goes to the next
+    /// host in turn on its worker. Like `random`, a key has no fixed home, and the same rules
+    /// keep one command or transaction on one host and pub/sub on one fixed host; `hash` does
+    /// not apply.
+    RoundRobin,
     /// Envoy RING_HASH.
     RingHash,
     /// Envoy MAGLEV.

@@ -804,12 +804,12 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
                  (crc16 of the Redis Cluster spec)",
             ));
         }
-        (Some(h), _, LbPolicy::RingHash | LbPolicy::Maglev) => {
+        (Some(h), _, LbPolicy::RingHash | LbPolicy::Maglev | LbPolicy::RoundRobin) => {
             return Err(src.error(
                 Some(h.span()),
                 &format!("{path}.hash"),
                 "applies to lb_policy \"ketama\", \"modula\" and \"random\" only: \
-                 ring_hash and maglev hash keys with Envoy's murmur2",
+                 ring_hash and maglev hash keys with Envoy's murmur2, round_robin hashes nothing",
             ));
         }
         (Some(h), _, _) => *h.get_ref(),

@@ -19,8 +19,8 @@ use crate::router::dispatch::Pool;
 ///   the host that owns `<key>` (Redis notifies on the node that holds the key), and
 ///   `__keyevent@<db>__:<event>` on every host (or every primary).
 ///
-/// On a `random` cluster (a key has no home) every channel, shard channel and pattern lives on
-/// its one fixed pub/sub host ([`ClusterPool::random_pubsub_home`], where dispatch sends
+/// On a `random` or `round_robin` cluster (a key has no home) every channel, shard channel and pattern lives on
+/// its one fixed pub/sub host ([`ClusterPool::non_hashing_pubsub_home`], where dispatch sends
 /// `PUBLISH` and `SPUBLISH` too), and `__keyspace@<db>__:<key>` on every host.
 ///
 /// `tag`: the listener's `hash_tag`. Empty when that host is unknown or unusable now (the
@@ -31,11 +31,11 @@ pub fn place(
     name: &[u8],
     tag: Option<[u8; 2]>,
 ) -> Vec<SocketAddr> {
-    if pool.is_random() {
+    if pool.is_non_hashing() {
         return match (topic, notification(name)) {
             (Topic::Channel, Some(_)) => pool.primary_addrs(),
             _ => pool
-                .random_pubsub_home()
+                .non_hashing_pubsub_home()
                 .and_then(|shard| pool.primary_addr(shard))
                 .into_iter()
                 .collect(),

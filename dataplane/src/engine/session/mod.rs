@@ -111,7 +111,7 @@ struct Session {
     /// The random number an `lb_policy = "random"` cluster places this session's current
     /// command by: drawn anew per command in shared mode, kept through a transaction (and any
     /// other mode that holds a connection), so one command or transaction stays on one host.
-    draw: u32,
+    draw: u64,
     multi_frame: Option<Vec<Piece>>,
 }
 
