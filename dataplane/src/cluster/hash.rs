@@ -94,6 +94,12 @@ pub fn crc16(data: &[u8]) -> u16 {
     crc
 }
 
+/// Entry `i` of the CRC16-CCITT (XMODEM) table, twemproxy's `crc16tab` too.
+#[inline]
+pub(super) fn crc16_table_entry(i: u8) -> u16 {
+    CRC16_TABLE.get(usize::from(i)).copied().unwrap_or_default()
+}
+
 const CRC16_TABLE: [u16; 256] = build_crc16_table();
 
 // Const evaluation: an index out of range fails the build, never a request.

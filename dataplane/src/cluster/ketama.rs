@@ -1,4 +1,4 @@
-//! twemproxy 0.5.0 ketama (`distribution: ketama`, `hash: fnv1a_64`), bit-for-bit.
+//! twemproxy 0.5.0 ketama (`distribution: ketama`, any `hash:`), bit-for-bit.
 //!
 //! Sources (twitter/twemproxy):
 //! - `src/hashkit/nc_ketama.c` `ketama_update`: per live server,
@@ -15,8 +15,11 @@
 //! - `src/nc_server.c` `server_pool_idx` / `server_pool_hash`: a pool with one server always
 //!   picks it, and an empty key hashes to 0.
 
-use super::hash::{fnv1a_64_twemproxy, ketama_md5_points};
-use crate::config::HostConfig;
+#[cfg(test)]
+use super::hash::fnv1a_64_twemproxy;
+use super::hash::ketama_md5_points;
+use super::hashkit::key_hash;
+use crate::config::{HostConfig, KeyHash};
 
 const KETAMA_POINTS_PER_SERVER: u32 = 160;
 const KETAMA_POINTS_PER_HASH: u32 = 4;
@@ -36,6 +39,8 @@ pub(super) struct Ketama {
     /// `0..=2^BUCKET_BITS`: a hash's top bits narrow the search to the few points of its bucket,
     /// instead of a binary search over the whole continuum on every request.
     buckets: Vec<u32>,
+    /// The key hash (twemproxy `hash:`); the continuum's points are MD5 whatever it is.
+    hash: KeyHash,
 }
 
 /// The string twemproxy hashes for a server (see module docs).
@@ -61,7 +66,7 @@ pub(super) fn points_per_server(weight: u32, total_weight: u32, nlive: u32) -> u
 }
 
 impl Ketama {
-    pub(super) fn new(hosts: &[HostConfig], weights: &[u32]) -> Ketama {
+    pub(super) fn new(hosts: &[HostConfig], weights: &[u32], hash: KeyHash) -> Ketama {
         let nlive = weights.iter().filter(|&&w| w > 0).count() as u32;
         let total_weight = weights
             .iter()
@@ -107,6 +112,7 @@ impl Ketama {
             hosts: points.iter().map(|p| p.1).collect(),
             nhosts: hosts.len(),
             buckets,
+            hash,
         }
     }
 
@@ -130,7 +136,7 @@ impl Ketama {
         let hash = if key.is_empty() {
             0
         } else {
-            fnv1a_64_twemproxy(key)
+            key_hash(self.hash, key)
         };
         self.pick_hash(hash)
     }
@@ -235,7 +241,7 @@ mod bucket_tests {
                         _ => rng.u32(1..1000),
                     })
                     .collect();
-                let k = Ketama::new(&hs, &weights);
+                let k = Ketama::new(&hs, &weights, KeyHash::Fnv1a64);
                 check(&k, u64::from(n) * 10 + trial);
                 // chosen host must have non-zero weight
                 if n > 1 && !k.values.is_empty() {
@@ -246,7 +252,7 @@ mod bucket_tests {
                 }
             }
             // all zero weights
-            let k = Ketama::new(&hs, &vec![0; hs.len()]);
+            let k = Ketama::new(&hs, &vec![0; hs.len()], KeyHash::Fnv1a64);
             assert!(k.values.is_empty());
             assert_eq!(k.pick(b"x"), 0);
             assert_eq!(k.pick_hash(12345), 0);

@@ -165,12 +165,13 @@ impl ClusterPool {
                     (OnUnhealthy::Rehash, Some(first)) => Some(Box::new(Rehash::new(
                         first.health.version().clone(),
                         cluster.lb_policy,
+                        cluster.hash,
                         cluster.hosts.clone(),
                     ))),
                     _ => None,
                 };
                 PoolKind::Hashed(HashedPool {
-                    lb: LoadBalancer::new(cluster.lb_policy, &cluster.hosts),
+                    lb: LoadBalancer::with_hash(cluster.lb_policy, cluster.hash, &cluster.hosts),
                     hosts: conns,
                     hosts_resp3: RefCell::new(None),
                     shared,
@@ -216,6 +217,25 @@ impl ClusterPool {
             },
             PoolKind::Slots(_) => Some(super::key_slot(key) as usize),
         }
+    }
+
+    /// Where every pub/sub channel of a `random` cluster lives (a [`Dest::Key`] host index):
+    /// its first host, or with `on_unhealthy = "rehash"` its first healthy one, so that
+    /// PUBLISH and SUBSCRIBE of a channel meet. `None` for any other cluster (channels are
+    /// placed like keys there) and when no host is healthy.
+    pub fn random_pubsub_home(&self) -> Option<usize> {
+        match &self.kind {
+            PoolKind::Hashed(h) if h.lb.is_random() => match &h.rehash {
+                None => Some(0),
+                Some(_) => h.shared.iter().position(|s| s.health.is_healthy()),
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether keys have no fixed host (`lb_policy = "random"`).
+    pub fn is_random(&self) -> bool {
+        matches!(&self.kind, PoolKind::Hashed(h) if h.lb.is_random())
     }
 
     /// Queues `request` for `dest`; its reply goes to `target`. `session` picks among a host's

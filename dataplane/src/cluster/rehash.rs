@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::LoadBalancer;
 use super::health::ClusterVersion;
 use super::host::SharedHost;
-use crate::config::{HostConfig, LbPolicy};
+use crate::config::{HostConfig, KeyHash, LbPolicy};
 
 /// A `rehash` cluster's placement around unhealthy hosts, per worker: rebuilt only when the
 /// cluster's health version moves (one relaxed load per request), like `SlotPool`'s map.
@@ -18,6 +18,9 @@ pub(super) struct Rehash {
     seen: Cell<Option<u64>>,
     healthy: RefCell<Healthy>,
     policy: LbPolicy,
+    /// The cluster's key hash: the rebuilt placement hashes keys as the full one does
+    /// (twemproxy's `auto_eject_hosts` rebuilds the same distribution over the live servers).
+    hash: KeyHash,
     hosts: Vec<HostConfig>,
 }
 
@@ -32,11 +35,12 @@ enum Healthy {
 }
 
 impl Rehash {
-    /// Placement over `hosts` (the cluster's, in config order) under `policy`, following the
-    /// cluster's health `version`.
+    /// Placement over `hosts` (the cluster's, in config order) under `policy` and `hash`,
+    /// following the cluster's health `version`.
     pub(super) fn new(
         version: Arc<ClusterVersion>,
         policy: LbPolicy,
+        hash: KeyHash,
         hosts: Vec<HostConfig>,
     ) -> Rehash {
         Rehash {
@@ -44,6 +48,7 @@ impl Rehash {
             seen: Cell::new(None),
             healthy: RefCell::new(Healthy::All),
             policy,
+            hash,
             hosts,
         }
     }
@@ -83,7 +88,7 @@ impl Rehash {
                 .iter()
                 .filter_map(|&i| self.hosts.get(i).cloned())
                 .collect();
-            Healthy::Some(LoadBalancer::new(self.policy, &hosts), map)
+            Healthy::Some(LoadBalancer::with_hash(self.policy, self.hash, &hosts), map)
         };
         *self.healthy.borrow_mut() = healthy;
     }

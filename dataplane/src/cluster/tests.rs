@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::{HostConfig, LbPolicy};
+use crate::config::{HostConfig, KeyHash, LbPolicy};
 
 fn host(text: &str, weight: u32) -> HostConfig {
     HostConfig {
@@ -85,9 +85,9 @@ fn ketama_server_name_rules() {
 #[test]
 fn ketama_continuum_size_and_single_host() {
     let hs = hosts(&[7001, 7002, 7003]);
-    let k = ketama::Ketama::new(&hs, &[1, 1, 1]);
+    let k = ketama::Ketama::new(&hs, &[1, 1, 1], KeyHash::Fnv1a64);
     assert_eq!(k.len(), 480);
-    let k = ketama::Ketama::new(&hs, &[1, 2, 3]);
+    let k = ketama::Ketama::new(&hs, &[1, 2, 3], KeyHash::Fnv1a64);
     assert_eq!(k.len(), 480);
     let one = LoadBalancer::new(LbPolicy::Ketama, &hs[..1]);
     for i in 0..100 {
@@ -148,7 +148,7 @@ fn ketama_empty_key_hashes_to_zero() {
     // which is also where a key hashing to a tiny value lands.
     let hs = hosts(&[7001, 7002, 7003]);
     let lb = LoadBalancer::new(LbPolicy::Ketama, &hs);
-    let k = ketama::Ketama::new(&hs, &[1, 1, 1]);
+    let k = ketama::Ketama::new(&hs, &[1, 1, 1], KeyHash::Fnv1a64);
     assert_eq!(lb.pick(b""), k.first_host());
 }
 

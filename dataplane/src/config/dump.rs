@@ -40,3 +40,11 @@ pub(super) fn redact_each<S: Serializer>(v: &[String], s: S) -> Result<S::Ok, S:
     }
     seq.end()
 }
+
+/// A `hash_tag` as its two-character string (`"{}"`), or `null`.
+pub(super) fn hash_tag<S: Serializer>(t: &Option<[u8; 2]>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.collect_str(&String::from_utf8_lossy(t)),
+        None => s.serialize_none(),
+    }
+}

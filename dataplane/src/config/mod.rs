@@ -37,6 +37,8 @@ mod tests_routes;
 mod tests_sockmap;
 #[cfg(test)]
 mod tests_tls;
+#[cfg(test)]
+mod tests_twemproxy;
 pub mod tls;
 #[cfg(test)]
 pub(crate) mod tls_testing;
@@ -133,8 +135,13 @@ pub struct ListenerConfig {
     /// Required (as in Envoy), non-zero per-operation upstream timeout, e.g. `"1s"`.
     #[serde(serialize_with = "dump::duration")]
     pub op_timeout: Duration,
-    /// Hash only the `{...}` part of keys. Default false (Envoy's default).
-    pub enable_hashtagging: bool,
+    /// twemproxy's `hash_tag` (src/nc_server.c `server_pool_idx`): with `Some([open, close])`
+    /// a key is placed by the bytes between its first `open` and the first `close` after it
+    /// when those are not empty, else by the whole key. `None`: the whole key. TOML
+    /// `hash_tag = "{}"` (two bytes), or Envoy's `enable_hashtagging = true`, which means
+    /// `"{}"`. A Redis Cluster cluster places by `{}` tags (its slot) whatever this is.
+    #[serde(serialize_with = "dump::hash_tag")]
+    pub hash_tag: Option<[u8; 2]>,
     /// Bytes; 0 = unset (flush at the end of each event-loop turn). Default 0; at most
     /// [`limits::MAX_BUFFER_SIZE_BEFORE_FLUSH`] (64 MiB).
     pub max_buffer_size_before_flush: usize,
@@ -374,8 +381,11 @@ pub struct ClusterConfig {
     /// Required, non-empty (may be empty for `type = "eds"`); no address twice. TOML items are `"host:port"` or
     /// `{ address = "host:port", weight = 1, name = "..." }`.
     pub hosts: Vec<HostConfig>,
-    /// `"ketama"` (default), `"ring_hash"` or `"maglev"`.
+    /// `"ketama"` (default), `"modula"`, `"random"`, `"ring_hash"` or `"maglev"`.
     pub lb_policy: LbPolicy,
+    /// twemproxy's key hash for `ketama` and `modula` (default `fnv1a_64`); `hash` set with
+    /// `ring_hash`, `maglev` or `type = "redis_cluster"` is refused at load.
+    pub hash: KeyHash,
     /// Non-zero; default 1s.
     #[serde(serialize_with = "dump::duration")]
     pub connect_timeout: Duration,
@@ -603,17 +613,77 @@ pub enum ClusterType {
     RedisCluster,
 }
 
-/// Consistent-hash policy of a cluster. TOML: `lb_policy = "ketama" | "ring_hash" | "maglev"`.
+/// Key placement policy of a cluster. TOML:
+/// `lb_policy = "ketama" | "modula" | "random" | "ring_hash" | "maglev"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LbPolicy {
-    /// twemproxy-compatible ketama (`hash: fnv1a_64`, `distribution: ketama`).
+    /// twemproxy 0.5.0 `distribution: ketama` (src/hashkit/nc_ketama.c) with the cluster's
+    /// `hash` (default `fnv1a_64`).
     #[default]
     Ketama,
+    /// twemproxy 0.5.0 `distribution: modula` (src/hashkit/nc_modula.c): a table where each
+    /// host appears `weight` times, in config order; a key goes to entry
+    /// `hash(key) % entries`, with the cluster's `hash`.
+    Modula,
+    /// twemproxy 0.5.0 `distribution: random` (src/hashkit/nc_random.c): each command goes to
+    /// a host drawn uniformly at random (twemproxy ignores weights here, and so does Respite);
+    /// `hash` is accepted and has no effect, as in twemproxy. A key has no fixed home, so
+    /// Respite draws once per client command (every key of one command, an MGET's included,
+    /// goes to the same host, so no command is split across hosts) and once per transaction
+    /// (MULTI…EXEC and WATCH stay on one host). Pub/sub needs PUBLISH and SUBSCRIBE of a
+    /// channel to meet, so every channel, shard channel and pattern of a random cluster lives
+    /// on one fixed host, its first live host; keyspace notifications are subscribed on every
+    /// host (a key may be anywhere).
+    Random,
     /// Envoy RING_HASH.
     RingHash,
     /// Envoy MAGLEV.
     Maglev,
+}
+
+/// twemproxy's key hash of a cluster (`hash:` of a nutcracker pool). TOML:
+/// `hash = "fnv1a_64"` (default). Each is computed as nutcracker 0.5.0 does on x86-64
+/// (`cluster::hashkit`, src/hashkit/*.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+pub enum KeyHash {
+    /// `one_at_a_time` (nc_one_at_a_time.c).
+    #[serde(rename = "one_at_a_time")]
+    OneAtATime,
+    /// `md5` (nc_md5.c).
+    #[serde(rename = "md5")]
+    Md5,
+    /// `crc16` (nc_crc16.c), twemproxy's own, not Redis Cluster's.
+    #[serde(rename = "crc16")]
+    Crc16,
+    /// `crc32` (nc_crc32.c), libmemcached's 15-bit variant.
+    #[serde(rename = "crc32")]
+    Crc32,
+    /// `crc32a` (nc_crc32.c), the standard CRC-32.
+    #[serde(rename = "crc32a")]
+    Crc32a,
+    /// `fnv1_64` (nc_fnv.c).
+    #[serde(rename = "fnv1_64")]
+    Fnv1_64,
+    /// `fnv1a_64` (nc_fnv.c), twemproxy's default.
+    #[default]
+    #[serde(rename = "fnv1a_64")]
+    Fnv1a64,
+    /// `fnv1_32` (nc_fnv.c).
+    #[serde(rename = "fnv1_32")]
+    Fnv1_32,
+    /// `fnv1a_32` (nc_fnv.c).
+    #[serde(rename = "fnv1a_32")]
+    Fnv1a32,
+    /// `hsieh` (nc_hsieh.c).
+    #[serde(rename = "hsieh")]
+    Hsieh,
+    /// `murmur` (nc_murmur.c).
+    #[serde(rename = "murmur")]
+    Murmur,
+    /// `jenkins` (nc_jenkins.c).
+    #[serde(rename = "jenkins")]
+    Jenkins,
 }
 
 /// One upstream host.

@@ -13,7 +13,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 pub use toml::Spanned;
 
-use super::{ClusterType, FaultType, LbPolicy, LogFormat, OnUnhealthy, ReadPolicy};
+use super::{ClusterType, FaultType, KeyHash, LbPolicy, LogFormat, OnUnhealthy, ReadPolicy};
 
 pub use super::sockmap::{RawPort, RawSockmap};
 
@@ -106,6 +106,9 @@ pub struct RawListener {
     /// Hash only the `{...}` part of keys.
     #[serde(default)]
     pub enable_hashtagging: bool,
+    /// twemproxy `hash_tag`: two bytes, e.g. `"{}"` or `"::"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash_tag: Option<Spanned<String>>,
     /// Bytes; 0 = flush at the end of each event-loop turn.
     #[serde(default)]
     pub max_buffer_size_before_flush: usize,
@@ -224,6 +227,7 @@ impl RawListener {
             stat_prefix: None,
             op_timeout: unspanned(op_timeout),
             enable_hashtagging: false,
+            hash_tag: None,
             max_buffer_size_before_flush: 0,
             buffer_flush_timeout: None,
             downstream_auth_passwords: Vec::new(),
@@ -388,6 +392,9 @@ pub struct RawCluster {
     /// Consistent-hash policy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lb_policy: Option<Spanned<LbPolicy>>,
+    /// twemproxy key hash (`ketama`, `modula`; accepted without effect with `random`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash: Option<Spanned<KeyHash>>,
     /// Upstream connect timeout.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connect_timeout: Option<Spanned<RawDuration>>,
@@ -455,6 +462,7 @@ impl RawCluster {
             cluster_type,
             hosts: unspanned(Vec::new()),
             lb_policy: None,
+            hash: None,
             connect_timeout: None,
             auth_username: None,
             auth_password: None,

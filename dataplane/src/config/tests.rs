@@ -4,7 +4,7 @@ use std::time::Duration;
 use super::*;
 
 /// Nine numbered lines; the bad-config tests edit one line at a time so line numbers stay put.
-const MINIMAL: &str = r#"[[listeners]]
+pub(super) const MINIMAL: &str = r#"[[listeners]]
 name = "main"
 address = "127.0.0.1:6380"
 op_timeout = "1s"
@@ -105,7 +105,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 address: v4(6380),
                 stat_prefix: "edge".into(),
                 op_timeout: Duration::from_millis(250),
-                enable_hashtagging: true,
+                hash_tag: Some(*b"{}"),
                 max_buffer_size_before_flush: 1024,
                 buffer_flush_timeout: Duration::from_millis(5),
                 downstream_auth_passwords: vec!["s3cret".into(), "other".into()],
@@ -134,7 +134,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 address: SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 6381),
                 stat_prefix: "second".into(),
                 op_timeout: Duration::from_secs(2),
-                enable_hashtagging: false,
+                hash_tag: None,
                 max_buffer_size_before_flush: 0,
                 buffer_flush_timeout: Duration::from_millis(3),
                 downstream_auth_passwords: vec![],
@@ -178,6 +178,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                     },
                 ],
                 lb_policy: LbPolicy::Ketama,
+                hash: crate::config::KeyHash::Fnv1a64,
                 connect_timeout: Duration::from_millis(500),
                 auth_username: Some("proxy".into()),
                 auth_password: Some("pw".into()),
@@ -203,6 +204,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                     name: None,
                 }],
                 lb_policy: LbPolicy::Maglev,
+                hash: crate::config::KeyHash::Fnv1a64,
                 connect_timeout: Duration::from_secs(1),
                 auth_username: None,
                 auth_password: None,
@@ -242,7 +244,7 @@ fn defaults() {
     );
     let l = &c.listeners[0];
     assert_eq!(l.stat_prefix, "main");
-    assert!(!l.enable_hashtagging);
+    assert_eq!(l.hash_tag, None);
     assert_eq!(l.max_buffer_size_before_flush, 0);
     assert_eq!(l.buffer_flush_timeout, Duration::from_millis(3));
     assert!(l.downstream_auth_passwords.is_empty());
@@ -476,10 +478,10 @@ fn bad_types() {
         "invalid type",
     );
     assert_err(
-        &format!("{MINIMAL}lb_policy = \"random\"\n"),
+        &format!("{MINIMAL}lb_policy = \"round_robin\"\n"),
         10,
         "clusters[0].lb_policy",
-        "unknown variant `random`, expected one of `ketama`, `ring_hash`, `maglev`",
+        "unknown variant `round_robin`, expected one of `ketama`, `modula`, `random`, `ring_hash`, `maglev`",
     );
     assert_err(
         &format!("{MINIMAL}type = \"strict_dns\"\n"),

@@ -20,7 +20,7 @@ use super::raw::{
 use super::routes::ClusterRef;
 use super::{
     AccessLogConfig, AdminConfig, ClusterConfig, ClusterType, Config, ConfigError,
-    DEFAULT_MAXMEMORY_CLIENTS, HealthCheckConfig, HostConfig, HotKeysConfig, LbPolicy,
+    DEFAULT_MAXMEMORY_CLIENTS, HealthCheckConfig, HostConfig, HotKeysConfig, KeyHash, LbPolicy,
     ListenerConfig, LogFormat, OnUnhealthy, OutlierDetectionConfig, OutputBufferLimit,
     RedisClusterConfig, RuntimeConfig, TcpKeepalive,
 };
@@ -406,12 +406,14 @@ fn listener(
         None => None,
     };
 
+    let hash_tag = hash_tag(src, path, l.hash_tag, l.enable_hashtagging)?;
+
     Ok(ListenerConfig {
         stat_prefix: stat_prefix.unwrap_or_else(|| name.clone()),
         name,
         address,
         op_timeout,
-        enable_hashtagging: l.enable_hashtagging,
+        hash_tag,
         max_buffer_size_before_flush: l.max_buffer_size_before_flush,
         buffer_flush_timeout,
         downstream_auth_passwords,
@@ -793,12 +795,33 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         (Some(p), _) => *p.get_ref(),
         (None, _) => LbPolicy::default(),
     };
+    let hash = match (&c.hash, c.cluster_type, lb_policy) {
+        (Some(h), ClusterType::RedisCluster, _) => {
+            return Err(src.error(
+                Some(h.span()),
+                &format!("{path}.hash"),
+                "does not apply to type \"redis_cluster\": keys are placed by hash slot \
+                 (crc16 of the Redis Cluster spec)",
+            ));
+        }
+        (Some(h), _, LbPolicy::RingHash | LbPolicy::Maglev) => {
+            return Err(src.error(
+                Some(h.span()),
+                &format!("{path}.hash"),
+                "applies to lb_policy \"ketama\", \"modula\" and \"random\" only: \
+                 ring_hash and maglev hash keys with Envoy's murmur2",
+            ));
+        }
+        (Some(h), _, _) => *h.get_ref(),
+        (None, _, _) => KeyHash::default(),
+    };
 
     Ok(ClusterConfig {
         name,
         cluster_type: c.cluster_type,
         hosts,
         lb_policy,
+        hash,
         connect_timeout,
         auth_username: c.auth_username.map(Spanned::into_inner),
         auth_password: c.auth_password.map(Spanned::into_inner),
@@ -1255,4 +1278,42 @@ fn socket_addr(
         return Err(err(format!("invalid address \"{t}\": port 0")));
     }
     Ok(addr)
+}
+
+/// A listener's hash tag from `hash_tag` (exactly two bytes) and Envoy's `enable_hashtagging`
+/// (`"{}"`); both set to different pairs is an error.
+fn hash_tag(
+    src: &Source<'_>,
+    path: &str,
+    tag: Option<Spanned<String>>,
+    enable_hashtagging: bool,
+) -> Result<Option<[u8; 2]>> {
+    let from_envoy = enable_hashtagging.then_some(*b"{}");
+    let Some(tag) = tag else {
+        return Ok(from_envoy);
+    };
+    let span = tag.span();
+    let key = format!("{path}.hash_tag");
+    let Ok(pair) = <[u8; 2]>::try_from(tag.get_ref().as_bytes()) else {
+        return Err(src.error(
+            Some(span),
+            &key,
+            &format!(
+                "must be exactly two characters (bytes), e.g. \"{{}}\"; got {} bytes",
+                tag.get_ref().len()
+            ),
+        ));
+    };
+    if from_envoy.is_some_and(|e| e != pair) {
+        return Err(src.error(
+            Some(span),
+            &key,
+            &format!(
+                "conflicts with enable_hashtagging = true, which means hash_tag = \"{{}}\"; \
+                 set one of them (got \"{}\")",
+                tag.get_ref()
+            ),
+        ));
+    }
+    Ok(Some(pair))
 }

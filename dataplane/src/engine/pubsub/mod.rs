@@ -151,7 +151,7 @@ type Hosts = HashMap<SocketAddr, Rc<SubConn>>;
 /// One channel, pattern or shard channel of one cluster, as this worker holds it.
 struct Entry {
     pool: Rc<ClusterPool>,
-    hashtags: bool,
+    hash_tag: Option<[u8; 2]>,
     /// Where it is subscribed (empty while it waits to be placed again).
     homes: Vec<Home>,
     /// Local subscribers, with the name they subscribed under when a route rewrote it.
@@ -274,7 +274,7 @@ impl Hub {
         name: &[u8],
         client_name: Option<Box<Renamed>>,
         pool: &Rc<ClusterPool>,
-        hashtags: bool,
+        hash_tag: Option<[u8; 2]>,
         member: &Rc<Member>,
         confirm: &Rc<Confirm>,
     ) {
@@ -287,7 +287,7 @@ impl Hub {
         let fresh = !names.contains_key(name);
         let entry = names.entry(name.into()).or_insert_with(|| Entry {
             pool: pool.clone(),
-            hashtags,
+            hash_tag,
             homes: Vec::new(),
             members: Vec::new(),
             waiters: Vec::new(),
@@ -297,7 +297,7 @@ impl Hub {
 
         if fresh {
             self.stats.gauge(topic).inc();
-            let homes = place(pool, topic, name, hashtags);
+            let homes = place(pool, topic, name, hash_tag);
             if homes.is_empty() {
                 entry.homeless_since = Some(Instant::now());
                 self.schedule_repair();
@@ -488,7 +488,7 @@ impl Hub {
                     if entry.homeless_since.is_none() {
                         continue;
                     }
-                    let homes = place(&entry.pool, topic, name, entry.hashtags);
+                    let homes = place(&entry.pool, topic, name, entry.hash_tag);
                     if homes.is_empty() {
                         again = true;
                         continue;

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use crate::cluster::{ClusterPool, hashtag};
+use crate::cluster::{ClusterPool, hash_tag};
 use crate::resp::pubsub::Topic;
 use crate::router::dispatch::Pool;
 
@@ -19,10 +19,30 @@ use crate::router::dispatch::Pool;
 ///   the host that owns `<key>` (Redis notifies on the node that holds the key), and
 ///   `__keyevent@<db>__:<event>` on every host (or every primary).
 ///
-/// Empty when that host is unknown or unusable now (the caller tries again later).
-pub fn place(pool: &ClusterPool, topic: Topic, name: &[u8], hashtags: bool) -> Vec<SocketAddr> {
+/// On a `random` cluster (a key has no home) every channel, shard channel and pattern lives on
+/// its one fixed pub/sub host ([`ClusterPool::random_pubsub_home`], where dispatch sends
+/// `PUBLISH` and `SPUBLISH` too), and `__keyspace@<db>__:<key>` on every host.
+///
+/// `tag`: the listener's `hash_tag`. Empty when that host is unknown or unusable now (the
+/// caller tries again later).
+pub fn place(
+    pool: &ClusterPool,
+    topic: Topic,
+    name: &[u8],
+    tag: Option<[u8; 2]>,
+) -> Vec<SocketAddr> {
+    if pool.is_random() {
+        return match (topic, notification(name)) {
+            (Topic::Channel, Some(_)) => pool.primary_addrs(),
+            _ => pool
+                .random_pubsub_home()
+                .and_then(|shard| pool.primary_addr(shard))
+                .into_iter()
+                .collect(),
+        };
+    }
     let owner = |key: &[u8]| {
-        let key = if hashtags { hashtag(key) } else { key };
+        let key = hash_tag(tag, key);
         pool.shard_of(key)
             .and_then(|shard| pool.primary_addr(shard))
             .into_iter()

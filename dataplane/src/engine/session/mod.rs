@@ -108,6 +108,10 @@ struct Session {
     /// A large command just queued inside MULTI, whose frame the read loop hands over
     /// ([`Session::queue_frame`]): the pieces it is sent as (ranges of the frame, and its keys
     /// as their route rewrites them).
+    /// The random number an `lb_policy = "random"` cluster places this session's current
+    /// command by: drawn anew per command in shared mode, kept through a transaction (and any
+    /// other mode that holds a connection), so one command or transaction stays on one host.
+    draw: u32,
     multi_frame: Option<Vec<Piece>>,
 }
 
@@ -173,6 +177,7 @@ pub async fn run(
         hub: worker.pubsub.clone(),
         large: None,
         multi_frame: None,
+        draw: 0,
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -525,6 +530,7 @@ impl Session {
             self.sink.silence_next(true);
         }
         let req = if self.mode.is_shared() {
+            self.draw = crate::cluster::random::new_draw();
             req
         } else {
             match self.in_multi(rt, req) {
@@ -668,9 +674,10 @@ impl Session {
     /// The dispatch of one request over `rt`'s routes, into this session's reply slots.
     #[inline]
     fn dispatch<'d>(&'d mut self, rt: &'d ListenerRuntime) -> Dispatch<'d, Sink> {
+        crate::cluster::random::set_draw(self.draw);
         Dispatch {
             router: &rt.router,
-            hashtags: rt.config.enable_hashtagging,
+            hash_tag: rt.config.hash_tag,
             client: Client {
                 session: self.id,
                 resp3: self.conn.resp3,

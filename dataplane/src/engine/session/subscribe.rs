@@ -192,7 +192,7 @@ impl Session {
                         &forwarded,
                         renamed,
                         &route.pool,
-                        rt.config.enable_hashtagging,
+                        rt.config.hash_tag,
                         &subs.member,
                         &confirm,
                     );
@@ -317,13 +317,9 @@ impl Session {
         };
         let mut forwarded = Vec::new();
         route.rewrite(channel, &mut forwarded);
-        let Some(&host) = place(
-            &route.pool,
-            Topic::Channel,
-            &forwarded,
-            rt.config.enable_hashtagging,
-        )
-        .first() else {
+        let Some(&host) =
+            place(&route.pool, Topic::Channel, &forwarded, rt.config.hash_tag).first()
+        else {
             return;
         };
         // Redis Cluster delivers classic messages to every node but counts only its own

@@ -33,18 +33,24 @@ impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
     /// command with no key (EVAL with numkeys 0) takes the catch-all route's shard 0, so scripts
     /// that touch no key always run on the same backend.
     pub fn keyed(&mut self, req: &Request<'_>, spec: &'static CommandSpec) {
-        self.keyed_pinned(req, spec, false)
+        self.keyed_pinned(req, spec, None)
     }
 
     /// `PUBLISH` (`classic`) and `SPUBLISH`: routed by the channel as [`Dispatch::keyed`] routes
     /// a key, except that classic pub/sub goes where its pool keeps it
     /// ([`Pool::classic_pubsub`]: one node of a Redis Cluster), where its subscribers are.
     pub fn publish(&mut self, req: &Request<'_>, spec: &'static CommandSpec, classic: bool) {
-        self.keyed_pinned(req, spec, classic)
+        self.keyed_pinned(req, spec, Some(classic))
     }
 
-    /// [`Dispatch::keyed`]; `classic`: placed by [`Pool::classic_pubsub`] where the pool has one.
-    fn keyed_pinned(&mut self, req: &Request<'_>, spec: &'static CommandSpec, classic: bool) {
+    /// [`Dispatch::keyed`]; `publish`: `Some(classic)` for a PUBLISH (`classic`) or SPUBLISH,
+    /// placed by [`Pool::pubsub_home`] where the pool has one.
+    fn keyed_pinned(
+        &mut self,
+        req: &Request<'_>,
+        spec: &'static CommandSpec,
+        publish: Option<bool>,
+    ) {
         let arg = req.argv();
         let argc = req.argc();
         self.scratch.key_idx.clear();
@@ -69,9 +75,9 @@ impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
         }
         let read = command::is_read(spec);
         if !route.rewrites() {
-            return self.keyed_to(spec.id, read, route, req, first_key, classic);
+            return self.keyed_to(spec.id, read, route, req, first_key, publish);
         }
-        self.rewrite_and_send(spec.id, read, route, req, first_key, classic);
+        self.rewrite_and_send(spec.id, read, route, req, first_key, publish);
     }
 
     /// Where a keyed command would go whole, for sending its client's frame on a connection of
@@ -196,9 +202,9 @@ impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
         self.scratch.key_idx.clear();
         self.scratch.key_idx.push(1);
         if !route.rewrites() {
-            return self.keyed_to(cmd, false, route, req, Some(key), false);
+            return self.keyed_to(cmd, false, route, req, Some(key), None);
         }
-        self.rewrite_and_send(cmd, false, route, req, Some(key), false);
+        self.rewrite_and_send(cmd, false, route, req, Some(key), None);
     }
 
     /// [`Dispatch::keyed_to`] of `req` with its keys (at `scratch.key_idx`) rewritten by
@@ -210,10 +216,10 @@ impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
         route: &RouteRuntime<P>,
         req: &Request<'_>,
         client_key: Option<&[u8]>,
-        classic: bool,
+        publish: Option<bool>,
     ) {
         self.with_rewritten(route, req, false, |d, fwd| {
-            d.keyed_to(cmd, read, route, fwd, client_key, classic)
+            d.keyed_to(cmd, read, route, fwd, client_key, publish)
         });
     }
 
@@ -253,8 +259,9 @@ impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
 
     /// Sends a keyed command (keys at `scratch.key_idx`, already in their forwarded form) to its
     /// shard of `route`'s pool, then its copies to the route's mirrors. `client_key`: the first
-    /// key as the client sent it, which decides the mirrors' `runtime_fraction`. `classic`: a
-    /// classic `PUBLISH`, placed by [`Pool::classic_pubsub`] where the pool has one.
+    /// key as the client sent it, which decides the mirrors' `runtime_fraction`. `publish`:
+    /// `Some(classic)` for a `PUBLISH` (`classic`) or `SPUBLISH`, placed by
+    /// [`Pool::pubsub_home`] where the pool has one.
     fn keyed_to(
         &mut self,
         cmd: u16,
@@ -262,10 +269,10 @@ impl<'d, S: Slots, P: Pool> Dispatch<'d, S, P> {
         route: &RouteRuntime<P>,
         req: &Request<'_>,
         client_key: Option<&[u8]>,
-        classic: bool,
+        publish: Option<bool>,
     ) {
         let pool = route.pool_for(read);
-        let pinned = if classic { pool.classic_pubsub() } else { None };
+        let pinned = publish.and_then(|classic| pool.pubsub_home(classic));
         let place = match pinned {
             Some(shard) => Ok(Some(shard)),
             None => self.shard_of_keys(pool, req),

@@ -80,6 +80,12 @@ pub trait Pool {
     fn classic_pubsub(&self) -> Option<usize> {
         None
     }
+    /// Where a `PUBLISH` (`classic`) or `SPUBLISH` goes whatever its channel, where its
+    /// subscribers are: [`Pool::classic_pubsub`] for a classic channel by default. `None`: the
+    /// channel is placed like a key.
+    fn pubsub_home(&self, classic: bool) -> Option<usize> {
+        if classic { self.classic_pubsub() } else { None }
+    }
     /// Queues `request` for `dest`; its reply goes to `target`. `read`: a read command, which a
     /// pool may send to a replica.
     ///
@@ -147,9 +153,9 @@ pub struct Scratch {
 pub struct Dispatch<'d, S, P = ClusterPool> {
     /// The listener's routing table.
     pub router: &'d Router<P>,
-    /// `enable_hashtagging`: keys are placed by their hash tag (Redis Cluster spec, "Hash
-    /// tags"), else by the whole key.
-    pub hashtags: bool,
+    /// The listener's `hash_tag` (`enable_hashtagging`: `{}`): keys are placed by the part
+    /// it delimits ([`crate::cluster::hash_tag`]), else by the whole key.
+    pub hash_tag: Option<[u8; 2]>,
     /// Who sends.
     pub client: Client,
     /// The session's reply slots.
@@ -174,11 +180,7 @@ impl<S: Slots, P: Pool> Dispatch<'_, S, P> {
     /// Where `key` goes in `pool`, after the listener's hash-tag rule.
     #[inline]
     fn place(&self, pool: &P, key: &[u8]) -> Option<usize> {
-        if self.hashtags {
-            pool.place(crate::cluster::hashtag(key))
-        } else {
-            pool.place(key)
-        }
+        pool.place(crate::cluster::hash_tag(self.hash_tag, key))
     }
 
     /// A reply target in this session's slots.

@@ -16,10 +16,25 @@ impl Pool for ClusterPool {
         self.fanout_len()
     }
 
-    /// Slot 0 (its primary) on a Redis Cluster.
+    /// Slot 0 (its primary) on a Redis Cluster; the fixed pub/sub host of a `random` cluster
+    /// ([`ClusterPool::random_pubsub_home`]).
     #[inline]
     fn classic_pubsub(&self) -> Option<usize> {
-        self.is_redis_cluster().then_some(0)
+        if self.is_redis_cluster() {
+            return Some(0);
+        }
+        self.random_pubsub_home()
+    }
+
+    /// Classic channels as [`Pool::classic_pubsub`]; shard channels of a `random` cluster on
+    /// its fixed pub/sub host too, since a key has no home there.
+    #[inline]
+    fn pubsub_home(&self, classic: bool) -> Option<usize> {
+        if classic {
+            self.classic_pubsub()
+        } else {
+            self.random_pubsub_home()
+        }
     }
 
     #[inline]

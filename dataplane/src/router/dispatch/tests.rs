@@ -169,7 +169,7 @@ struct Bench {
     router: Router<FakePool>,
     slots: Rc<FakeSlots>,
     scratch: Scratch,
-    hashtags: bool,
+    hash_tag: Option<[u8; 2]>,
 }
 
 impl Bench {
@@ -178,14 +178,14 @@ impl Bench {
             router,
             slots: Rc::new(FakeSlots::default()),
             scratch: Scratch::default(),
-            hashtags: false,
+            hash_tag: None,
         }
     }
 
     fn dispatch(&mut self) -> Dispatch<'_, FakeSlots, FakePool> {
         Dispatch {
             router: &self.router,
-            hashtags: self.hashtags,
+            hash_tag: self.hash_tag,
             client: Client {
                 session: 7,
                 resp3: false,
@@ -298,7 +298,7 @@ fn keyed_hash_tags_place_by_the_tag() {
     let log = Log::default();
     let p = pool("main", 4, &log);
     let mut b = Bench::new(catch_all(&p));
-    b.hashtags = true;
+    b.hash_tag = Some(*b"{}");
     b.run(&["RENAME", "{u3}.a1", "{u3}.b2"]);
     assert_eq!(log.borrow().len(), 1);
     assert_eq!(log.borrow()[0].dest, Dest::Key(3));
