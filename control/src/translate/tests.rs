@@ -55,7 +55,7 @@ fn envoy_documentation_example() {
     assert_eq!(lc.address.to_string(), "0.0.0.0:6379");
     assert_eq!(lc.stat_prefix, "cache");
     assert_eq!(lc.op_timeout, Duration::from_millis(500));
-    assert!(lc.enable_hashtagging);
+    assert_eq!(lc.hash_tag, Some(*b"{}"));
     assert_eq!(lc.prefix_routes.routes.len(), 1);
     assert_eq!(lc.prefix_routes.routes[0].prefix, "user:");
     assert_eq!(lc.prefix_routes.routes[0].cluster, "redis_users");
@@ -79,7 +79,7 @@ fn connection_settings_map_to_listener_keys() {
     let lc = &cfg.listeners[0];
     assert_eq!(lc.stat_prefix, "redis");
     assert_eq!(lc.op_timeout, Duration::from_secs(1));
-    assert!(!lc.enable_hashtagging);
+    assert_eq!(lc.hash_tag, None);
     assert_eq!(lc.max_buffer_size_before_flush, 16384);
     assert_eq!(lc.buffer_flush_timeout, Duration::from_micros(20));
     assert!(lc.enable_command_stats);

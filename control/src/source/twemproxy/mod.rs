@@ -35,6 +35,7 @@ use std::path::Path;
 
 use pool::Pool;
 pub use pool::{NO_TIMEOUT, stat_name};
+use respite::config::raw::{RawConfig, unspanned};
 use yaml::Value;
 
 /// A translated nutcracker.yml.
@@ -100,32 +101,18 @@ pub fn translate(text: &str) -> Result<Translation, String> {
     Ok(Translation { toml, notes })
 }
 
-/// The pools' tables as TOML text, the keys kept as TOML values included.
+/// The pools' tables as TOML text.
 fn render(pools: &[Pool]) -> Result<String, String> {
-    let mut listeners = Vec::new();
-    let mut clusters = Vec::new();
-    for p in pools {
-        listeners.push(table(&p.listener, &p.listener_extra)?);
-        clusters.push(table(&p.cluster, &p.cluster_extra)?);
-    }
-    let mut root = toml::Table::new();
-    root.insert("listeners".into(), toml::Value::Array(listeners));
-    root.insert("clusters".into(), toml::Value::Array(clusters));
-    toml::to_string(&root).map_err(|e| format!("rendering the TOML: {e}"))
-}
-
-/// One table with `extra` string keys added.
-fn table<T: serde::Serialize>(
-    value: &T,
-    extra: &[(&'static str, String)],
-) -> Result<toml::Value, String> {
-    let mut v = toml::Value::try_from(value).map_err(|e| format!("rendering the TOML: {e}"))?;
-    if let toml::Value::Table(t) = &mut v {
-        for (k, x) in extra {
-            t.insert((*k).to_string(), toml::Value::String(x.clone()));
-        }
-    }
-    Ok(v)
+    let file = RawConfig {
+        listeners: pools
+            .iter()
+            .map(|p| unspanned(p.listener.clone()))
+            .collect(),
+        clusters: pools.iter().map(|p| unspanned(p.cluster.clone())).collect(),
+        ..RawConfig::default()
+    };
+    file.to_toml()
+        .map_err(|e| format!("rendering the TOML: {e}"))
 }
 
 /// The data plane's error on `key` (`listeners[i].x` / `clusters[i].x`: pool `i`'s tables) →

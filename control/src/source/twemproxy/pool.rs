@@ -2,10 +2,11 @@
 //! docs of [`super`]). Keys, defaults and units: twemproxy 0.5.0 `src/nc_conf.c` /
 //! `src/nc_conf.h` and `conf/nutcracker.yml`.
 
-use respite::config::ClusterType;
 use respite::config::raw::{
-    RawCluster, RawDuration, RawHost, RawHostTable, RawListener, RawOutlierDetection, unspanned,
+    RawCluster, RawDuration, RawHost, RawHostTable, RawListener, RawOutlierDetection,
+    RawPrefixRoutes, RawRoute, unspanned,
 };
+use respite::config::{ClusterType, KeyHash, LbPolicy};
 
 use super::yaml::{Node, Value};
 
@@ -44,9 +45,8 @@ pub const NO_TIMEOUT: &str = "24h";
 /// `server_retry_timeout` (twemproxy retries exactly at it).
 const EJECTION_REVIEW_MS: u64 = 1000;
 
-/// A translated pool: its two tables, the keys Respite's model types do not carry yet
-/// (`hash`, `lb_policy`, `hash_tag`: added to the tables as TOML values), and notes about keys
-/// taken without effect.
+/// A translated pool: its two tables, notes about keys taken without effect, and the lines
+/// that the data plane's errors are mapped back to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pool {
     /// The pool's name as written.
@@ -55,12 +55,8 @@ pub struct Pool {
     pub line: usize,
     /// The `[[listeners]]` entry.
     pub listener: RawListener,
-    /// Listener keys set as TOML values: `hash_tag`.
-    pub listener_extra: Vec<(&'static str, String)>,
     /// The `[[clusters]]` entry, hosts included.
     pub cluster: RawCluster,
-    /// Cluster keys set as TOML values: `hash`, `lb_policy`.
-    pub cluster_extra: Vec<(&'static str, String)>,
     /// One line per key accepted without an equivalent (for the log and the TOML's header).
     pub notes: Vec<String>,
     /// twemproxy key → its line, for mapping the data plane's errors back.
@@ -151,14 +147,16 @@ pub fn translate(name: &str, line: usize, node: &Node) -> Result<Pool, String> {
     };
     let mut listener = RawListener::new(name.to_string(), address, RawDuration::Text(op_timeout));
     listener.stat_prefix = Some(unspanned(stat_name.clone()));
+    listener.prefix_routes = Some(unspanned(RawPrefixRoutes {
+        catch_all_route: Some(unspanned(RawRoute::new(stat_name.clone()))),
+        ..RawPrefixRoutes::default()
+    }));
     let mut cluster = RawCluster::new(stat_name.clone(), ClusterType::Static);
     let mut pool = Pool {
         name: name.to_string(),
         line,
         listener: listener.clone(),
-        listener_extra: Vec::new(),
         cluster: cluster.clone(),
-        cluster_extra: Vec::new(),
         notes: Vec::new(),
         key_lines: entries
             .iter()
@@ -189,7 +187,9 @@ pub fn translate(name: &str, line: usize, node: &Node) -> Result<Pool, String> {
         }
         None => DEFAULT_HASH,
     };
-    pool.cluster_extra.push(("hash", hash.to_string()));
+    cluster.hash = Some(unspanned(key_hash(hash).ok_or_else(|| {
+        format!("line {line}: pool \"{name}\": hash: \"{hash}\" is not supported by respite")
+    })?));
     let distribution = match get("distribution") {
         Some(e) => {
             let d = e.text(name)?;
@@ -206,8 +206,11 @@ pub fn translate(name: &str, line: usize, node: &Node) -> Result<Pool, String> {
         }
         None => DEFAULT_DISTRIBUTION,
     };
-    pool.cluster_extra
-        .push(("lb_policy", distribution.to_string()));
+    cluster.lb_policy = Some(unspanned(match distribution {
+        "modula" => LbPolicy::Modula,
+        "random" => LbPolicy::Random,
+        _ => LbPolicy::Ketama,
+    }));
 
     if let Some(e) = get("hash_tag") {
         let t = e.text(name)?;
@@ -217,7 +220,7 @@ pub fn translate(name: &str, line: usize, node: &Node) -> Result<Pool, String> {
                 format!("\"{t}\" must be two characters, e.g. \"{{}}\""),
             ));
         }
-        pool.listener_extra.push(("hash_tag", t.to_string()));
+        listener.hash_tag = Some(unspanned(t.to_string()));
     }
 
     if let Some(e) = get("redis_auth") {
@@ -377,6 +380,13 @@ pub fn translate(name: &str, line: usize, node: &Node) -> Result<Pool, String> {
     pool.listener = listener;
     pool.cluster = cluster;
     Ok(pool)
+}
+
+/// A twemproxy hash name → the data plane's [`KeyHash`] (same names, by its serde names).
+fn key_hash(name: &str) -> Option<KeyHash> {
+    use serde::Deserialize as _;
+    use serde::de::value::{Error, StrDeserializer};
+    KeyHash::deserialize(StrDeserializer::<Error>::new(name)).ok()
 }
 
 /// A pool name → a cluster name and stats prefix: every character other than ASCII letters,

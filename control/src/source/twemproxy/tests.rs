@@ -1,6 +1,6 @@
 use super::*;
-use respite::config::OnUnhealthy;
 use respite::config::raw::{RawDuration, RawHost, RawHostTable, unspanned};
+use respite::config::{KeyHash, LbPolicy, OnUnhealthy};
 
 /// One pool `p` with these extra lines (indented by the caller's two spaces) after the
 /// required keys.
@@ -35,15 +35,10 @@ fn required_keys_and_defaults() {
         &RawDuration::Text("24h".into())
     );
     assert!(p.listener.downstream_auth_passwords.is_empty());
-    assert!(p.listener_extra.is_empty());
+    assert!(p.listener.hash_tag.is_none());
     assert_eq!(p.cluster.name.get_ref(), "p");
-    assert_eq!(
-        p.cluster_extra,
-        vec![
-            ("hash", "fnv1a_64".to_string()),
-            ("lb_policy", "ketama".to_string())
-        ]
-    );
+    assert_eq!(p.cluster.hash, Some(unspanned(KeyHash::Fnv1a64)));
+    assert_eq!(p.cluster.lb_policy, Some(unspanned(LbPolicy::Ketama)));
     assert_eq!(
         p.cluster.on_unhealthy.as_ref().unwrap().get_ref(),
         &OnUnhealthy::FailFast
@@ -68,14 +63,9 @@ fn hash_distribution_hash_tag_timeout() {
         "  hash: crc32a\n  distribution: modula\n  hash_tag: \"{}\"\n  timeout: 400\n",
     ))
     .unwrap();
-    assert_eq!(
-        p.cluster_extra,
-        vec![
-            ("hash", "crc32a".to_string()),
-            ("lb_policy", "modula".to_string())
-        ]
-    );
-    assert_eq!(p.listener_extra, vec![("hash_tag", "{}".to_string())]);
+    assert_eq!(p.cluster.hash, Some(unspanned(KeyHash::Crc32a)));
+    assert_eq!(p.cluster.lb_policy, Some(unspanned(LbPolicy::Modula)));
+    assert_eq!(p.listener.hash_tag, Some(unspanned("{}".to_string())));
     assert_eq!(
         p.listener.op_timeout.get_ref(),
         &RawDuration::Text("400ms".into())
@@ -84,8 +74,8 @@ fn hash_distribution_hash_tag_timeout() {
         "  distribution: random\n  hash: murmur\n  timeout: 0\n",
     ))
     .unwrap();
-    assert_eq!(p.cluster_extra[1], ("lb_policy", "random".to_string()));
-    assert_eq!(p.cluster_extra[0], ("hash", "murmur".to_string()));
+    assert_eq!(p.cluster.lb_policy, Some(unspanned(LbPolicy::Random)));
+    assert_eq!(p.cluster.hash, Some(unspanned(KeyHash::Murmur)));
     assert_eq!(
         p.listener.op_timeout.get_ref(),
         &RawDuration::Text("24h".into())
@@ -318,4 +308,125 @@ fn bad_weight() {
 fn stat_names() {
     assert_eq!(stat_name("alpha"), "alpha");
     assert_eq!(stat_name("a.b c/d:e-f_g"), "a_b_c_d:e-f_g");
+}
+
+const MULTI: &str = "\
+alpha:
+  listen: 127.0.0.1:22121
+  hash: fnv1a_64
+  distribution: ketama
+  hash_tag: \"{}\"
+  timeout: 400
+  redis: true
+  redis_auth: pw
+  auto_eject_hosts: true
+  server_retry_timeout: 2000
+  server_failure_limit: 1
+  servers:
+   - 127.0.0.1:6379:2 one
+   - 127.0.0.1:6380:1 two
+beta.cache:
+  listen: 127.0.0.1:22122
+  hash: crc32a
+  distribution: modula
+  redis: true
+  preconnect: true
+  servers:
+   - 127.0.0.1:6381:1
+";
+
+#[test]
+fn multi_pool_file_renders_validated_toml() {
+    let t = translate(MULTI).unwrap();
+    assert_eq!(
+        t.notes,
+        vec![
+            "pool \"beta.cache\" (line 15): cluster and stats prefix named \"beta_cache\" \
+             (characters other than ASCII letters, digits, '_', '-' and ':' become '_')"
+                .to_string(),
+            "pool \"beta.cache\": preconnect (line 20): not applied; Respite opens upstream \
+             connections when the config is applied or when first needed, and either way a \
+             client sees the same replies (only the first request may wait for a connect)"
+                .to_string(),
+        ]
+    );
+    assert!(
+        t.toml
+            .starts_with("# Translated from a twemproxy nutcracker.yml")
+    );
+    assert!(
+        t.toml
+            .contains("\n# note: pool \"beta.cache\": preconnect (line 20)")
+    );
+    let c = respite::config::parse_pushed(&t.toml, "t").unwrap();
+    assert_eq!(c.listeners.len(), 2);
+    let (a, b) = (&c.listeners[0], &c.listeners[1]);
+    assert_eq!(a.name, "alpha");
+    assert_eq!(a.address.to_string(), "127.0.0.1:22121");
+    assert_eq!(a.op_timeout, std::time::Duration::from_millis(400));
+    assert_eq!(b.name, "beta.cache");
+    assert_eq!(b.stat_prefix, "beta_cache");
+    assert_eq!(b.op_timeout, std::time::Duration::from_secs(24 * 3600));
+    assert_eq!(c.clusters.len(), 2);
+    let (ca, cb) = (&c.clusters[0], &c.clusters[1]);
+    assert_eq!(ca.name, "alpha");
+    assert_eq!(ca.hosts.len(), 2);
+    assert_eq!(ca.hosts[0].weight, 2);
+    assert_eq!(ca.hosts[0].name.as_deref(), Some("one"));
+    assert_eq!(ca.hosts[1].address_text, "127.0.0.1:6380");
+    assert_eq!(ca.on_unhealthy, OnUnhealthy::Rehash);
+    let o = ca.outlier_detection.as_ref().unwrap();
+    assert_eq!(o.consecutive_5xx, 1);
+    assert_eq!(o.base_ejection_time, std::time::Duration::from_secs(2));
+    assert_eq!(o.max_ejection_time, std::time::Duration::from_secs(2));
+    assert_eq!(o.max_ejection_percent, 100);
+    assert_eq!(ca.auth_password.as_deref(), Some("pw"));
+    assert_eq!(cb.name, "beta_cache");
+    assert_eq!(cb.lb_policy, LbPolicy::Modula);
+    assert_eq!(cb.hash, KeyHash::Crc32a);
+    assert_eq!(cb.on_unhealthy, OnUnhealthy::FailFast);
+    assert!(cb.outlier_detection.is_none());
+    // The exact tables, for review.
+    assert!(t.toml.contains("hash_tag = \"{}\""), "{}", t.toml);
+    assert!(
+        t.toml.contains("downstream_auth_passwords = [\"pw\"]"),
+        "{}",
+        t.toml
+    );
+    assert!(t.toml.contains("lb_policy = \"modula\""), "{}", t.toml);
+    assert!(t.toml.contains("hash = \"crc32a\""), "{}", t.toml);
+}
+
+#[test]
+fn data_plane_refusals_point_at_the_twemproxy_key() {
+    // Two pools on one address: the second's listen.
+    let text = MULTI.replace("127.0.0.1:22122", "127.0.0.1:22121");
+    let e = translate(&text).unwrap_err();
+    assert!(
+        e.starts_with("line 16: pool \"beta.cache\": listen: duplicate listener address"),
+        "{e}"
+    );
+    // A weight the data plane refuses: that server's line.
+    let text = MULTI.replace("6380:1 two", "6380:0 two");
+    let e = translate(&text).unwrap_err();
+    assert!(
+        e.starts_with("line 14: pool \"alpha\": servers[1]: "),
+        "{e}"
+    );
+    // Two servers of one name.
+    let text = MULTI.replace("6380:1 two", "6380:1 one");
+    let e = translate(&text).unwrap_err();
+    assert!(
+        e.starts_with("line 14: pool \"alpha\": servers[1]: "),
+        "{e}"
+    );
+    // More connections than the data plane allows.
+    let e = translate(&one("  server_connections: 100000\n")).unwrap_err();
+    assert!(
+        e.starts_with("line 6: pool \"p\": server_connections: "),
+        "{e}"
+    );
+    // Two characters, but not two bytes.
+    let e = translate(&one("  hash_tag: \"««\"\n")).unwrap_err();
+    assert!(e.starts_with("line 6: pool \"p\": hash_tag: "), "{e}");
 }
