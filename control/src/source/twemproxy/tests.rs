@@ -430,3 +430,16 @@ fn data_plane_refusals_point_at_the_twemproxy_key() {
     let e = translate(&one("  hash_tag: \"««\"\n")).unwrap_err();
     assert!(e.starts_with("line 6: pool \"p\": hash_tag: "), "{e}");
 }
+
+#[test]
+fn the_deploy_example_translates() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/examples/nutcracker.yml");
+    let t = load(&path).unwrap();
+    let c = respite::config::parse_pushed(&t.toml, "example").unwrap();
+    let names: Vec<&str> = c.listeners.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["sessions", "counters", "private"]);
+    assert_eq!(c.clusters[0].hosts[2].name.as_deref(), Some("sessions-c"));
+    assert_eq!(t.notes.len(), 2, "{:?}", t.notes);
+    assert!(t.notes[1].contains("preconnect (line 44)"), "{:?}", t.notes);
+}
