@@ -1,5 +1,5 @@
-//! `respite-control`: feeds the Respite data plane from a TOML file, an Envoy bootstrap file or
-//! a live xDS management server (see the crate docs and the README "Config sources").
+//! `respite-control`: feeds the Respite data plane from a TOML file, an Envoy bootstrap file, a
+//! twemproxy nutcracker.yml or a live xDS management server (see the crate docs and the README "Config sources").
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use respite_control::admin::{self, AdminState};
 use respite_control::apply::{Applier, BeforePush, Options};
 use respite_control::sockmap::{self, Accelerator};
-use respite_control::source::{bootstrap, envoy_file};
+use respite_control::source::{bootstrap, envoy_file, twemproxy};
 use respite_control::translate;
 use respite_control::xds::{self, status::Status};
 
@@ -29,12 +29,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print the Respite TOML config an Envoy bootstrap's static_resources translate to, and exit
-    /// (0, or 2 with the error).
+    /// Print the Respite TOML config an Envoy bootstrap's static_resources or a twemproxy
+    /// nutcracker.yml translate to, and exit (0, or 2 with the error).
     Translate {
-        /// Envoy bootstrap, YAML or JSON.
-        #[arg(long, value_name = "FILE")]
-        envoy_config: PathBuf,
+        #[command(flatten)]
+        file: TranslateSource,
     },
     /// The sockmap kill switch and counters, working on the pinned maps directly (so it works
     /// even when the control process is stuck): `off` stops accelerating new connections at
@@ -48,6 +47,18 @@ enum Command {
         #[arg(long, value_name = "PATH", default_value = sockmap::DEFAULT_BPFFS)]
         bpffs: PathBuf,
     },
+}
+
+/// The file `translate` reads: exactly one of these.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct TranslateSource {
+    /// Envoy bootstrap, YAML or JSON.
+    #[arg(long, value_name = "FILE")]
+    envoy_config: Option<PathBuf>,
+    /// twemproxy (nutcracker) config, YAML; notes on keys taken without effect head the output.
+    #[arg(long, value_name = "FILE")]
+    twemproxy_config: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -110,6 +121,10 @@ struct Source {
     /// re-read on SIGHUP.
     #[arg(long, value_name = "FILE")]
     envoy_config: Option<PathBuf>,
+    /// A twemproxy (nutcracker) config, YAML: every pool becomes a listener and a cluster
+    /// (README "Config sources"); re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    twemproxy_config: Option<PathBuf>,
     /// A gRPC xDS bootstrap (JSON): run the xDS client against its management server. Without
     /// any of the three, GRPC_XDS_BOOTSTRAP (a path) or GRPC_XDS_BOOTSTRAP_CONFIG (the JSON) is
     /// read. SIGHUP pushes the applied config to the data plane again.
@@ -128,8 +143,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Some(Command::Translate { envoy_config }) => {
-            translate_file(&envoy_config).map(|text| print!("{text}"))
+        Some(Command::Translate { file }) => {
+            let (path, kind) = match (file.envoy_config, file.twemproxy_config) {
+                (Some(p), _) => (p, FileKind::Envoy),
+                (None, Some(p)) => (p, FileKind::Twemproxy),
+                // clap's group requires one.
+                (None, None) => return ExitCode::from(2),
+            };
+            translate_file(&path, kind).map(|text| print!("{text}"))
         }
         Some(Command::Sockmap { action, bpffs }) => sockmap_command(action, &bpffs),
         None => run(cli.run),
@@ -143,8 +164,27 @@ fn main() -> ExitCode {
     }
 }
 
-/// An Envoy bootstrap file → Respite TOML text.
-fn translate_file(path: &Path) -> Result<String, String> {
+/// What a config file is.
+#[derive(Clone, Copy, PartialEq)]
+enum FileKind {
+    /// Respite TOML, used as is.
+    Respite,
+    /// An Envoy bootstrap.
+    Envoy,
+    /// A twemproxy nutcracker.yml.
+    Twemproxy,
+}
+
+/// An Envoy bootstrap or nutcracker.yml → Respite TOML text (a nutcracker.yml's notes are also
+/// logged, one warning each).
+fn translate_file(path: &Path, kind: FileKind) -> Result<String, String> {
+    if kind == FileKind::Twemproxy {
+        let t = twemproxy::load(path)?;
+        for n in &t.notes {
+            tracing::warn!(file = %path.display(), "{n}");
+        }
+        return Ok(t.toml);
+    }
     let resources = envoy_file::load(path)?;
     translate::static_config(&resources.listeners, &resources.clusters)
         .map_err(|e| format!("{}: {e}", path.display()))
@@ -276,12 +316,14 @@ async fn run_source(
     accelerator: Option<Accelerator>,
 ) -> Result<(), String> {
     {
-        let file = args.source.config.clone().map(|p| (p, false)).or(args
-            .source
-            .envoy_config
+        let s = &args.source;
+        let file = s
+            .config
             .clone()
-            .map(|p| (p, true)));
-        if let Some((path, envoy)) = file {
+            .map(|p| (p, FileKind::Respite))
+            .or(s.envoy_config.clone().map(|p| (p, FileKind::Envoy)))
+            .or(s.twemproxy_config.clone().map(|p| (p, FileKind::Twemproxy)));
+        if let Some((path, kind)) = file {
             let applier = Applier::new(
                 Options {
                     dataplane: args.dataplane.clone(),
@@ -293,11 +335,11 @@ async fn run_source(
             );
             serve_admin(args.admin, &applier, &status, &accelerator)?;
             spawn_ticker(&applier, accelerator, args.dataplane.clone());
-            return run_file(&path, envoy, &applier).await;
+            return run_file(&path, kind, &applier).await;
         }
         let Some(b) = load_bootstrap(args.source.bootstrap.as_deref())? else {
             return Err(
-                "no config source: give --config, --envoy-config or --bootstrap (or set \
+                "no config source: give --config, --envoy-config, --twemproxy-config or --bootstrap (or set \
                         GRPC_XDS_BOOTSTRAP / GRPC_XDS_BOOTSTRAP_CONFIG)"
                     .into(),
             );
@@ -391,13 +433,12 @@ fn serve_admin(
 
 /// Applies a file source, then re-applies it on every SIGHUP until SIGTERM/SIGINT. A start-up
 /// failure is fatal; a reload failure keeps the running config.
-async fn run_file(path: &Path, envoy: bool, applier: &Applier) -> Result<(), String> {
+async fn run_file(path: &Path, kind: FileKind, applier: &Applier) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
     let load = |path: &Path| -> Result<(), String> {
-        let text = if envoy {
-            translate_file(path)?
-        } else {
-            read(path)?
+        let text = match kind {
+            FileKind::Respite => read(path)?,
+            _ => translate_file(path, kind)?,
         };
         applier
             .apply_static(&text, &path.display().to_string())

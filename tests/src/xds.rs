@@ -459,7 +459,7 @@ impl ControlProcess {
     }
 
     /// `respite-control <flag> FILE` with `text` as the file (`--config` for a Respite TOML,
-    /// `--envoy-config` for an Envoy YAML), else as [`ControlProcess::start`]. Returns the
+    /// `--envoy-config` / `--twemproxy-config` for a YAML), else as [`ControlProcess::start`]. Returns the
     /// process and the file's path (rewrite it, then [`ControlProcess::signal`] `HUP`).
     pub fn start_file(
         flag: &str,
@@ -470,7 +470,7 @@ impl ControlProcess {
             .prefix("respite-control-")
             .tempdir()
             .expect("tempdir");
-        let ext = if flag == "--envoy-config" {
+        let ext = if flag == "--envoy-config" || flag == "--twemproxy-config" {
             "yaml"
         } else {
             "toml"

@@ -53,5 +53,6 @@ mod stats;
 mod tls;
 mod tls_sessions;
 mod transactions;
+mod twemproxy_import;
 mod xds_e2e;
 mod xds_transport;
