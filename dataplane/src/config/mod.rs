@@ -558,7 +558,8 @@ pub struct RedisClusterConfig {
     /// Timeout of one topology request (connect + AUTH + `CLUSTER SLOTS`). Default 3s.
     #[serde(serialize_with = "dump::duration")]
     pub cluster_refresh_timeout: Duration,
-    /// Minimum gap between refreshes triggered by redirects or failures. Default 5s.
+    /// Minimum gap between refreshes triggered by redirects or failures; 0 = none (every
+    /// threshold crossing refreshes, as in Envoy). Default 5s.
     #[serde(serialize_with = "dump::duration")]
     pub redirect_refresh_interval: Duration,
     /// `MOVED`/`ASK` replies (summed over workers) that trigger an early refresh; 0 = never.
