@@ -326,8 +326,10 @@ impl Route {
 /// Envoy `Route.RequestMirrorPolicy`: copy requests to `cluster`, ignoring its replies.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct MirrorPolicy {
-    /// Name of a `[[clusters]]` entry, never the route's own `cluster` (a command would reach
-    /// the same backend twice), nor another mirror of the same route.
+    /// Name of a `[[clusters]]` entry, not another mirror of the same route, nor a differently
+    /// named cluster sharing a host with the route's. The route's own `cluster` is accepted, as
+    /// in Envoy: each mirrored command then reaches that cluster twice (a write is applied
+    /// twice).
     pub cluster: String,
     /// Mirror writes only.
     pub exclude_read_commands: bool,
