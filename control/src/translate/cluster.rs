@@ -4,6 +4,7 @@
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisProtocolOptions;
+use envoy_types::pb::google::protobuf::Any;
 
 use respite::config::ClusterType;
 use respite::config::raw::{RawCluster, RawDuration, RawTcpKeepalive, unspanned};
@@ -18,6 +19,10 @@ const ENVOY_CONNECT_TIMEOUT: &str = "5s";
 /// The `typed_extension_protocol_options` key of the Redis protocol options (redis_proxy.proto,
 /// comment on `RedisProtocolOptions`).
 const REDIS_PROTOCOL_OPTIONS_KEY: &str = "envoy.filters.network.redis_proxy";
+/// Keys that name the redis_proxy filter: the current name and the legacy one (Envoy's
+/// `extensions/filters/network/well_known_names` kept `envoy.redis_proxy` as a deprecated
+/// alias; its docs and older configs use it).
+const REDIS_PROTOCOL_OPTIONS_KEYS: [&str; 2] = [REDIS_PROTOCOL_OPTIONS_KEY, "envoy.redis_proxy"];
 
 /// What kind of cluster the discovery settings make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +121,12 @@ fn discovery(c: &Cluster, t: &mut RawCluster) -> Result<Kind, String> {
             Err(_) => Err(format!("type: unknown value {v}")),
         },
         Some(ClusterDiscoveryType::ClusterType(ct)) => {
-            if ct.name != REDIS_CLUSTER_TYPE_NAME {
+            // Envoy picks the cluster factory by the typed_config type or by the name; a
+            // redis name with another type is refused by `redis_cluster::config`, naming it.
+            let by_type = ct.typed_config.as_ref().and_then(super::fields::inner_type);
+            let redis = ct.name == REDIS_CLUSTER_TYPE_NAME
+                || by_type.as_deref() == Some(super::redis_cluster::REDIS_CLUSTER_CONFIG_TYPE);
+            if !redis {
                 return Err(format!(
                     "cluster_type.name: \"{}\" is not supported (only {REDIS_CLUSTER_TYPE_NAME})",
                     ct.name
@@ -129,17 +139,48 @@ fn discovery(c: &Cluster, t: &mut RawCluster) -> Result<Kind, String> {
     }
 }
 
-/// `typed_extension_protocol_options["envoy.filters.network.redis_proxy"]` → upstream AUTH.
-/// Other keys are protocol options of other filters (HTTP and so on) and do not apply to Redis.
+/// `typed_extension_protocol_options` → upstream AUTH. Envoy picks the options' factory by the
+/// value's type, so an entry is the Redis protocol options when its (possibly `TypedStruct`-
+/// wrapped) type is `RedisProtocolOptions`, whatever its key, or when its key is a redis_proxy
+/// name (the current one or the legacy `envoy.redis_proxy`; a bare `Struct` names no type).
+/// Any other entry is refused by key: options Respite does not understand must not vanish
+/// (Envoy rejects an unknown key too), and a dropped AUTH would answer every command NOAUTH.
 fn protocol_options(c: &Cluster, t: &mut RawCluster) -> Result<(), String> {
-    let Some(any) = c
-        .typed_extension_protocol_options
-        .get(REDIS_PROTOCOL_OPTIONS_KEY)
-    else {
-        return Ok(());
-    };
-    let p = format!("typed_extension_protocol_options[\"{REDIS_PROTOCOL_OPTIONS_KEY}\"]");
-    let o: RedisProtocolOptions = decode(any, REDIS_PROTOCOL_OPTIONS_TYPE, &p)?;
+    let mut keys: Vec<&String> = c.typed_extension_protocol_options.keys().collect();
+    keys.sort();
+    let mut found: Option<String> = None;
+    for key in keys {
+        let Some(any) = c.typed_extension_protocol_options.get(key) else {
+            continue;
+        };
+        let p = format!("typed_extension_protocol_options[\"{key}\"]");
+        let inner = super::fields::inner_type(any);
+        let redis = match inner.as_deref() {
+            Some(ty) => ty == REDIS_PROTOCOL_OPTIONS_TYPE,
+            None => REDIS_PROTOCOL_OPTIONS_KEYS.contains(&key.as_str()),
+        };
+        if !redis {
+            return Err(format!(
+                "{p}: protocol options of type \"{}\" are not supported by respite (only \
+                 RedisProtocolOptions, under {REDIS_PROTOCOL_OPTIONS_KEY})",
+                inner.as_deref().unwrap_or(&any.type_url)
+            ));
+        }
+        if let Some(first) = &found {
+            return Err(format!(
+                "{p}: RedisProtocolOptions are already given under \"{first}\" (one set per \
+                 cluster)"
+            ));
+        }
+        found = Some(key.clone());
+        redis_options(any, &p, t)?;
+    }
+    Ok(())
+}
+
+/// One `RedisProtocolOptions` entry (at `p`) → the cluster's AUTH keys.
+fn redis_options(any: &Any, p: &str, t: &mut RawCluster) -> Result<(), String> {
+    let o: RedisProtocolOptions = decode(any, REDIS_PROTOCOL_OPTIONS_TYPE, p)?;
     if o.aws_iam.is_some() {
         return Err(format!(
             "{p}.aws_iam: AWS IAM authentication is not supported"

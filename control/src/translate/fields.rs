@@ -6,7 +6,8 @@ use envoy_types::pb::envoy::config::core::v3::{
     Address, DataSource, RuntimeFractionalPercent, address, data_source, socket_address,
 };
 use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent};
-use envoy_types::pb::google::protobuf::{Any, Duration};
+use envoy_types::pb::google::protobuf::{Any, Duration, Struct, Value as PbValue, value::Kind};
+use prost::Message;
 use respite::config::raw::RawDuration;
 
 /// A protobuf `Duration` as a data-plane duration string (`"1s"`, `"500ms"`, `"20us"`), in the
@@ -174,14 +175,56 @@ pub fn data_source(ds: &DataSource, field: &str) -> Result<String, String> {
     }
 }
 
-/// Decodes a typed `Any` after checking its type URL.
+/// `google.protobuf.Struct`: a config given as plain JSON fields of the expected message.
+pub const STRUCT_TYPE: &str = "type.googleapis.com/google.protobuf.Struct";
+/// The two `TypedStruct`s (`{type_url, value: Struct}`): a config as JSON fields with its type.
+pub const TYPED_STRUCT_TYPES: [&str; 2] = [
+    "type.googleapis.com/udpa.type.v1.TypedStruct",
+    "type.googleapis.com/xds.type.v3.TypedStruct",
+];
+
+/// `udpa.type.v1.TypedStruct` / `xds.type.v3.TypedStruct` (same fields, same tags); envoy-types
+/// generates neither.
+#[derive(Clone, PartialEq, prost::Message)]
+struct TypedStruct {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(message, optional, tag = "2")]
+    value: Option<Struct>,
+}
+
+/// The type URL of the message `any` carries, looking through a `TypedStruct` (a bare `Struct`
+/// names no type: `None`). How an extension is recognised by its config type, as Envoy picks
+/// an extension factory by the `typed_config` type.
+pub fn inner_type(any: &Any) -> Option<String> {
+    if TYPED_STRUCT_TYPES.contains(&any.type_url.as_str()) {
+        return TypedStruct::decode(any.value.as_slice())
+            .ok()
+            .map(|t| t.type_url);
+    }
+    (any.type_url != STRUCT_TYPE).then(|| any.type_url.clone())
+}
+
+/// Decodes a typed `Any` after checking its type URL. The one rule for every `typed_config`
+/// Respite reads: the message itself, or its fields wrapped in a `google.protobuf.Struct` or a
+/// `TypedStruct` naming `type_url` (Envoy accepts all three for any extension config), read
+/// with the file import's proto3 JSON mapping.
 ///
-/// Errors: another type URL (named), or bytes that do not decode.
+/// Errors: another type URL (named), bytes that do not decode, or wrapped fields that do not
+/// map onto the message (named by path).
 pub fn decode<M: prost::Message + Default>(
     any: &Any,
     type_url: &str,
     field: &str,
 ) -> Result<M, String> {
+    let unwrapped;
+    let any = if any.type_url == STRUCT_TYPE || TYPED_STRUCT_TYPES.contains(&any.type_url.as_str())
+    {
+        unwrapped = unwrap_struct(any, type_url, field)?;
+        &unwrapped
+    } else {
+        any
+    };
     if any.type_url != type_url {
         return Err(format!(
             "{field}: type \"{}\" is not supported (expected \"{type_url}\")",
@@ -189,6 +232,48 @@ pub fn decode<M: prost::Message + Default>(
         ));
     }
     M::decode(any.value.as_slice()).map_err(|e| format!("{field}: cannot decode {type_url}: {e}"))
+}
+
+/// A `Struct` or `TypedStruct` `Any` → the `Any` of `type_url` its fields make.
+fn unwrap_struct(any: &Any, type_url: &str, field: &str) -> Result<Any, String> {
+    let bad = |e: prost::DecodeError| format!("{field}: cannot decode {}: {e}", any.type_url);
+    let (inner, fields) = if any.type_url == STRUCT_TYPE {
+        let st = Struct::decode(any.value.as_slice()).map_err(bad)?;
+        (type_url.to_string(), st)
+    } else {
+        let ts = TypedStruct::decode(any.value.as_slice()).map_err(bad)?;
+        (ts.type_url, ts.value.unwrap_or_default())
+    };
+    if inner != type_url {
+        return Err(format!(
+            "{field}: type \"{inner}\" (in {}) is not supported (expected \"{type_url}\")",
+            any.type_url
+        ));
+    }
+    let mut obj = struct_json(&fields);
+    obj.insert("@type".into(), serde_json::Value::String(inner));
+    crate::source::envoy_file::any_from_json(&serde_json::Value::Object(obj), field)
+}
+
+fn struct_json(st: &Struct) -> serde_json::Map<String, serde_json::Value> {
+    st.fields
+        .iter()
+        .map(|(k, v)| (k.clone(), value_json(v)))
+        .collect()
+}
+
+fn value_json(v: &PbValue) -> serde_json::Value {
+    use serde_json::Value as J;
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => J::Null,
+        Some(Kind::BoolValue(b)) => J::Bool(*b),
+        // Integral numbers as integers: the mapping reads counts from them.
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9.0e15 => J::from(*n as i64),
+        Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n).map_or(J::Null, J::Number),
+        Some(Kind::StringValue(s)) => J::String(s.clone()),
+        Some(Kind::ListValue(l)) => J::Array(l.values.iter().map(value_json).collect()),
+        Some(Kind::StructValue(s)) => J::Object(struct_json(s)),
+    }
 }
 
 /// An Envoy `uint32` count as the data plane's `usize` (always fits on the 64-bit targets

@@ -65,7 +65,7 @@ fn health_check(h: &HealthCheck, p: &str) -> Result<RawHealthCheck, String> {
             "{p}.custom_health_check.typed_config: required ({REDIS_HEALTH_CHECK_TYPE})"
         ));
     };
-    if any.type_url != REDIS_HEALTH_CHECK_TYPE {
+    if super::fields::inner_type(any).as_deref() != Some(REDIS_HEALTH_CHECK_TYPE) {
         return Err(format!(
             "{p}.custom_health_check: \"{}\" ({}) is not supported; only \
              envoy.health_checkers.redis",

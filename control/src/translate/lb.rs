@@ -104,9 +104,9 @@ pub(super) fn policy(c: &Cluster, kind: Kind, t: &mut RawCluster) -> Result<(), 
         }
         Policy::NonHash(_) if kind == Kind::Static && one_host(c) => Ok(()),
         Policy::NonHash(name) => Err(format!(
-            "lb_policy: {name} does not shard keys; Respite places keys by consistent hash: use \
-             RING_HASH or MAGLEV (a non-hashing policy is accepted only on a static cluster \
-             with one host)"
+            "lb_policy: {name} is not supported by respite yet on several hosts (it does not \
+             shard keys; Respite places keys by consistent hash: use RING_HASH or MAGLEV; a \
+             non-hashing policy is accepted only on a static cluster with one host)"
         )),
     }
 }
@@ -135,7 +135,10 @@ fn chosen(c: &Cluster) -> Result<Policy, String> {
             else {
                 return Err(format!("{f}.typed_config: required"));
             };
-            match any.type_url.as_str() {
+            match super::fields::inner_type(any)
+                .as_deref()
+                .unwrap_or_default()
+            {
                 RING_HASH_TYPE => {
                     let rh: RingHash = decode(any, RING_HASH_TYPE, &f)?;
                     typed_ring_hash(&rh, &f)?;

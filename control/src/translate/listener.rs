@@ -184,11 +184,15 @@ fn redis_proxy(l: &Listener) -> Result<(RedisProxy, Option<RawDownstreamTls>), S
         }
     };
     let proxy = match &filter.config_type {
-        Some(filter::ConfigType::TypedConfig(any)) if any.type_url == REDIS_PROXY_TYPE => decode(
-            any,
-            REDIS_PROXY_TYPE,
-            &format!("{f}.filters[0].typed_config"),
-        ),
+        Some(filter::ConfigType::TypedConfig(any))
+            if super::fields::inner_type(any).as_deref() == Some(REDIS_PROXY_TYPE) =>
+        {
+            decode(
+                any,
+                REDIS_PROXY_TYPE,
+                &format!("{f}.filters[0].typed_config"),
+            )
+        }
         Some(filter::ConfigType::TypedConfig(any)) => Err(format!(
             "{f}.filters[0]: network filter \"{}\" ({}) is not supported; only \
              {REDIS_PROXY_FILTER}",
@@ -432,6 +436,16 @@ fn route(
         let mp = format!("{p}.request_mirror_policy[{i}]");
         if m.cluster.is_empty() {
             return Err(format!("{mp}.cluster: required"));
+        }
+        if m.cluster == r.cluster {
+            // Envoy accepts it and sends each mirrored command to the cluster a second time.
+            tracing::warn!(
+                route = %p,
+                prefix = %r.prefix,
+                cluster = %m.cluster,
+                "request_mirror_policy mirrors the route onto its own cluster: every mirrored \
+                 command is sent to it twice (a mirrored write is applied twice)"
+            );
         }
         clusters.insert(m.cluster.clone());
         let pct = super::fields::runtime_percent(

@@ -13,7 +13,20 @@
 //! - `latency_in_micros`: copied (the data plane has the same switch).
 //! - `runtime_fraction` / `fault_enabled`: the default value only, no runtime layer
 //!   (`fields::runtime_percent`).
-//! - ROUND_ROBIN / LEAST_REQUEST / RANDOM: only on a one-host static cluster (`lb.rs`).
+//! - ROUND_ROBIN / LEAST_REQUEST / RANDOM: only on a one-host static cluster (`lb.rs`); on
+//!   several hosts "not supported by respite yet".
+//! - Typed configs (agree): every `typed_config` may be the message, a `Struct` of its fields
+//!   or a `TypedStruct` naming it; one rule, `fields::decode`.
+//! - `typed_extension_protocol_options` (agree): an entry is `RedisProtocolOptions` by its type
+//!   under any key (a bare `Struct` by the key `envoy.filters.network.redis_proxy` or the legacy
+//!   `envoy.redis_proxy`); any other entry is refused naming the key (`cluster.rs`). `metadata`
+//!   maps (`filter_metadata`, `typed_filter_metadata`, keyed by filter name) have no effect on
+//!   a Redis proxy and are ignored, as Envoy ignores metadata no filter reads.
+//! - `cluster_type` (agree): envoy.clusters.redis by its typed_config type, else by name.
+//! - `redirect_refresh_interval: 0s` (agree): no minimum gap between triggered refreshes.
+//! - A mirror onto the route's own cluster (agree): accepted, every mirrored command reaches
+//!   the cluster twice (a mirrored write is applied twice); logged as a warning naming the route
+//!   (`listener.rs`).
 //! - Ring and Maglev sizes: Envoy's defaults only (`lb.rs`).
 //! - `max_pending_requests`: per host and worker here (`cluster.rs`).
 //! - EDS priorities above 0: invalid (`endpoints.rs`).

@@ -198,7 +198,7 @@ fn redis_cluster_struct_config_as_in_the_proto_example() {
         &cluster_err(&redis_cluster(Some(any(&bad)), &[7101])),
         &[
             "cluster_type.typed_config.clusterRefreshRate",
-            "invalid duration \"5\"",
+            "bad duration \"5\"",
         ],
     );
     let unknown = Struct {

@@ -112,7 +112,11 @@ fn tls_config<'a>(
 ) -> Result<Option<&'a envoy_types::pb::google::protobuf::Any>, String> {
     match &ts.config_type {
         Some(ConfigType::TypedConfig(any)) if any.type_url == RAW_BUFFER_TYPE => Ok(None),
-        Some(ConfigType::TypedConfig(any)) if any.type_url == tls_type => Ok(Some(any)),
+        Some(ConfigType::TypedConfig(any))
+            if super::fields::inner_type(any).as_deref() == Some(tls_type) =>
+        {
+            Ok(Some(any))
+        }
         Some(ConfigType::TypedConfig(any)) => Err(format!(
             "{field}: transport socket \"{}\" ({}) is {NOT_SUPPORTED} (only {TLS_SOCKET} with \
              {tls_type}, or raw_buffer)",

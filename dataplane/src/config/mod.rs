@@ -333,8 +333,10 @@ impl Route {
 /// Envoy `Route.RequestMirrorPolicy`: copy requests to `cluster`, ignoring its replies.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct MirrorPolicy {
-    /// Name of a `[[clusters]]` entry, never the route's own `cluster` (a command would reach
-    /// the same backend twice), nor another mirror of the same route.
+    /// Name of a `[[clusters]]` entry, not another mirror of the same route, nor a differently
+    /// named cluster sharing a host with the route's. The route's own `cluster` is accepted, as
+    /// in Envoy: each mirrored command then reaches that cluster twice (a write is applied
+    /// twice).
     pub cluster: String,
     /// Mirror writes only.
     pub exclude_read_commands: bool,
@@ -568,7 +570,8 @@ pub struct RedisClusterConfig {
     /// Timeout of one topology request (connect + AUTH + `CLUSTER SLOTS`). Default 3s.
     #[serde(serialize_with = "dump::duration")]
     pub cluster_refresh_timeout: Duration,
-    /// Minimum gap between refreshes triggered by redirects or failures. Default 5s.
+    /// Minimum gap between refreshes triggered by redirects or failures; 0 = none (every
+    /// threshold crossing refreshes, as in Envoy). Default 5s.
     #[serde(serialize_with = "dump::duration")]
     pub redirect_refresh_interval: Duration,
     /// `MOVED`/`ASK` replies (summed over workers) that trigger an early refresh; 0 = never.

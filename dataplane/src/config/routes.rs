@@ -221,19 +221,12 @@ fn route(
         let m = m.into_inner();
         let c_span = m.cluster.span();
         let (mc, rc) = cluster_ref(src, &format!("{mpath}.cluster"), m.cluster, clusters)?;
-        if mc == cluster {
-            return Err(src.error(
-                Some(c_span),
-                &format!("{mpath}.cluster"),
-                &format!(
-                    "mirrors cluster \"{mc}\" onto itself: every command would reach the same \
-                     backends twice"
-                ),
-            ));
-        }
+        // A mirror onto the route's own cluster is accepted, as Envoy accepts it: each mirrored
+        // command reaches that cluster twice (the translator warns, naming the route).
         // A differently named cluster over the same servers is the same backend: a mirror to
         // it would run every write twice there.
-        if let (Some(p), Some(m)) = (clusters.get(&cluster), clusters.get(&mc))
+        if mc != cluster
+            && let (Some(p), Some(m)) = (clusters.get(&cluster), clusters.get(&mc))
             && let Some(shared) = p.hosts.intersection(&m.hosts).next()
         {
             return Err(src.error(

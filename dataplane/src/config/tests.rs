@@ -918,6 +918,18 @@ fn redis_cluster_keys() {
         Duration::from_secs(5)
     );
     assert_eq!(c.listeners[0].read_policy, ReadPolicy::Primary);
+
+    // 0 = no minimum gap between triggered refreshes (Envoy's meaning; its Redis Cluster
+    // integration test sets it); the other durations must still be positive.
+    let c = parse(
+        &format!("{MINIMAL}type = \"redis_cluster\"\nredirect_refresh_interval = \"0s\"\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        c.clusters[0].redis_cluster.redirect_refresh_interval,
+        Duration::ZERO
+    );
 }
 
 #[test]

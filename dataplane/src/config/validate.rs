@@ -1067,6 +1067,13 @@ fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisCl
         Some(v) => positive(src, &format!("{path}.{key}"), v),
         None => Ok(default),
     };
+    // 0 is Envoy's "no minimum gap" (`ClusterRefreshManagerImpl::onEvent` compares the time
+    // since the last triggered refresh with it): every threshold crossing refreshes. Envoy's
+    // own Redis Cluster integration test sets it.
+    let gap = match &c.redirect_refresh_interval {
+        Some(v) => duration(src, &format!("{path}.redirect_refresh_interval"), v)?,
+        None => d.redirect_refresh_interval,
+    };
     let count =
         |v: &Option<Spanned<u32>>, default: u32| v.as_ref().map_or(default, |v| *v.get_ref());
     Ok(RedisClusterConfig {
@@ -1080,11 +1087,7 @@ fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisCl
             &c.cluster_refresh_timeout,
             d.cluster_refresh_timeout,
         )?,
-        redirect_refresh_interval: dur(
-            "redirect_refresh_interval",
-            &c.redirect_refresh_interval,
-            d.redirect_refresh_interval,
-        )?,
+        redirect_refresh_interval: gap,
         redirect_refresh_threshold: count(
             &c.redirect_refresh_threshold,
             d.redirect_refresh_threshold,

@@ -138,6 +138,18 @@ pub fn any(v: &Value, p: &str) -> Res<Any> {
             inner.insert("@type".into(), Value::String(inner_url));
             return any(&Value::Object(inner), &fp);
         }
+        // Envoy's v2 API (`envoy.config.filter.network.redis_proxy.v2.RedisProxy`, the form of
+        // older docs and examples) was removed from Envoy itself.
+        _ if name.contains(".v2.") || name.contains(".v2alpha.") => {
+            let (_, tp) = o.get("@type")?.unwrap_or((&Value::Null, p.to_string()));
+            return Err(MapErr::new(
+                &tp,
+                format!(
+                    "\"{type_url}\": Envoy's v2 API is not supported by respite (use the v3 \
+                     type, e.g. envoy.extensions.filters.network.redis_proxy.v3.RedisProxy)"
+                ),
+            ));
+        }
         _ => {
             let (_, tp) = o.get("@type")?.unwrap_or((&Value::Null, p.to_string()));
             return Err(MapErr::new(
@@ -149,7 +161,7 @@ pub fn any(v: &Value, p: &str) -> Res<Any> {
             ));
         }
     };
-    o.finish()?;
+    o.finish_message(name)?;
     Ok(Any { type_url, value })
 }
 

@@ -40,8 +40,7 @@ pub fn cluster(v: &Value, p: &str) -> Res<c::Cluster> {
                 name: t.string("name")?,
                 typed_config: t.msg("typed_config", any)?,
             };
-            t.finish()?;
-            Ok(r)
+            t.done(r)
         })?
         .map(D::ClusterType);
     let ring = o
@@ -53,8 +52,7 @@ pub fn cluster(v: &Value, p: &str) -> Res<c::Cluster> {
             let r = cluster::MaglevLbConfig {
                 table_size: m.u64w("table_size")?,
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?
         .map(L::MaglevLbConfig);
     let least = o
@@ -64,8 +62,7 @@ pub fn cluster(v: &Value, p: &str) -> Res<c::Cluster> {
                 choice_count: m.u32w("choice_count")?,
                 ..Default::default()
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?
         .map(L::LeastRequestLbConfig);
     let rr = o
@@ -80,8 +77,7 @@ pub fn cluster(v: &Value, p: &str) -> Res<c::Cluster> {
                 eds_config: m.msg("eds_config", config_source)?,
                 service_name: m.string("service_name")?,
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?,
         connect_timeout: o.dur("connect_timeout")?,
         per_connection_buffer_limit_bytes: o.u32w("per_connection_buffer_limit_bytes")?,
@@ -111,8 +107,7 @@ pub fn cluster(v: &Value, p: &str) -> Res<c::Cluster> {
                     .bool("set_local_interface_name_on_upstream_connections")?,
                 happy_eyeballs_config: None,
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?,
         close_connections_on_host_health_failure: o
             .bool("close_connections_on_host_health_failure")?,
@@ -126,12 +121,10 @@ pub fn cluster(v: &Value, p: &str) -> Res<c::Cluster> {
                         typed_extension_config: q
                             .msg("typed_extension_config", typed_extension_config)?,
                     };
-                    q.finish()?;
-                    Ok(r)
+                    q.done(r)
                 })?,
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?,
         track_timeout_budgets: o.bool("track_timeout_budgets")?,
         connection_pool_per_downstream_connection: o
@@ -148,8 +141,7 @@ pub fn cluster(v: &Value, p: &str) -> Res<c::Cluster> {
         )?,
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn ring_hash_lb_config(v: &Value, p: &str) -> Res<cluster::RingHashLbConfig> {
@@ -162,8 +154,7 @@ fn ring_hash_lb_config(v: &Value, p: &str) -> Res<cluster::RingHashLbConfig> {
         )?,
         maximum_ring_size: o.u64w("maximum_ring_size")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn common_lb_config(v: &Value, p: &str) -> Res<cluster::CommonLbConfig> {
@@ -179,13 +170,11 @@ fn common_lb_config(v: &Value, p: &str) -> Res<cluster::CommonLbConfig> {
                 use_hostname_for_hashing: m.bool("use_hostname_for_hashing")?,
                 hash_balance_factor: m.u32w("hash_balance_factor")?,
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?,
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn outlier_detection(v: &Value, p: &str) -> Res<c::OutlierDetection> {
@@ -221,8 +210,7 @@ fn outlier_detection(v: &Value, p: &str) -> Res<c::OutlierDetection> {
         always_eject_one_host: o.boolw("always_eject_one_host")?,
         detect_degraded_hosts: o.boolw("detect_degraded_hosts")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn circuit_breakers(v: &Value, p: &str) -> Res<c::CircuitBreakers> {
@@ -231,8 +219,7 @@ fn circuit_breakers(v: &Value, p: &str) -> Res<c::CircuitBreakers> {
         thresholds: o.list("thresholds", thresholds)?,
         per_host_thresholds: o.list("per_host_thresholds", thresholds)?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn thresholds(v: &Value, p: &str) -> Res<c::circuit_breakers::Thresholds> {
@@ -250,14 +237,12 @@ fn thresholds(v: &Value, p: &str) -> Res<c::circuit_breakers::Thresholds> {
                 budget_interval: m.dur("budget_interval")?,
                 min_retry_concurrency: m.u32w("min_retry_concurrency")?,
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?,
         track_remaining: o.bool("track_remaining")?,
         max_connection_pools: o.u32w("max_connection_pools")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// A ClusterLoadAssignment (a cluster's inline `load_assignment`, or an EDS resource).
@@ -274,13 +259,11 @@ pub fn cluster_load_assignment(v: &Value, p: &str) -> Res<e::ClusterLoadAssignme
                 weighted_priority_health: m.bool("weighted_priority_health")?,
                 ..Default::default()
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?,
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn locality_lb_endpoints(v: &Value, p: &str) -> Res<e::LocalityLbEndpoints> {
@@ -294,8 +277,7 @@ fn locality_lb_endpoints(v: &Value, p: &str) -> Res<e::LocalityLbEndpoints> {
         proximity: o.u32w("proximity")?,
         lb_config: None,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn lb_endpoint(v: &Value, p: &str) -> Res<e::LbEndpoint> {
@@ -309,8 +291,7 @@ fn lb_endpoint(v: &Value, p: &str) -> Res<e::LbEndpoint> {
         load_balancing_weight: o.u32w("load_balancing_weight")?,
         host_identifier: oneof(p, vec![("endpoint", ep), ("endpoint_name", named)])?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn endpoint(v: &Value, p: &str) -> Res<e::Endpoint> {
@@ -325,13 +306,11 @@ fn endpoint(v: &Value, p: &str) -> Res<e::Endpoint> {
                 address: m.msg("address", address)?,
                 disable_active_health_check: m.bool("disable_active_health_check")?,
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?,
         hostname: o.string("hostname")?,
         observability_name: o.string("observability_name")?,
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }

@@ -36,8 +36,7 @@ fn socket_address(v: &Value, p: &str) -> Res<core::SocketAddress> {
             vec![("port_value", port_value), ("named_port", named_port)],
         )?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn pipe(v: &Value, p: &str) -> Res<core::Pipe> {
@@ -46,8 +45,7 @@ fn pipe(v: &Value, p: &str) -> Res<core::Pipe> {
         path: o.string("path")?,
         mode: o.u32("mode")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `core.v3.DataSource`: `filename`, `inline_bytes` (base64), `inline_string` or
@@ -85,8 +83,7 @@ pub fn transport_socket(v: &Value, p: &str) -> Res<core::TransportSocket> {
             .msg("typed_config", any)?
             .map(core::transport_socket::ConfigType::TypedConfig),
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `core.v3.TypedExtensionConfig`: `name` and `typed_config`.
@@ -96,8 +93,7 @@ pub fn typed_extension_config(v: &Value, p: &str) -> Res<core::TypedExtensionCon
         name: o.string("name")?,
         typed_config: o.msg("typed_config", any)?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `core.v3.RuntimeFractionalPercent`: `default_value` and `runtime_key`.
@@ -107,8 +103,7 @@ pub fn runtime_fractional_percent(v: &Value, p: &str) -> Res<core::RuntimeFracti
         default_value: o.msg("default_value", fractional_percent)?,
         runtime_key: o.string("runtime_key")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `type.v3.FractionalPercent`: `numerator` over `denominator` (HUNDRED, TEN_THOUSAND, MILLION).
@@ -121,8 +116,7 @@ pub fn fractional_percent(v: &Value, p: &str) -> Res<ty::FractionalPercent> {
             ty::fractional_percent::DenominatorType::from_str_name,
         )?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `type.v3.Percent`: `value` in [0, 100].
@@ -131,8 +125,7 @@ pub fn percent(v: &Value, p: &str) -> Res<ty::Percent> {
     let r = ty::Percent {
         value: o.f64("value")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `core.v3.HealthCheck`, with the `tcp_health_check`, `http_health_check` (host, path) or
@@ -180,8 +173,7 @@ pub fn health_check(v: &Value, p: &str) -> Res<core::HealthCheck> {
         )?,
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn tcp_health_check(v: &Value, p: &str) -> Res<core::health_check::TcpHealthCheck> {
@@ -191,8 +183,7 @@ fn tcp_health_check(v: &Value, p: &str) -> Res<core::health_check::TcpHealthChec
         receive: o.list("receive", payload)?,
         proxy_protocol_config: None,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn http_health_check(v: &Value, p: &str) -> Res<core::health_check::HttpHealthCheck> {
@@ -202,8 +193,7 @@ fn http_health_check(v: &Value, p: &str) -> Res<core::health_check::HttpHealthCh
         path: o.string("path")?,
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn custom_health_check(v: &Value, p: &str) -> Res<core::health_check::CustomHealthCheck> {
@@ -214,8 +204,7 @@ fn custom_health_check(v: &Value, p: &str) -> Res<core::health_check::CustomHeal
             .msg("typed_config", any)?
             .map(core::health_check::custom_health_check::ConfigType::TypedConfig),
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `HealthCheck.Payload`: `text` (hex) or `binary` (base64).
@@ -237,8 +226,7 @@ pub fn tcp_keepalive(v: &Value, p: &str) -> Res<core::TcpKeepalive> {
         keepalive_time: o.u32w("keepalive_time")?,
         keepalive_interval: o.u32w("keepalive_interval")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `core.v3.ConfigSource`: `ads`, `self` or `path`, with `resource_api_version` and
@@ -268,8 +256,7 @@ pub fn config_source(v: &Value, p: &str) -> Res<core::ConfigSource> {
         resource_api_version: o.enm("resource_api_version", core::ApiVersion::from_str_name)?,
         config_source_specifier: oneof(p, vec![("ads", ads), ("self", self_), ("path", path)])?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `core.v3.Locality`.
@@ -280,8 +267,7 @@ pub fn locality(v: &Value, p: &str) -> Res<core::Locality> {
         zone: o.string("zone")?,
         sub_zone: o.string("sub_zone")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `core.v3.CidrRange`.
@@ -291,8 +277,7 @@ pub fn cidr_range(v: &Value, p: &str) -> Res<core::CidrRange> {
         address_prefix: o.string("address_prefix")?,
         prefix_len: o.u32w("prefix_len")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `core.v3.Metadata`: `filter_metadata` (map of Struct) and `typed_filter_metadata` (map of
@@ -303,8 +288,7 @@ pub fn metadata(v: &Value, p: &str) -> Res<core::Metadata> {
         filter_metadata: o.map("filter_metadata", structure)?,
         typed_filter_metadata: o.map("typed_filter_metadata", any)?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `core.v3.GrpcService` with an `envoy_grpc` target (`cluster_name`, `authority`) and
@@ -318,14 +302,12 @@ pub fn grpc_service(v: &Value, p: &str) -> Res<core::GrpcService> {
             authority: g.string("authority")?,
             ..Default::default()
         };
-        g.finish()?;
-        Ok(r)
+        g.done(r)
     })?;
     let r = core::GrpcService {
         timeout: o.dur("timeout")?,
         target_specifier: target.map(core::grpc_service::TargetSpecifier::EnvoyGrpc),
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }

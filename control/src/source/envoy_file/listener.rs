@@ -22,8 +22,7 @@ pub fn listener(v: &Value, p: &str) -> Res<l::Listener> {
                 tcp_keepalive: a.msg("tcp_keepalive", tcp_keepalive)?,
                 ..Default::default()
             };
-            a.finish()?;
-            Ok(r)
+            a.done(r)
         })?,
         stat_prefix: o.string("stat_prefix")?,
         filter_chains: o.list("filter_chains", filter_chain)?,
@@ -52,8 +51,7 @@ pub fn listener(v: &Value, p: &str) -> Res<l::Listener> {
         tcp_keepalive: o.msg("tcp_keepalive", tcp_keepalive)?,
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 #[allow(deprecated)] // use_proxy_proto is deprecated, still accepted by Envoy
@@ -68,8 +66,7 @@ fn filter_chain(v: &Value, p: &str) -> Res<l::FilterChain> {
         transport_socket_connect_timeout: o.dur("transport_socket_connect_timeout")?,
         name: o.string("name")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn filter(v: &Value, p: &str) -> Res<l::Filter> {
@@ -80,8 +77,7 @@ fn filter(v: &Value, p: &str) -> Res<l::Filter> {
             .msg("typed_config", any)?
             .map(l::filter::ConfigType::TypedConfig),
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn filter_chain_match(v: &Value, p: &str) -> Res<l::FilterChainMatch> {
@@ -100,8 +96,7 @@ fn filter_chain_match(v: &Value, p: &str) -> Res<l::FilterChainMatch> {
         transport_protocol: o.string("transport_protocol")?,
         application_protocols: o.strings("application_protocols")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn listener_filter(v: &Value, p: &str) -> Res<l::ListenerFilter> {
@@ -113,6 +108,5 @@ fn listener_filter(v: &Value, p: &str) -> Res<l::ListenerFilter> {
             .msg("typed_config", any)?
             .map(l::listener_filter::ConfigType::TypedConfig),
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }

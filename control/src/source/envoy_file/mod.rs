@@ -3,9 +3,13 @@
 //!
 //! envoy-types has no serde, so the mapping is written out per message (`reader` is the proto3
 //! JSON mapping, `core`/`listener`/`cluster`/`redis` the messages, `any` the `@type` dispatch).
-//! Like Envoy's own bootstrap loading, an unknown field is an error; unlike Envoy, only the
-//! fields a Redis proxy listener or cluster can carry are mapped, so an unmapped Envoy field is
-//! reported as unknown too (by its path).
+//! Like Envoy's own bootstrap loading, an unknown field is an error. Only the fields a Redis
+//! proxy listener or cluster can carry are mapped; a key left over is judged against Envoy's
+//! proto (`reader::Obj::finish_message`, field names from envoy-types' descriptors): a real
+//! Envoy field Respite does not implement is "not supported by respite (refused)" (or, for a
+//! few no-effect ones, logged as "ignored: why"), anything else is an "unknown field" (a typo).
+//! Like Envoy's YAML loader, a single value where a list belongs is a one-element list, and
+//! enum names match case-insensitively.
 
 mod any;
 mod cluster;
@@ -23,6 +27,25 @@ use envoy_types::pb::envoy::config::listener::v3::Listener;
 use serde_json::Value;
 
 use reader::{MapErr, Obj};
+
+/// Maps one `Any` in proto3 JSON (`{"@type": ..., fields}`, e.g. a `Struct`/`TypedStruct`
+/// payload with its type URL added) to the encoded `Any`, with the file import's rules: how the
+/// translator reads an extension config that arrived wrapped in a `Struct`.
+///
+/// Errors: the type is not one the import maps, or a field does not map (named by its path
+/// under `path`).
+pub fn any_from_json(
+    v: &Value,
+    path: &str,
+) -> Result<envoy_types::pb::google::protobuf::Any, String> {
+    any::any(v, path).map_err(|e| {
+        if e.path.is_empty() {
+            e.msg
+        } else {
+            format!("{}: {}", e.path, e.msg)
+        }
+    })
+}
 
 /// `static_resources` of an Envoy bootstrap.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -134,7 +157,7 @@ fn bootstrap(root: &Value) -> Result<StaticResources, MapErr> {
     };
     let mut o = Obj::new(root, "")?;
     for key in map.keys() {
-        let snake = snake(key);
+        let snake = reader::snake(key);
         if snake == "dynamic_resources" {
             return Err(MapErr::new(
                 key,
@@ -152,26 +175,14 @@ fn bootstrap(root: &Value) -> Result<StaticResources, MapErr> {
             listeners: s.list("listeners", listener::listener)?,
             clusters: s.list("clusters", cluster::cluster)?,
         };
-        s.finish()?;
+        s.finish_message("envoy.config.bootstrap.v3.Bootstrap.StaticResources")?;
         Ok(r)
     })?;
-    o.finish()?;
+    o.finish_message("envoy.config.bootstrap.v3.Bootstrap")?;
     sr.ok_or_else(|| MapErr::new("", "no static_resources"))
-}
-
-/// `fooBar` → `foo_bar` (the top-level keys may use either spelling).
-fn snake(key: &str) -> String {
-    let mut out = String::with_capacity(key.len() + 4);
-    for c in key.chars() {
-        if c.is_ascii_uppercase() {
-            out.push('_');
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_shapes;

@@ -31,8 +31,7 @@ pub fn proxy(o: &mut Obj) -> Res<RedisProxy> {
                 grpc_service: e.msg("grpc_service", grpc_service)?,
                 enable_auth_expiration: e.bool("enable_auth_expiration")?,
             };
-            e.finish()?;
-            Ok(r)
+            e.done(r)
         })?,
         custom_commands: o.strings("custom_commands")?,
         protocol_version: o.enm(
@@ -69,12 +68,10 @@ fn settings(v: &Value, p: &str) -> Res<redis_proxy::ConnPoolSettings> {
             let r = redis_proxy::ConnectionRateLimit {
                 connection_rate_limit_per_sec: c.u32("connection_rate_limit_per_sec")?,
             };
-            c.finish()?;
-            Ok(r)
+            c.done(r)
         })?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn prefix_routes(v: &Value, p: &str) -> Res<redis_proxy::PrefixRoutes> {
@@ -84,8 +81,7 @@ fn prefix_routes(v: &Value, p: &str) -> Res<redis_proxy::PrefixRoutes> {
         case_insensitive: o.bool("case_insensitive")?,
         catch_all_route: o.msg("catch_all_route", route)?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn route(v: &Value, p: &str) -> Res<redis_proxy::prefix_routes::Route> {
@@ -102,8 +98,7 @@ fn route(v: &Value, p: &str) -> Res<redis_proxy::prefix_routes::Route> {
                 runtime_fraction: m.msg("runtime_fraction", runtime_fractional_percent)?,
                 exclude_read_commands: m.bool("exclude_read_commands")?,
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?,
         key_formatter: o.string("key_formatter")?,
         read_command_policy: o.msg("read_command_policy", |v, p| {
@@ -111,12 +106,10 @@ fn route(v: &Value, p: &str) -> Res<redis_proxy::prefix_routes::Route> {
             let r = route::ReadCommandPolicy {
                 cluster: m.string("cluster")?,
             };
-            m.finish()?;
-            Ok(r)
+            m.done(r)
         })?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 fn fault(v: &Value, p: &str) -> Res<redis_proxy::RedisFault> {
@@ -130,8 +123,7 @@ fn fault(v: &Value, p: &str) -> Res<redis_proxy::RedisFault> {
         delay: o.dur("delay")?,
         commands: o.strings("commands")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `AwsIam` without `credential_provider` (a large message of its own: refused by name as an
@@ -145,8 +137,7 @@ fn aws_iam(v: &Value, p: &str) -> Res<rp::AwsIam> {
         region: o.string("region")?,
         expiration_time: o.dur("expiration_time")?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `RedisProtocolOptions` (a cluster's `typed_extension_protocol_options` entry
@@ -163,8 +154,7 @@ pub fn protocol_options(o: &mut Obj) -> Res<RedisProtocolOptions> {
                 auth_password: c.msg("auth_password", data_source)?,
                 auth_username: c.msg("auth_username", data_source)?,
             };
-            c.finish()?;
-            Ok(r)
+            c.done(r)
         })?,
     })
 }

@@ -34,8 +34,7 @@ pub fn downstream_tls_context(o: &mut Obj, p: &str) -> Res<tls::DownstreamTlsCon
             let r = tls::TlsSessionTicketKeys {
                 keys: k.list("keys", data_source)?,
             };
-            k.finish()?;
-            Ok(r)
+            k.done(r)
         })?
         .map(K::SessionTicketKeys);
     let disable = o
@@ -121,8 +120,7 @@ fn common_tls_context(v: &Value, p: &str) -> Res<tls::CommonTlsContext> {
             .map(V::ValidationContext),
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `TlsParameters`.
@@ -141,8 +139,7 @@ fn tls_params(v: &Value, p: &str) -> Res<tls::TlsParameters> {
             enum_value(v, p, CompliancePolicy::from_str_name)
         })?,
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `TlsCertificate`.
@@ -160,8 +157,7 @@ fn tls_certificate(v: &Value, p: &str) -> Res<tls::TlsCertificate> {
         tls_params: o.msg("tls_params", tls_params)?,
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
 
 /// `CertificateValidationContext`.
@@ -197,6 +193,5 @@ fn validation_context(v: &Value, p: &str) -> Res<tls::CertificateValidationConte
         suppress_client_ca_list: o.bool("suppress_client_ca_list")?,
         ..Default::default()
     };
-    o.finish()?;
-    Ok(r)
+    o.done(r)
 }
