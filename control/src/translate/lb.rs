@@ -4,11 +4,12 @@
 //! the data plane's ring (`dataplane/src/cluster/ring_hash.rs`: Envoy's default 1024 / 8M sizes,
 //! xxHash) and Maglev table (65537 entries).
 //!
-//! Respite always places keys by consistent hash (or by slot on a Redis Cluster), so the
-//! non-hashing policies (ROUND_ROBIN, the proto default, LEAST_REQUEST, RANDOM) are accepted only
-//! on a static cluster with exactly one host, where every policy picks the same host; otherwise
-//! the cluster is invalid with "use RING_HASH or MAGLEV". An EDS cluster's host count can change
-//! with every assignment, so it needs a hashing policy.
+//! The non-hashing policies: RANDOM and ROUND_ROBIN (the proto default) become the data plane's
+//! `random` and `round_robin` — as in Envoy, a key has no fixed host; Respite keeps each client
+//! command and each transaction on one host, and pub/sub on one fixed host. They treat hosts
+//! alike, so inline endpoints of unequal weight are refused (an EDS assignment's weights are
+//! not seen here: they are ignored). LEAST_REQUEST is accepted only on a static cluster with
+//! exactly one host, where every policy picks the same host.
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
@@ -103,12 +104,40 @@ pub(super) fn policy(c: &Cluster, kind: Kind, t: &mut RawCluster) -> Result<(), 
             Err("lb_policy: CLUSTER_PROVIDED needs cluster_type envoy.clusters.redis".into())
         }
         Policy::NonHash(_) if kind == Kind::Static && one_host(c) => Ok(()),
+        Policy::NonHash(name) if name == "RANDOM" || name == "ROUND_ROBIN" => {
+            if let Some(w) = weighted(c) {
+                return Err(format!(
+                    "lb_policy: {name} with unequal endpoint weights ({w}) is not supported by \
+                     respite yet (its RANDOM and ROUND_ROBIN treat every host alike)"
+                ));
+            }
+            t.lb_policy = Some(unspanned(if name == "RANDOM" {
+                DataPlaneLbPolicy::Random
+            } else {
+                DataPlaneLbPolicy::RoundRobin
+            }));
+            Ok(())
+        }
         Policy::NonHash(name) => Err(format!(
-            "lb_policy: {name} is not supported by respite yet on several hosts (it does not \
-             shard keys; Respite places keys by consistent hash: use RING_HASH or MAGLEV; a \
-             non-hashing policy is accepted only on a static cluster with one host)"
+            "lb_policy: {name} is not supported by respite yet on several hosts (RANDOM, \
+             ROUND_ROBIN, RING_HASH and MAGLEV are; any policy is accepted on a static cluster \
+             with one host)"
         )),
     }
+}
+
+/// The first inline endpoint weight that differs from the others (`"2 and 1"`), if any.
+fn weighted(c: &Cluster) -> Option<String> {
+    let cla = c.load_assignment.as_ref()?;
+    let mut weights = cla.endpoints.iter().flat_map(|l| &l.lb_endpoints).map(|e| {
+        e.load_balancing_weight
+            .as_ref()
+            .map_or(1, |w| w.value.max(1))
+    });
+    let first = weights.next()?;
+    weights
+        .find(|&w| w != first)
+        .map(|w| format!("{w} and {first}"))
 }
 
 /// True if the inline assignment has exactly one endpoint.

@@ -13,8 +13,9 @@
 //! - `latency_in_micros`: copied (the data plane has the same switch).
 //! - `runtime_fraction` / `fault_enabled`: the default value only, no runtime layer
 //!   (`fields::runtime_percent`).
-//! - ROUND_ROBIN / LEAST_REQUEST / RANDOM: only on a one-host static cluster (`lb.rs`); on
-//!   several hosts "not supported by respite yet".
+//! - RANDOM / ROUND_ROBIN: the data plane's `random` / `round_robin`, per client command and
+//!   transaction, equal weights only (`lb.rs`); LEAST_REQUEST only on a one-host static
+//!   cluster, on several hosts "not supported by respite yet".
 //! - Typed configs (agree): every `typed_config` may be the message, a `Struct` of its fields
 //!   or a `TypedStruct` naming it; one rule, `fields::decode`.
 //! - `typed_extension_protocol_options` (agree): an entry is `RedisProtocolOptions` by its type

@@ -330,25 +330,14 @@ fn lb_policies() {
 #[test]
 fn lb_policy_rejections() {
     let mut cl = static_cluster("c", &[7001, 7002]);
-    cl.lb_policy = LbPolicy::RoundRobin as i32;
-    assert_mentions(
-        &cluster_err(&cl),
-        &["lb_policy", "ROUND_ROBIN", "use RING_HASH or MAGLEV"],
-    );
     cl.lb_policy = LbPolicy::LeastRequest as i32;
     assert_mentions(
         &cluster_err(&cl),
-        &["LEAST_REQUEST", "use RING_HASH or MAGLEV"],
+        &["lb_policy", "LEAST_REQUEST", "not supported by respite yet"],
     );
-    cl.lb_policy = LbPolicy::Random as i32;
-    assert_mentions(&cluster_err(&cl), &["RANDOM"]);
-
     let mut cl = eds_cluster("");
-    cl.lb_policy = LbPolicy::RoundRobin as i32;
-    assert_mentions(
-        &cluster_err(&cl),
-        &["ROUND_ROBIN", "use RING_HASH or MAGLEV"],
-    );
+    cl.lb_policy = LbPolicy::LeastRequest as i32;
+    assert_mentions(&cluster_err(&cl), &["LEAST_REQUEST"]);
 
     let mut cl = static_cluster("c", &[7001, 7002]);
     cl.lb_policy = LbPolicy::ClusterProvided as i32;
@@ -730,7 +719,7 @@ fn static_config_translates_a_whole_bootstrap() {
 
     // Errors name the resource.
     let mut bad = static_cluster("cache", &[7001]);
-    bad.lb_policy = LbPolicy::Random as i32;
+    bad.lb_policy = LbPolicy::LeastRequest as i32;
     bad.load_assignment = Some(assignment(
         "cache",
         vec![
@@ -774,4 +763,23 @@ fn per_address_credentials_are_refused() {
         },
     );
     assert_mentions(&cluster_err(&cl), &["credentials", "not supported"]);
+}
+
+/// ROUND_ROBIN (the proto default) and RANDOM over several hosts, static or EDS: the data
+/// plane's `round_robin` and `random`.
+#[test]
+fn non_hashing_policies_map_onto_the_data_planes() {
+    for (policy, want) in [
+        (LbPolicy::RoundRobin, respite::config::LbPolicy::RoundRobin),
+        (LbPolicy::Random, respite::config::LbPolicy::Random),
+    ] {
+        let mut cl = static_cluster("c", &[7001, 7002]);
+        cl.lb_policy = policy as i32;
+        let d = super::cluster(&cl).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.cluster.lb_policy.map(|p| *p.get_ref()), Some(want));
+        let mut eds = eds_cluster("");
+        eds.lb_policy = policy as i32;
+        let d = super::cluster(&eds).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.cluster.lb_policy.map(|p| *p.get_ref()), Some(want));
+    }
 }

@@ -117,7 +117,7 @@ impl LoadBalancer {
         }
         let inner = match policy {
             LbPolicy::Ketama => Inner::Ketama(ketama::Ketama::new(hosts, &weights, hash)),
-            LbPolicy::Modula => Inner::Modula(modula::Modula::new(&weights, hash)),
+            LbPolicy::Modula => Inner::Modula(modula::Modula::new(hosts, &weights, hash)),
             LbPolicy::Random => Inner::Random(random::Random::new(&weights)),
             LbPolicy::RoundRobin => Inner::Random(random::Random::round_robin(&weights)),
             LbPolicy::RingHash => Inner::RingHash(ring_hash::RingHash::new(hosts, &weights)),

@@ -1,17 +1,21 @@
 //! twemproxy 0.5.0 `distribution: modula`, bit for bit.
 //!
 //! Source: twitter/twemproxy `src/hashkit/nc_modula.c`. `modula_update` lays the live servers
-//! out in config order, each repeated `weight` times (one continuum entry per unit of
-//! weight), and `modula_dispatch` takes entry `hash % ncontinuum`. `src/nc_server.c`
-//! `server_pool_idx` / `server_pool_hash`: a one-server pool always picks it, and an empty key
-//! hashes to 0.
+//! out in the pool's server order, each repeated `weight` times (one continuum entry per unit
+//! of weight), and `modula_dispatch` takes entry `hash % ncontinuum`. That order is not the
+//! config's: `src/nc_conf.c` `conf_validate_server` sorts a pool's servers by name
+//! (`conf_server_name_cmp`, i.e. `string_compare`: shorter names first, then bytewise) to find
+//! duplicates, and the pool keeps the sorted array. The name is the one ketama hashes
+//! ([`super::ketama::server_name`]). `src/nc_server.c` `server_pool_idx` / `server_pool_hash`: a
+//! one-server pool always picks it, and an empty key hashes to 0.
 //!
 //! Instead of one entry per unit of weight (a weight of 10^9 would be 4 GB), Respite keeps each
 //! host's cumulative weight and finds the host whose run holds `hash % total_weight`: the same
 //! answer, one binary search over the hosts.
 
 use super::hashkit::key_hash;
-use crate::config::KeyHash;
+use super::ketama::server_name;
+use crate::config::{HostConfig, KeyHash};
 
 /// `ends[i]`: the continuum position past host `hosts[i]`'s run (cumulative weights).
 #[derive(Debug, Clone)]
@@ -23,12 +27,21 @@ pub(super) struct Modula {
 }
 
 impl Modula {
-    /// `weights[i]` is host `i`'s weight; hosts of weight 0 have no entries.
-    pub(super) fn new(weights: &[u32], hash: KeyHash) -> Modula {
+    /// `weights[i]` is host `hosts[i]`'s weight; hosts of weight 0 have no entries.
+    pub(super) fn new(hosts_in: &[HostConfig], weights: &[u32], hash: KeyHash) -> Modula {
         let mut ends = Vec::new();
         let mut hosts = Vec::new();
         let mut total = 0u64;
-        for (i, &w) in weights.iter().enumerate() {
+        let mut order: Vec<usize> = (0..weights.len()).collect();
+        order.sort_by(|&a, &b| {
+            let name = |i: usize| hosts_in.get(i).map(server_name).unwrap_or_default();
+            let (a, b) = (name(a), name(b));
+            (a.len(), a.as_bytes()).cmp(&(b.len(), b.as_bytes()))
+        });
+        for (i, w) in order
+            .into_iter()
+            .filter_map(|i| Some((i, *weights.get(i)?)))
+        {
             if w == 0 {
                 continue;
             }

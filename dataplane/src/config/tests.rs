@@ -478,10 +478,11 @@ fn bad_types() {
         "invalid type",
     );
     assert_err(
-        &format!("{MINIMAL}lb_policy = \"round_robin\"\n"),
+        &format!("{MINIMAL}lb_policy = \"least_request\"\n"),
         10,
         "clusters[0].lb_policy",
-        "unknown variant `round_robin`, expected one of `ketama`, `modula`, `random`, `ring_hash`, `maglev`",
+        "unknown variant `least_request`, expected one of `ketama`, `modula`, `random`, \
+         `round_robin`, `ring_hash`, `maglev`",
     );
     assert_err(
         &format!("{MINIMAL}type = \"strict_dns\"\n"),

@@ -218,10 +218,7 @@ fn every_hash_and_distribution_matches_nutcracker() {
     let weights = [1u32, 2, 3];
     let names = [None, Some("beta"), None];
     let mut pools = Vec::new();
-    // TODO(modula): Debian's nutcracker 0.5.0 places ~30% of keys of a weighted modula pool
-    // (weights 1, 2, 3) elsewhere than Respite's reading of nc_modula.c (master 60aaf855);
-    // find which nc_modula.c the package ships and match it, then add "modula" back here.
-    for distribution in ["ketama"] {
+    for distribution in ["ketama", "modula"] {
         for hash in HASHES {
             pools.push(Pool {
                 distribution,

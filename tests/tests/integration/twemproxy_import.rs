@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use respite_tests::respite::Respite;
 use respite_tests::xds::{ControlProcess, wait_for};
