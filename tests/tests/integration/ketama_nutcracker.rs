@@ -163,22 +163,6 @@ fn ketama_matches_nutcracker_named_servers() {
     check_placement(&servers, &nutcracker, &hosts);
 }
 
-/// twemproxy's `hash:` names, as Respite's `hash` takes them.
-const HASHES: [&str; 12] = [
-    "one_at_a_time",
-    "md5",
-    "crc16",
-    "crc32",
-    "crc32a",
-    "fnv1_64",
-    "fnv1a_64",
-    "fnv1_32",
-    "fnv1a_32",
-    "hsieh",
-    "murmur",
-    "jenkins",
-];
-
 /// One twemproxy pool and the Respite listener + cluster that must place keys like it.
 struct Pool {
     distribution: &'static str,
@@ -219,7 +203,7 @@ fn every_hash_and_distribution_matches_nutcracker() {
     let names = [None, Some("beta"), None];
     let mut pools = Vec::new();
     for distribution in ["ketama", "modula"] {
-        for hash in HASHES {
+        for hash in respite_control::source::twemproxy::HASHES {
             pools.push(Pool {
                 distribution,
                 hash,

@@ -34,7 +34,7 @@ mod yaml;
 use std::path::Path;
 
 use pool::Pool;
-pub use pool::{NO_TIMEOUT, stat_name};
+pub use pool::{HASHES, NO_TIMEOUT, stat_name};
 use respite::config::raw::{RawConfig, unspanned};
 use yaml::Value;
 
