@@ -18,6 +18,9 @@ command -v curl >/dev/null || need+=(curl)
 command -v openssl >/dev/null || need+=(openssl)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v tclsh >/dev/null || need+=(tcl)
+# valkey-server: the Valkey 8 tests (its Redis Cluster reports each node's availability zone).
+# Debian has it in bookworm-backports only: that suite is added below when it is missing.
+command -v valkey-server >/dev/null || need+=(valkey-server valkey-tools)
 # Tcl's tls package: the tcl suite over TLS (tests/tests/integration/tls_sessions.rs).
 echo 'package require tls' | tclsh >/dev/null 2>&1 || need+=(tcl-tls)
 # node + npm: tests/tests/integration/pubsub.rs runs ioredis subscribers (npm install ioredis).
@@ -33,8 +36,15 @@ command -v clang >/dev/null || need+=(clang)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "installing: ${need[*]}"
+  backports=()
+  if [[ " ${need[*]} " == *" valkey-server "* ]] && grep -qs 'VERSION_CODENAME=bookworm' /etc/os-release; then
+    grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ ||
+      echo 'deb http://deb.debian.org/debian bookworm-backports main' |
+      $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+    backports=(-t bookworm-backports)
+  fi
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${backports[@]}" "${need[@]}"
 fi
 command -v cargo >/dev/null || { echo "cargo not found: install Rust 1.95+ (rustup)" >&2; exit 1; }
 
@@ -51,12 +61,3 @@ deploy/run-tests.sh
 # Fuzz targets (fuzz/, not a workspace member): their stable bounded loops (FUZZ_SECS per target,
 # default 5). The coverage-guided libFuzzer runs are a soak, outside the tests: fuzz/run.sh.
 cargo test --release --manifest-path fuzz/Cargo.toml
-
-# A two-minute soak of the release build (bench/NOTES.md, "Soak and hostile clients"): mixed
-# pipelined load, connection churn, a config reload every 20 s and a backend restart every 45 s
-# over three appendfsync-always redis-servers. It fails the tests on a lost acknowledged write, a
-# panic, a dead Respite, or RSS or descriptors not coming back after the load. Reports go to the
-# git-ignored bench/results/quick.
-target_dir="$(cargo metadata --format-version 1 --no-deps \
-  | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-"$target_dir/release/respite-bench" soak --duration 2m --out bench/results/quick
