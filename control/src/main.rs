@@ -150,7 +150,7 @@ fn main() -> ExitCode {
                 // clap's group requires one.
                 (None, None) => return ExitCode::from(2),
             };
-            translate_file(&path, kind).map(|text| print!("{text}"))
+            translate_file(&path, kind).map(|(text, _)| print!("{text}"))
         }
         Some(Command::Sockmap { action, bpffs }) => sockmap_command(action, &bpffs),
         None => run(cli.run),
@@ -176,18 +176,21 @@ enum FileKind {
 }
 
 /// An Envoy bootstrap or nutcracker.yml → Respite TOML text (a nutcracker.yml's notes are also
-/// logged, one warning each).
-fn translate_file(path: &Path, kind: FileKind) -> Result<String, String> {
+/// logged, one warning each), and the files the config was read from besides `path` (an Envoy
+/// bootstrap's `dynamic_resources` files), to re-read when they change.
+fn translate_file(path: &Path, kind: FileKind) -> Result<(String, Vec<PathBuf>), String> {
     if kind == FileKind::Twemproxy {
         let t = twemproxy::load(path)?;
         for n in &t.notes {
             tracing::warn!(file = %path.display(), "{n}");
         }
-        return Ok(t.toml);
+        return Ok((t.toml, Vec::new()));
     }
     let resources = envoy_file::load(path)?;
-    translate::static_config(&resources.listeners, &resources.clusters)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    let toml = translate::static_config(&resources.listeners, &resources.clusters)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let files = [resources.xds_files.lds, resources.xds_files.cds];
+    Ok((toml, files.into_iter().flatten().collect()))
 }
 
 /// The bootstrap to use: `--bootstrap`, else `GRPC_XDS_BOOTSTRAP` (a path), else
@@ -431,31 +434,66 @@ fn serve_admin(
     Ok(())
 }
 
-/// Applies a file source, then re-applies it on every SIGHUP until SIGTERM/SIGINT. A start-up
-/// failure is fatal; a reload failure keeps the running config.
+/// Applies a file source, then re-applies it on every SIGHUP, and when a file an Envoy
+/// bootstrap's `dynamic_resources` names changes (its modification time, size or inode,
+/// checked every second: Envoy's filesystem subscription reacts to a move into place, this
+/// also to a write in place), until SIGTERM/SIGINT. A start-up failure is fatal; a reload
+/// failure keeps the running config.
 async fn run_file(path: &Path, kind: FileKind, applier: &Applier) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
-    let load = |path: &Path| -> Result<(), String> {
-        let text = match kind {
-            FileKind::Respite => read(path)?,
+    let load = |path: &Path| -> Result<Vec<PathBuf>, String> {
+        let (text, watched) = match kind {
+            FileKind::Respite => (read(path)?, Vec::new()),
             _ => translate_file(path, kind)?,
         };
         applier
             .apply_static(&text, &path.display().to_string())
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(watched)
     };
-    load(path)?;
+    let mut watched = load(path)?;
+    let mut seen = stamps(&watched);
     tracing::info!(file = %path.display(), "config applied");
     let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("SIGHUP: {e}"))?;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
-        tokio::select! {
-            _ = hup.recv() => match load(path) {
-                Ok(()) => tracing::info!(file = %path.display(), "config re-applied"),
-                Err(e) => tracing::error!(error = %e, "reload rejected; keeping the running config"),
-            },
+        let why = tokio::select! {
+            _ = hup.recv() => "SIGHUP",
+            _ = tick.tick() => {
+                let now = stamps(&watched);
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                "a dynamic_resources file changed"
+            }
             r = shutdown() => return r,
+        };
+        match load(path) {
+            Ok(w) => {
+                tracing::info!(file = %path.display(), why, "config re-applied");
+                if w != watched {
+                    watched = w;
+                    seen = stamps(&watched);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, why, "reload rejected; keeping the running config")
+            }
         }
     }
+}
+
+/// What tells a file changed: (modification time, size, inode) each, `None` while unreadable.
+fn stamps(files: &[PathBuf]) -> Vec<Option<(std::time::SystemTime, u64, u64)>> {
+    use std::os::unix::fs::MetadataExt;
+    files
+        .iter()
+        .map(|f| {
+            let m = std::fs::metadata(f).ok()?;
+            Some((m.modified().ok()?, m.len(), m.ino()))
+        })
+        .collect()
 }
 
 /// Resolves on SIGTERM or SIGINT.

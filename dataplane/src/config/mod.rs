@@ -694,6 +694,25 @@ pub enum KeyHash {
     Jenkins,
 }
 
+impl KeyHash {
+    /// The TOML names of all twelve hashes, in twemproxy's order (`HASH_CODEC`, nc_hashkit.h),
+    /// which is also the order of its `hash:` documentation.
+    pub const NAMES: [&'static str; 12] = [
+        "one_at_a_time",
+        "md5",
+        "crc16",
+        "crc32",
+        "crc32a",
+        "fnv1_64",
+        "fnv1a_64",
+        "fnv1_32",
+        "fnv1a_32",
+        "hsieh",
+        "murmur",
+        "jenkins",
+    ];
+}
+
 /// One upstream host.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct HostConfig {

@@ -221,22 +221,18 @@ fn route(
         let m = m.into_inner();
         let c_span = m.cluster.span();
         let (mc, rc) = cluster_ref(src, &format!("{mpath}.cluster"), m.cluster, clusters)?;
-        // A mirror onto the route's own cluster is accepted, as Envoy accepts it: each mirrored
-        // command reaches that cluster twice (the translator warns, naming the route).
-        // A differently named cluster over the same servers is the same backend: a mirror to
-        // it would run every write twice there.
+        // A mirror onto the route's own cluster, or onto another cluster over one of its
+        // servers, is accepted, as Envoy accepts it: each mirrored command reaches that server
+        // twice (so a mirrored write is applied twice), which is worth a warning, not a refusal.
         if mc != cluster
             && let (Some(p), Some(m)) = (clusters.get(&cluster), clusters.get(&mc))
             && let Some(shared) = p.hosts.intersection(&m.hosts).next()
         {
-            return Err(src.error(
-                Some(c_span),
-                &format!("{mpath}.cluster"),
-                &format!(
-                    "mirror cluster \"{mc}\" shares host {shared} with the route's cluster \
-                     \"{cluster}\": every command would reach that backend twice"
-                ),
-            ));
+            tracing::warn!(
+                route = %mpath,
+                "mirror cluster \"{mc}\" shares host {shared} with the route's cluster \
+                 \"{cluster}\": each mirrored command reaches that server twice"
+            );
         }
         if mirrors.iter().any(|o| o.cluster == mc) {
             return Err(src.error(

@@ -50,6 +50,14 @@ fn hash_and_distributions_parse() {
             assert_eq!(c.clusters[0].hash, hash);
         }
     }
+    // NAMES (what respite-control's twemproxy import accepts) are exactly the serde names.
+    let parsed: Vec<KeyHash> = KeyHash::NAMES
+        .iter()
+        .map(|n| ok(&format!("{MINIMAL}hash = \"{n}\"\n")).clusters[0].hash)
+        .collect();
+    let distinct: std::collections::HashSet<String> =
+        parsed.iter().map(|h| format!("{h:?}")).collect();
+    assert_eq!(distinct.len(), 12);
 }
 
 #[test]

@@ -79,3 +79,59 @@ fn sighup_in_xds_mode_does_not_kill_the_process() {
     assert_eq!(xds["stream"]["connected"], false, "{xds}");
     assert!(xds["stream"]["last_error"].is_string(), "{xds}");
 }
+
+/// An Envoy bootstrap whose clusters live in a CDS file (`dynamic_resources.cds_config.path`,
+/// Envoy's filesystem subscription, as in Envoy's `examples/redis`): served, and when the file
+/// is replaced (written aside, then moved into place, as Envoy expects) the new cluster applies
+/// without a signal.
+#[test]
+fn an_envoy_cds_file_is_followed_when_it_changes() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("control.sock");
+    let cds = dir.path().join("cds.yaml");
+    let cds_of = |backend: &RedisServer| {
+        format!(
+            "version_info: \"{port}\"\nresources:\n- \"@type\": \
+             type.googleapis.com/envoy.config.cluster.v3.Cluster\n  name: cache\n  \
+             connect_timeout: 1s\n  type: STATIC\n  load_assignment:\n    cluster_name: cache\n    \
+             endpoints:\n    - lb_endpoints:\n      - endpoint:\n          address:\n            \
+             socket_address: {{address: 127.0.0.1, port_value: {port}}}\n",
+            port = backend.port
+        )
+    };
+    std::fs::write(&cds, cds_of(&a)).expect("write cds");
+    let port = free_port();
+    let bootstrap = format!(
+        "node: {{id: walk, cluster: test}}\ndynamic_resources:\n  cds_config:\n    path: \"{}\"\n\
+         static_resources:\n  listeners:\n  - name: main\n    address:\n      socket_address: \
+         {{address: 127.0.0.1, port_value: {port}}}\n    filter_chains:\n    - filters:\n      \
+         - name: envoy.filters.network.redis_proxy\n        typed_config:\n          \"@type\": \
+         type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProxy\n          \
+         stat_prefix: main\n          settings: {{op_timeout: 1s}}\n          prefix_routes: \
+         {{catch_all_route: {{cluster: cache}}}}\n",
+        cds.display()
+    );
+    let _dp = Respite::start_empty(&sock);
+    let (ctl, _file) = ControlProcess::start_file("--envoy-config", &bootstrap, Some(&sock));
+    wait_for(T, || round_trip(port, "f1")).unwrap_or_else(|| panic!("no traffic: {}", ctl.log()));
+    assert_eq!(a.raw().cmd(&[b"GET", b"f1"]), b"$1\r\nv\r\n".to_vec());
+
+    let aside = dir.path().join("cds.yaml.new");
+    std::fs::write(&aside, cds_of(&b)).expect("write cds aside");
+    std::fs::rename(&aside, &cds).expect("move cds into place");
+    let moved = wait_for(T, || {
+        round_trip(port, "f2")?;
+        (b.raw().cmd(&[b"GET", b"f2"]) == b"$1\r\nv\r\n".to_vec()).then_some(())
+    });
+    assert!(
+        moved.is_some(),
+        "the CDS file change did not apply: {}",
+        ctl.log()
+    );
+    assert!(
+        ctl.log().contains("a dynamic_resources file changed"),
+        "{}",
+        ctl.log()
+    );
+}

@@ -14,6 +14,7 @@
 mod any;
 mod cluster;
 mod core;
+mod dynamic;
 mod listener;
 mod reader;
 mod redis;
@@ -54,7 +55,13 @@ pub struct StaticResources {
     pub listeners: Vec<Listener>,
     /// `static_resources.clusters`, in file order.
     pub clusters: Vec<Cluster>,
+    /// The files `dynamic_resources` names for listeners and clusters (Envoy's filesystem
+    /// subscription): [`load`] has appended their resources to `listeners` and `clusters`;
+    /// whoever runs the config re-reads it when they change.
+    pub xds_files: XdsFiles,
 }
+
+pub use dynamic::XdsFiles;
 
 /// Top-level bootstrap keys that configure Envoy itself (its admin, stats, runtime, tracing…):
 /// Respite has its own, so they are ignored with a warning.
@@ -102,16 +109,26 @@ const IGNORED: &[&str] = &[
 /// Reads an Envoy bootstrap file: YAML for `.yaml`/`.yml`, JSON otherwise (a JSON file is also
 /// valid YAML, but JSON errors are clearer from the JSON parser).
 ///
-/// Errors: unreadable file, bad YAML/JSON (with line), `dynamic_resources` (that is
-/// `--bootstrap`'s job), or a field that cannot be mapped, named by its path and, for YAML, its
-/// line: `static_resources.clusters[1].lb_polcy: unknown field (line 42)`.
+/// Listeners and clusters of `dynamic_resources` files (`lds_config` / `cds_config` with a
+/// `path`) are read too and follow the static ones.
+///
+/// Errors: unreadable file, bad YAML/JSON (with line), a gRPC `dynamic_resources` source (that
+/// is `--bootstrap`'s job), or a field that cannot be mapped, named by its file, path and, for
+/// YAML, its line: `static_resources.clusters[1].lb_polcy: unknown field (line 42)`.
 pub fn load(path: &Path) -> Result<StaticResources, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let yaml = matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")
     );
-    parse(&text, yaml).map_err(|e| format!("{}: {e}", path.display()))
+    let mut sr = parse(&text, yaml).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(f) = &sr.xds_files.lds {
+        sr.listeners.extend(dynamic::listeners(f)?);
+    }
+    if let Some(f) = &sr.xds_files.cds {
+        sr.clusters.extend(dynamic::clusters(f)?);
+    }
+    Ok(sr)
 }
 
 /// [`load`] on text already read: `yaml` selects the YAML parser, otherwise JSON.
@@ -156,14 +173,11 @@ fn bootstrap(root: &Value) -> Result<StaticResources, MapErr> {
         }
     };
     let mut o = Obj::new(root, "")?;
+    let xds_files = o
+        .msg("dynamic_resources", dynamic::dynamic_resources)?
+        .unwrap_or_default();
     for key in map.keys() {
         let snake = reader::snake(key);
-        if snake == "dynamic_resources" {
-            return Err(MapErr::new(
-                key,
-                "use respite-control --bootstrap for xDS (dynamic_resources)",
-            ));
-        }
         if IGNORED.contains(&snake.as_str()) {
             tracing::warn!(key = %key, "Envoy bootstrap: ignored (Respite has its own)");
             o.skip(key);
@@ -174,15 +188,25 @@ fn bootstrap(root: &Value) -> Result<StaticResources, MapErr> {
         let r = StaticResources {
             listeners: s.list("listeners", listener::listener)?,
             clusters: s.list("clusters", cluster::cluster)?,
+            xds_files: XdsFiles::default(),
         };
         s.finish_message("envoy.config.bootstrap.v3.Bootstrap.StaticResources")?;
         Ok(r)
     })?;
     o.finish_message("envoy.config.bootstrap.v3.Bootstrap")?;
-    sr.ok_or_else(|| MapErr::new("", "no static_resources"))
+    match sr {
+        Some(sr) => Ok(StaticResources { xds_files, ..sr }),
+        None if xds_files != XdsFiles::default() => Ok(StaticResources {
+            xds_files,
+            ..StaticResources::default()
+        }),
+        None => Err(MapErr::new("", "no static_resources")),
+    }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_corpus;
 #[cfg(test)]
 mod tests_shapes;

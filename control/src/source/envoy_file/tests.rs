@@ -305,7 +305,8 @@ fn dynamic_resources_is_refused_and_envoy_sections_ignored() {
     let e = err("dynamic_resources:\n  ads_config: {}\nstatic_resources: {}\n");
     assert_eq!(
         e,
-        "dynamic_resources: use respite-control --bootstrap for xDS (dynamic_resources) (line 1)"
+        "dynamic_resources.ads_config: xDS over gRPC: use respite-control --bootstrap (this \
+         import reads dynamic_resources only from files) (line 2)"
     );
     let sr = parse(
         "admin: {address: {socket_address: {address: 0.0.0.0, port_value: 9901}}}\n\

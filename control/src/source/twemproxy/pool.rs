@@ -11,20 +11,7 @@ use respite::config::{ClusterType, KeyHash, LbPolicy};
 use super::yaml::{Node, Value};
 
 /// twemproxy's hash functions (`src/hashkit/nc_hashkit.h`, `HASH_CODEC`).
-pub const HASHES: [&str; 12] = [
-    "one_at_a_time",
-    "md5",
-    "crc16",
-    "crc32",
-    "crc32a",
-    "fnv1_64",
-    "fnv1a_64",
-    "fnv1_32",
-    "fnv1a_32",
-    "hsieh",
-    "murmur",
-    "jenkins",
-];
+pub const HASHES: [&str; 12] = respite::config::KeyHash::NAMES;
 /// twemproxy's distributions (`DIST_CODEC`); each is also a Respite `lb_policy`.
 pub const DISTRIBUTIONS: [&str; 3] = ["ketama", "modula", "random"];
 

@@ -554,9 +554,9 @@ mod tests {
     fn parts_sent_from_the_frame_equal_the_encoded_sub_requests() {
         let spec = command::lookup(b"MSET").unwrap();
         let mut rng = fastrand::Rng::with_seed(7);
-        for round in 0..1000 {
+        for round in 0..1000usize {
             let lenient = round % 3 == 0;
-            let rewrite = (round % 4 > 0).then_some(round % 4 - 1);
+            let rewrite = (round % 4).checked_sub(1);
             let pairs = rng.usize(1..=6);
             let mut argv: Vec<Vec<u8>> = vec![b"mset".to_vec()];
             for i in 0..pairs {
@@ -605,9 +605,9 @@ mod tests {
     #[test]
     fn a_whole_request_with_its_keys_rewritten_equals_the_encoded_one() {
         let mut rng = fastrand::Rng::with_seed(11);
-        for round in 0..1000 {
+        for round in 0..1000usize {
             let lenient = round % 3 == 0;
-            let rewrite = (round % 4 > 0).then_some(round % 4 - 1);
+            let rewrite = (round % 4).checked_sub(1);
             let value = |rng: &mut fastrand::Rng| -> Vec<u8> {
                 let len = [0, 1, 3, 300][rng.usize(0..4)];
                 (0..len).map(|_| rng.alphanumeric() as u8).collect()
