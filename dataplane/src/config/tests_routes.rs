@@ -119,11 +119,11 @@ fn mirror_onto_the_routes_own_cluster() {
     assert_eq!(route.request_mirror_policy.len(), 1);
     assert_eq!(route.request_mirror_policy[0].cluster, "old");
 
-    // Another cluster over one of the route's servers (written differently): accepted too.
+    // Another cluster over one of the route's servers: accepted too.
     let c = parse(
         &edit(
             "name = \"new\"\nhosts = [\"127.0.0.1:7002\"]",
-            "name = \"new\"\nhosts = [\"127.0.0.1:7009\", { address = \" 127.0.0.1:7001\" }]",
+            "name = \"new\"\nhosts = [\"127.0.0.1:7009\", { address = \"127.0.0.1:7001\" }]",
         ),
         "t.toml",
     )
