@@ -17,6 +17,7 @@
 //! (modula), one table lookup (maglev), or the thread's random draw (random).
 
 pub mod discovery;
+pub mod dns;
 mod hash;
 pub mod hashkit;
 pub mod health;

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+mod dns;
 mod dump;
 pub mod limits;
 mod locate;
@@ -26,7 +27,9 @@ pub mod raw;
 mod routes;
 mod sockmap;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
+#[cfg(test)]
+mod tests_dns;
 #[cfg(test)]
 mod tests_limits;
 #[cfg(test)]
@@ -44,6 +47,7 @@ pub mod tls;
 pub(crate) mod tls_testing;
 mod validate;
 
+pub use dns::{DEFAULT_DNS_REFRESH_RATE, DnsConfig, DnsLookupFamily, DnsTarget, is_dns};
 pub use dump::REDACTED;
 pub use routes::{KEY_VARIABLE, clusters_of};
 pub use sockmap::{Sockmap, parse_port_list};
@@ -443,6 +447,10 @@ pub struct ClusterConfig {
     /// `[clusters.tls]`: every connection to the hosts is TLS (absent, the default: plain
     /// TCP). The handshake counts in `connect_timeout`.
     pub tls: Option<UpstreamTls>,
+    /// `strict_dns` / `logical_dns` clusters: the names to resolve and how (`hosts` then holds
+    /// the addresses the engine's resolver found, empty at load). `None` for other types.
+    #[serde(flatten)]
+    pub dns: Option<DnsConfig>,
 }
 
 impl ClusterConfig {
@@ -614,6 +622,15 @@ pub enum ClusterType {
     /// `envoy.clusters.redis`). Keys are placed by slot, `crc16(hashtag(key)) % 16384`, with
     /// hash tags always on; `lb_policy` does not apply.
     RedisCluster,
+    /// Envoy STRICT_DNS: every address each configured name resolves to is a host, with the
+    /// name's weight. Names are resolved off the workers at start and every
+    /// `dns_refresh_rate`, never at load; a name that does not resolve (yet) contributes no
+    /// host (a name that stops resolving keeps its last addresses, as in Envoy). A host's
+    /// placement identity is its address `ip:port`.
+    StrictDns,
+    /// Envoy LOGICAL_DNS: exactly one configured name; the host is the first address it
+    /// resolves to, re-resolved like `strict_dns`.
+    LogicalDns,
 }
 
 /// Key placement policy of a cluster. TOML:

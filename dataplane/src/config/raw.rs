@@ -452,6 +452,12 @@ pub struct RawCluster {
     /// `[clusters.tls]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<Spanned<RawUpstreamTls>>,
+    /// `strict_dns` / `logical_dns` only: re-resolution period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_refresh_rate: Option<Spanned<RawDuration>>,
+    /// `strict_dns` / `logical_dns` only: address families.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_lookup_family: Option<Spanned<super::DnsLookupFamily>>,
 }
 
 impl RawCluster {
@@ -482,6 +488,8 @@ impl RawCluster {
             max_reply_bytes_in_flight: None,
             tcp_keepalive: None,
             tls: None,
+            dns_refresh_rate: None,
+            dns_lookup_family: None,
         }
     }
 }

@@ -193,6 +193,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
                 tls: None,
+                dns: None,
             },
             ClusterConfig {
                 name: "sessions".into(),
@@ -219,6 +220,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
                 tls: None,
+                dns: None,
             },
         ],
         sockmap: Sockmap::default(),
