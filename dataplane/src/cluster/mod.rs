@@ -22,6 +22,7 @@ mod hash;
 pub mod hashkit;
 pub mod health;
 mod host;
+pub mod hostname_cache;
 mod ketama;
 mod maglev;
 mod modula;

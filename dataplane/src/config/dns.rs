@@ -155,3 +155,56 @@ pub(super) fn target_text(text: &str) -> Result<(String, u16), String> {
         )),
     }
 }
+
+/// Envoy's `DnsCacheConfig.dns_refresh_rate` default (60s).
+pub const DEFAULT_DNS_CACHE_REFRESH_RATE: Duration = Duration::from_secs(60);
+/// Envoy's `DnsCacheConfig.max_hosts` default.
+pub const DEFAULT_DNS_CACHE_MAX_HOSTS: usize = 1024;
+
+/// `[listeners.dns_cache]` (Envoy `ConnPoolSettings.dns_cache_config`, a dynamic forward proxy
+/// `DnsCacheConfig`): `MOVED` / `ASK` redirections naming a hostname are followed, the name
+/// resolved off the workers through a bounded cache while the redirected request waits (within
+/// `op_timeout`). Without it such a redirection goes to the client unchanged, as in Envoy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct DnsCacheConfig {
+    /// How often a cached name is resolved again. Non-zero; default 60s (Envoy's).
+    #[serde(serialize_with = "dump::duration")]
+    pub dns_refresh_rate: Duration,
+    /// The most names the cache holds; a redirection to a further name goes to the client.
+    /// At least 1; default 1024 (Envoy's).
+    pub max_hosts: usize,
+    /// Which address of a name is used (the first of the family). Default `auto`.
+    pub dns_lookup_family: DnsLookupFamily,
+}
+
+/// `[listeners.dns_cache]`.
+///
+/// Errors: a zero or malformed `dns_refresh_rate`, `max_hosts = 0`.
+pub(super) fn cache(
+    src: &Source<'_>,
+    path: &str,
+    raw: super::raw::RawDnsCache,
+) -> Result<DnsCacheConfig, ConfigError> {
+    let dns_refresh_rate = match &raw.dns_refresh_rate {
+        Some(v) => refresh_rate(src, &format!("{path}.dns_refresh_rate"), v)?,
+        None => DEFAULT_DNS_CACHE_REFRESH_RATE,
+    };
+    let max_hosts = match raw.max_hosts {
+        Some(n) if *n.get_ref() == 0 => {
+            return Err(src.error(
+                Some(n.span()),
+                &format!("{path}.max_hosts"),
+                "must be at least 1",
+            ));
+        }
+        Some(n) => n.into_inner(),
+        None => DEFAULT_DNS_CACHE_MAX_HOSTS,
+    };
+    Ok(DnsCacheConfig {
+        dns_refresh_rate,
+        max_hosts,
+        dns_lookup_family: raw
+            .dns_lookup_family
+            .map_or_else(DnsLookupFamily::default, Spanned::into_inner),
+    })
+}

@@ -47,7 +47,10 @@ pub mod tls;
 pub(crate) mod tls_testing;
 mod validate;
 
-pub use dns::{DEFAULT_DNS_REFRESH_RATE, DnsConfig, DnsLookupFamily, DnsTarget, is_dns};
+pub use dns::{
+    DEFAULT_DNS_CACHE_MAX_HOSTS, DEFAULT_DNS_CACHE_REFRESH_RATE, DEFAULT_DNS_REFRESH_RATE,
+    DnsCacheConfig, DnsConfig, DnsLookupFamily, DnsTarget, is_dns,
+};
 pub use dump::REDACTED;
 pub use routes::{KEY_VARIABLE, clusters_of};
 pub use sockmap::{Sockmap, parse_port_list};
@@ -184,6 +187,10 @@ pub struct ListenerConfig {
     pub enable_command_stats: bool,
     /// `[listeners.hot_keys]`: track the most requested keys (absent = off, the default).
     pub hot_keys: Option<HotKeysConfig>,
+    /// `[listeners.dns_cache]`: `redis_cluster` redirections naming a hostname are followed
+    /// (absent, the default: they go to the client unchanged, as in Envoy without
+    /// `dns_cache_config`).
+    pub dns_cache: Option<DnsCacheConfig>,
     /// Values (request bulk strings or replies) at least this many bytes long are counted in
     /// `redis.<stat_prefix>.big_value_total` and logged (rate-limited) with their key. 0 = off
     /// (the default).

@@ -376,6 +376,14 @@ fn listener(
         }
     }
 
+    let dns_cache = match l.dns_cache {
+        Some(d) => Some(super::dns::cache(
+            src,
+            &format!("{path}.dns_cache"),
+            d.into_inner(),
+        )?),
+        None => None,
+    };
     let hot_keys = match l.hot_keys {
         Some(h) => Some(hot_keys(src, &format!("{path}.hot_keys"), h.into_inner())?),
         None => None,
@@ -435,6 +443,7 @@ fn listener(
         latency_in_micros: l.latency_in_micros,
         enable_command_stats: l.enable_command_stats,
         hot_keys,
+        dns_cache,
         big_value_bytes: l.big_value_bytes,
         access_log,
         client_output_buffer_limit_pubsub,
