@@ -65,7 +65,8 @@ fn logical_dns_with_two_endpoints_is_refused() {
 
 #[test]
 fn dns_fields_respite_cannot_honour_are_refused_by_name() {
-    let cases: Vec<(Box<dyn Fn(&mut Cluster)>, &str)> = vec![
+    type Set = Box<dyn Fn(&mut Cluster)>;
+    let cases: Vec<(Set, &str)> = vec![
         (Box::new(|c| c.respect_dns_ttl = true), "respect_dns_ttl"),
         (
             Box::new(|c| {

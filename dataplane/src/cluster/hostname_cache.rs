@@ -32,6 +32,9 @@ pub enum Lookup {
     Failed,
 }
 
+/// A cached name: `(host, port)`.
+type Name = (String, u16);
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     /// `None` before the first answer; `Some(None)` when the name did not resolve.
@@ -43,7 +46,7 @@ struct Entry {
 /// A bounded hostname cache with its resolver thread.
 pub struct HostnameCache {
     config: DnsCacheConfig,
-    state: Mutex<HashMap<(String, u16), Entry>>,
+    state: Mutex<HashMap<Name, Entry>>,
     wake: Condvar,
 }
 
@@ -106,7 +109,7 @@ impl HostnameCache {
     fn run(&self, resolve: &Resolve) {
         loop {
             // The names due now, resolved without holding the lock.
-            let due: Vec<((String, u16), Option<Option<SocketAddr>>)> = {
+            let due: Vec<(Name, Option<Option<SocketAddr>>)> = {
                 let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
                     let now = Instant::now();
@@ -147,7 +150,12 @@ impl HostnameCache {
                 let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(e) = state.get_mut(&(host, port)) {
                     e.addr = Some(addr);
-                    e.due = Instant::now() + self.config.dns_refresh_rate;
+                    let now = Instant::now();
+                    // A rate too long to represent: once a day is as good as never.
+                    e.due = now
+                        .checked_add(self.config.dns_refresh_rate)
+                        .or_else(|| now.checked_add(Duration::from_secs(86_400)))
+                        .unwrap_or(now);
                 }
             }
         }

@@ -50,8 +50,9 @@ impl Drop for HostsGuard {
     }
 }
 
-/// A redis-server on `ip:port` (an address `RedisServer` does not bind), killed on drop.
-struct Server(Child, tempfile::TempDir);
+/// A redis-server on `ip:port` (an address `RedisServer` does not bind), killed on drop; the
+/// directory it runs in goes with it.
+struct Server(Child, #[allow(dead_code)] tempfile::TempDir);
 
 impl Server {
     fn start(ip: &str, port: u16) -> Server {
