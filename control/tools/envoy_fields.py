@@ -38,7 +38,7 @@ for f,v in fields(data):
 want=('envoy.config.cluster.v3.','envoy.config.listener.v3.','envoy.config.endpoint.v3.','envoy.config.core.v3.',
  'envoy.extensions.filters.network.redis_proxy.v3.','envoy.extensions.clusters.redis.v3.','envoy.extensions.health_checkers.redis.v3.',
  'envoy.extensions.transport_sockets.tls.v3.','envoy.type.v3.','envoy.extensions.load_balancing_policies.','envoy.config.bootstrap.v3.Bootstrap',
- 'envoy.extensions.filters.listener.tls_inspector.v3.')
+ 'envoy.extensions.filters.listener.tls_inspector.v3.','envoy.extensions.common.dynamic_forward_proxy.v3.DnsCacheConfig')
 out=[]
 for k in sorted(table):
     if k.startswith(want) and table[k]:

@@ -27,7 +27,7 @@ const REDIS_PROTOCOL_OPTIONS_KEYS: [&str; 2] = [REDIS_PROTOCOL_OPTIONS_KEY, "env
 /// What kind of cluster the discovery settings make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
-    /// STATIC / STRICT_DNS / LOGICAL_DNS: inline hosts.
+    /// STATIC / STRICT_DNS / LOGICAL_DNS: inline hosts (names resolved by the data plane).
     Static,
     /// EDS: hosts from a ClusterLoadAssignment.
     Eds,
@@ -85,6 +85,13 @@ pub fn translate(c: &Cluster) -> Result<ClusterDraft, String> {
                         .into(),
                 );
             }
+            if t.cluster_type == ClusterType::LogicalDns && hosts.len() != 1 {
+                return Err(format!(
+                    "load_assignment: {} endpoints; a LOGICAL_DNS cluster takes exactly one host \
+                     (as in Envoy)",
+                    hosts.len()
+                ));
+            }
             HostSource::Inline(hosts)
         }
     };
@@ -95,8 +102,8 @@ pub fn translate(c: &Cluster) -> Result<ClusterDraft, String> {
     })
 }
 
-/// Discovery type → `type`. STRICT_DNS and LOGICAL_DNS become `static`: the data plane resolves
-/// hostnames once when the config is loaded (each push), not on Envoy's `dns_refresh_rate`.
+/// Discovery type → `type`. STRICT_DNS and LOGICAL_DNS become `strict_dns` / `logical_dns`,
+/// which the data plane resolves and re-resolves itself ([`super::dns`]).
 fn discovery(c: &Cluster, t: &mut RawCluster) -> Result<Kind, String> {
     match &c.cluster_discovery_type {
         // The proto default of `type` is STATIC.
@@ -105,8 +112,18 @@ fn discovery(c: &Cluster, t: &mut RawCluster) -> Result<Kind, String> {
             Ok(Kind::Static)
         }
         Some(ClusterDiscoveryType::Type(v)) => match DiscoveryType::try_from(*v) {
-            Ok(DiscoveryType::Static | DiscoveryType::StrictDns | DiscoveryType::LogicalDns) => {
+            Ok(DiscoveryType::Static) => {
                 t.cluster_type = ClusterType::Static;
+                Ok(Kind::Static)
+            }
+            Ok(DiscoveryType::StrictDns) => {
+                t.cluster_type = ClusterType::StrictDns;
+                super::dns::settings(c, t)?;
+                Ok(Kind::Static)
+            }
+            Ok(DiscoveryType::LogicalDns) => {
+                t.cluster_type = ClusterType::LogicalDns;
+                super::dns::settings(c, t)?;
                 Ok(Kind::Static)
             }
             Ok(DiscoveryType::Eds) => {

@@ -286,6 +286,7 @@ fn proxy_fields(
 /// - `enable_redirection` is accepted either way: Respite always follows `MOVED`/`ASK` on a
 ///   `redis_cluster` cluster (what Envoy's Redis Cluster docs require the flag for) and never
 ///   on other clusters.
+/// - `dns_cache_config` → `[listeners.dns_cache]` ([`super::dns::cache`]).
 /// - `connection_rate_limit` is accepted and not copied: Respite limits reconnects per upstream
 ///   host on the cluster (`connection_rate_limit_per_sec`, default 100/s over all workers), which
 ///   a listener cannot set, because one host may serve several listeners.
@@ -303,11 +304,11 @@ fn settings_fields(
     };
     let op_timeout = positive_duration(op, &format!("{p}.op_timeout"))?;
     let mut t = RawListener::new(name.to_owned(), address, op_timeout);
-    if c.dns_cache_config.is_some() {
-        return Err(format!(
-            "{p}.dns_cache_config: resolving hostnames in MOVED/ASK through a DNS cache is not \
-             supported"
-        ));
+    if let Some(d) = &c.dns_cache_config {
+        t.dns_cache = Some(unspanned(super::dns::cache(
+            d,
+            &format!("{p}.dns_cache_config"),
+        )?));
     }
     t.enable_hashtagging = c.enable_hashtagging;
     t.max_buffer_size_before_flush = count(c.max_buffer_size_before_flush);

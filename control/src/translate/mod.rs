@@ -41,6 +41,7 @@
 use std::collections::BTreeSet;
 
 mod cluster;
+mod dns;
 mod endpoints;
 pub mod fields;
 pub mod files;
@@ -52,6 +53,8 @@ mod redis_cluster;
 mod tests;
 #[cfg(test)]
 mod tests_cluster;
+#[cfg(test)]
+mod tests_dns;
 #[cfg(test)]
 mod tests_golden;
 #[cfg(test)]

@@ -574,11 +574,14 @@ fn redis_proxy_required_fields() {
 fn unsupported_behaviour_is_refused_by_name() {
     let mut p = proxy();
     if let Some(s) = p.settings.as_mut() {
-        s.dns_cache_config = Some(DnsCacheConfig::default());
+        s.dns_cache_config = Some(DnsCacheConfig {
+            host_ttl: Some(super::tests_support::ms(1000)),
+            ..DnsCacheConfig::default()
+        });
     }
     assert_mentions(
         &listener_err(&listener_with(&p)),
-        &["dns_cache_config", "not supported"],
+        &["dns_cache_config.host_ttl", "not supported by respite"],
     );
 
     let mut p = proxy();

@@ -82,20 +82,6 @@ fn static_cluster_with_envoy_defaults() {
 }
 
 #[test]
-fn dns_types_become_static_with_hostnames() {
-    for t in [DiscoveryType::StrictDns, DiscoveryType::LogicalDns] {
-        let mut cl = static_cluster("cache", &[]);
-        cl.cluster_discovery_type = Some(ClusterDiscoveryType::Type(t as i32));
-        cl.load_assignment = Some(assignment("cache", vec![lb_endpoint("localhost", 7001)]));
-        cl.connect_timeout = Some(ms(250));
-        let c = parse_cluster(&cl);
-        assert_eq!(c.cluster_type, ClusterType::Static);
-        assert_eq!(c.hosts[0].address_text, "localhost:7001");
-        assert_eq!(c.connect_timeout, Duration::from_millis(250));
-    }
-}
-
-#[test]
 fn eds_cluster_names_its_assignment() {
     let d = super::cluster(&eds_cluster("svc-a")).unwrap();
     assert_eq!(d.hosts, HostSource::Eds("svc-a".into()));

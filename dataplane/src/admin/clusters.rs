@@ -130,7 +130,10 @@ pub fn collect(config: &Config, registry: &HostRegistry, store: &Store) -> Vec<C
         .map(|c| {
             // (address, hostname, weight)
             let hosts: Vec<(SocketAddr, String, u32)> = match c.cluster_type {
-                ClusterType::Static | ClusterType::Eds => c
+                ClusterType::Static
+                | ClusterType::Eds
+                | ClusterType::StrictDns
+                | ClusterType::LogicalDns => c
                     .hosts
                     .iter()
                     .map(|h| (h.address, dns_name(&h.address_text), h.weight))

@@ -17,10 +17,12 @@
 //! (modula), one table lookup (maglev), or the thread's random draw (random).
 
 pub mod discovery;
+pub mod dns;
 mod hash;
 pub mod hashkit;
 pub mod health;
 mod host;
+pub mod hostname_cache;
 mod ketama;
 mod maglev;
 mod modula;

@@ -140,7 +140,10 @@ impl ClusterPool {
             .map(|t| t.with_stats(&ctx.store, ctx.worker));
         let settings = Rc::new(settings);
         let kind = match cluster.cluster_type {
-            ClusterType::Static | ClusterType::Eds => {
+            ClusterType::Static
+            | ClusterType::Eds
+            | ClusterType::StrictDns
+            | ClusterType::LogicalDns => {
                 let upstream = ctx.upstream_stats(&cluster.name, &settings);
                 let host_stats: Vec<HostStats> = cluster
                     .hosts

@@ -63,6 +63,50 @@ impl Redirection {
     }
 }
 
+/// A `MOVED` / `ASK` naming a hostname (Redis 7 `cluster-preferred-endpoint-type hostname`),
+/// which [`Redirection::parse`] leaves to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct HostRedirect<'a> {
+    /// `MOVED` or `ASK`.
+    kind: &'a str,
+    slot: u16,
+    /// The hostname as the node wrote it.
+    pub(super) host: &'a str,
+    pub(super) port: u16,
+}
+
+impl<'a> HostRedirect<'a> {
+    /// `-MOVED <slot> <host>:<port>` / `-ASK …` whose host is not an IP address; `None` for
+    /// anything else.
+    pub(super) fn parse(reply: &'a [u8]) -> Option<HostRedirect<'a>> {
+        let line = reply.strip_suffix(b"\r\n").unwrap_or(reply);
+        let text = std::str::from_utf8(line.strip_prefix(b"-")?).ok()?;
+        let mut words = text.split(' ');
+        let kind = words.next().filter(|k| matches!(*k, "MOVED" | "ASK"))?;
+        let slot: u16 = words.next()?.parse().ok()?;
+        let (host, port) = words.next()?.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let ip_like = host.trim_start_matches('[').trim_end_matches(']');
+        if slot >= CLUSTER_SLOTS || host.is_empty() || ip_like.parse::<IpAddr>().is_ok() {
+            return None;
+        }
+        if words.next().is_some() {
+            return None;
+        }
+        Some(HostRedirect {
+            kind,
+            slot,
+            host,
+            port,
+        })
+    }
+
+    /// The same redirection naming `addr` instead, for [`Redirection::parse`].
+    pub(super) fn with_addr(&self, addr: SocketAddr) -> Vec<u8> {
+        format!("-{} {} {addr}\r\n", self.kind, self.slot).into_bytes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +156,25 @@ mod tests {
                 Some(Redirection::Retry),
                 "{transient:?}"
             );
+        }
+        let h = HostRedirect::parse(b"-MOVED 3999 redis-1.example:6381\r\n").expect("host");
+        assert_eq!((h.host, h.port), ("redis-1.example", 6381));
+        let addr: SocketAddr = "10.1.2.3:6381".parse().expect("test value");
+        assert_eq!(h.with_addr(addr), b"-MOVED 3999 10.1.2.3:6381\r\n");
+        let h = HostRedirect::parse(b"-ASK 7 localhost:7001\r\n").expect("host");
+        assert_eq!(
+            Redirection::parse(&h.with_addr(addr), from),
+            Some(Redirection::Ask { slot: 7, addr })
+        );
+        for not_host in [
+            &b"-MOVED 1 127.0.0.1:1\r\n"[..],
+            b"-MOVED 1 [::1]:1\r\n",
+            b"-MOVED 1 :1\r\n",
+            b"-MOVED 16384 a:1\r\n",
+            b"-TRYAGAIN a:1\r\n",
+            b"-ERR a:1\r\n",
+        ] {
+            assert_eq!(HostRedirect::parse(not_host), None, "{not_host:?}");
         }
         for bad in [
             &b"-MOVED 16384 127.0.0.1:1\r\n"[..],

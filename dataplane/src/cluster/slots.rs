@@ -35,6 +35,8 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
+mod hostname;
+
 use super::CLUSTER_SLOTS;
 use super::host::HostRegistry;
 use super::pool::{Conn, Dest, PoolContext, session_conn};
@@ -913,6 +915,9 @@ impl Redirect for SlotPool {
             Some(Redirection::Retry) => retry.slot,
             None => None,
         };
+        if let Some(cache) = self.hostname_cache(reply) {
+            return self.follow_hostname(cache, from, reply, request, target, retry);
+        }
         // Requests sent to a node rather than by key, and the detour itself, go straight on.
         let Some(slot) = slot.filter(|_| !retry.detour) else {
             return self.follow(from, reply, request, target, retry);

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+mod dns;
 mod dump;
 pub mod limits;
 mod locate;
@@ -26,7 +27,9 @@ pub mod raw;
 mod routes;
 mod sockmap;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
+#[cfg(test)]
+mod tests_dns;
 #[cfg(test)]
 mod tests_limits;
 #[cfg(test)]
@@ -44,6 +47,10 @@ pub mod tls;
 pub(crate) mod tls_testing;
 mod validate;
 
+pub use dns::{
+    DEFAULT_DNS_CACHE_MAX_HOSTS, DEFAULT_DNS_CACHE_REFRESH_RATE, DEFAULT_DNS_REFRESH_RATE,
+    DnsCacheConfig, DnsConfig, DnsLookupFamily, DnsTarget, is_dns,
+};
 pub use dump::REDACTED;
 pub use routes::{KEY_VARIABLE, clusters_of};
 pub use sockmap::{Sockmap, parse_port_list};
@@ -180,6 +187,10 @@ pub struct ListenerConfig {
     pub enable_command_stats: bool,
     /// `[listeners.hot_keys]`: track the most requested keys (absent = off, the default).
     pub hot_keys: Option<HotKeysConfig>,
+    /// `[listeners.dns_cache]`: `redis_cluster` redirections naming a hostname are followed
+    /// (absent, the default: they go to the client unchanged, as in Envoy without
+    /// `dns_cache_config`).
+    pub dns_cache: Option<DnsCacheConfig>,
     /// Values (request bulk strings or replies) at least this many bytes long are counted in
     /// `redis.<stat_prefix>.big_value_total` and logged (rate-limited) with their key. 0 = off
     /// (the default).
@@ -443,6 +454,10 @@ pub struct ClusterConfig {
     /// `[clusters.tls]`: every connection to the hosts is TLS (absent, the default: plain
     /// TCP). The handshake counts in `connect_timeout`.
     pub tls: Option<UpstreamTls>,
+    /// `strict_dns` / `logical_dns` clusters: the names to resolve and how (`hosts` then holds
+    /// the addresses the engine's resolver found, empty at load). `None` for other types.
+    #[serde(flatten)]
+    pub dns: Option<DnsConfig>,
 }
 
 impl ClusterConfig {
@@ -614,6 +629,15 @@ pub enum ClusterType {
     /// `envoy.clusters.redis`). Keys are placed by slot, `crc16(hashtag(key)) % 16384`, with
     /// hash tags always on; `lb_policy` does not apply.
     RedisCluster,
+    /// Envoy STRICT_DNS: every address each configured name resolves to is a host, with the
+    /// name's weight. Names are resolved off the workers at start and every
+    /// `dns_refresh_rate`, never at load; a name that does not resolve (yet) contributes no
+    /// host (a name that stops resolving keeps its last addresses, as in Envoy). A host's
+    /// placement identity is its address `ip:port`.
+    StrictDns,
+    /// Envoy LOGICAL_DNS: exactly one configured name; the host is the first address it
+    /// resolves to, re-resolved like `strict_dns`.
+    LogicalDns,
 }
 
 /// Key placement policy of a cluster. TOML:

@@ -148,6 +148,9 @@ pub struct RawListener {
     /// `[listeners.hot_keys]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hot_keys: Option<Spanned<RawHotKeys>>,
+    /// `[listeners.dns_cache]`: follow redirections to hostnames.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_cache: Option<Spanned<RawDnsCache>>,
     /// Values at least this big (bytes) are counted; 0 = off.
     #[serde(default)]
     pub big_value_bytes: usize,
@@ -241,6 +244,7 @@ impl RawListener {
             latency_in_micros: false,
             enable_command_stats: false,
             hot_keys: None,
+            dns_cache: None,
             big_value_bytes: 0,
             access_log: None,
             client_output_buffer_limit_pubsub: None,
@@ -248,6 +252,21 @@ impl RawListener {
             tls: None,
         }
     }
+}
+
+/// `[listeners.dns_cache]` ([`super::DnsCacheConfig`]).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDnsCache {
+    /// Re-resolution period of a cached name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_refresh_rate: Option<Spanned<RawDuration>>,
+    /// Most names held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_hosts: Option<Spanned<usize>>,
+    /// Address families.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_lookup_family: Option<Spanned<super::DnsLookupFamily>>,
 }
 
 /// `[listeners.hot_keys]`.
@@ -452,6 +471,12 @@ pub struct RawCluster {
     /// `[clusters.tls]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<Spanned<RawUpstreamTls>>,
+    /// `strict_dns` / `logical_dns` only: re-resolution period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_refresh_rate: Option<Spanned<RawDuration>>,
+    /// `strict_dns` / `logical_dns` only: address families.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_lookup_family: Option<Spanned<super::DnsLookupFamily>>,
 }
 
 impl RawCluster {
@@ -482,6 +507,8 @@ impl RawCluster {
             max_reply_bytes_in_flight: None,
             tcp_keepalive: None,
             tls: None,
+            dns_refresh_rate: None,
+            dns_lookup_family: None,
         }
     }
 }

@@ -123,6 +123,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 latency_in_micros: false,
                 enable_command_stats: false,
                 hot_keys: None,
+                dns_cache: None,
                 big_value_bytes: 0,
                 access_log: None,
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
@@ -152,6 +153,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 latency_in_micros: false,
                 enable_command_stats: false,
                 hot_keys: None,
+                dns_cache: None,
                 big_value_bytes: 0,
                 access_log: None,
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
@@ -193,6 +195,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
                 tls: None,
+                dns: None,
             },
             ClusterConfig {
                 name: "sessions".into(),
@@ -219,6 +222,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
                 tls: None,
+                dns: None,
             },
         ],
         sockmap: Sockmap::default(),
@@ -485,10 +489,10 @@ fn bad_types() {
          `round_robin`, `ring_hash`, `maglev`",
     );
     assert_err(
-        &format!("{MINIMAL}type = \"strict_dns\"\n"),
+        &format!("{MINIMAL}type = \"original_dst\"\n"),
         10,
         "clusters[0].type",
-        "unknown variant `strict_dns`",
+        "unknown variant `original_dst`",
     );
 }
 

@@ -376,6 +376,14 @@ fn listener(
         }
     }
 
+    let dns_cache = match l.dns_cache {
+        Some(d) => Some(super::dns::cache(
+            src,
+            &format!("{path}.dns_cache"),
+            d.into_inner(),
+        )?),
+        None => None,
+    };
     let hot_keys = match l.hot_keys {
         Some(h) => Some(hot_keys(src, &format!("{path}.hot_keys"), h.into_inner())?),
         None => None,
@@ -435,6 +443,7 @@ fn listener(
         latency_in_micros: l.latency_in_micros,
         enable_command_stats: l.enable_command_stats,
         hot_keys,
+        dns_cache,
         big_value_bytes: l.big_value_bytes,
         access_log,
         client_output_buffer_limit_pubsub,
@@ -617,6 +626,7 @@ fn access_log(src: &Source<'_>, path: &str, a: RawAccessLog) -> Result<AccessLog
 
 fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterConfig> {
     let redis_cluster = redis_cluster(src, path, &c)?;
+    let mut dns = super::dns::settings(src, path, &c)?;
     let mut health_checks = Vec::with_capacity(c.health_checks.len());
     for (i, h) in std::mem::take(&mut c.health_checks).into_iter().enumerate() {
         health_checks.push(health_check(
@@ -720,6 +730,14 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
             "a cluster needs at least one host",
         ));
     }
+    if c.cluster_type == ClusterType::LogicalDns && raw_hosts.len() != 1 {
+        return Err(src.error(
+            Some(hosts_span),
+            &format!("{path}.hosts"),
+            "type \"logical_dns\" takes exactly one host (Envoy LOGICAL_DNS); use \"strict_dns\" \
+             for several",
+        ));
+    }
     let mut hosts: Vec<HostConfig> = Vec::with_capacity(raw_hosts.len());
     let mut seen_addrs: HashMap<SocketAddr, usize> = HashMap::new();
     let mut seen_names: HashMap<String, usize> = HashMap::new();
@@ -734,6 +752,38 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
                 (apath, t.address.into_inner(), span, t.weight, t.name)
             }
         };
+        if let Some(d) = dns.as_mut() {
+            let (host, port) = super::dns::target_text(&address_text)
+                .map_err(|m| src.error(Some(address_span.clone()), &apath, &m))?;
+            if let Some(n) = hname {
+                return Err(src.error(
+                    Some(n.span()),
+                    &format!("{hpath}.name"),
+                    "not supported by respite on DNS clusters: a resolved host is placed by its \
+                     address ip:port",
+                ));
+            }
+            if d.targets.iter().any(|t| t.host == host && t.port == port) {
+                return Err(src.error(
+                    Some(address_span),
+                    &apath,
+                    &format!("duplicate host \"{address_text}\""),
+                ));
+            }
+            let weight = match weight {
+                Some(w) if *w.get_ref() == 0 => {
+                    return Err(src.error(
+                        Some(w.span()),
+                        &format!("{hpath}.weight"),
+                        "must be at least 1",
+                    ));
+                }
+                Some(w) => w.into_inner(),
+                None => 1,
+            };
+            d.targets.push(super::DnsTarget { host, port, weight });
+            continue;
+        }
         let address = socket_addr(
             src,
             &apath,
@@ -836,6 +886,7 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         max_reply_bytes_in_flight,
         tcp_keepalive,
         tls,
+        dns,
     })
 }
 

@@ -30,6 +30,7 @@ use crate::admin::AdminContext;
 use crate::admin::control_socket::{ControlSocket, Push, PushError};
 use crate::cluster::HostRegistry;
 use crate::cluster::discovery::Discovery;
+use crate::cluster::dns::{self, DnsSpec, Resolved, Resolver};
 use crate::cluster::health::Checker;
 use crate::cluster::topology::{Registry, TopologyCell};
 use crate::config::{self, ClusterConfig, ClusterType, Config};
@@ -58,6 +59,8 @@ pub struct Engine {
     discoveries: HashMap<String, Running>,
     /// The health thread (active checks, outlier ejections) of the whole process.
     checker: Checker,
+    /// `strict_dns` / `logical_dns` clusters: the resolver thread and what it last found.
+    dns: DnsState,
     /// The TCP admin endpoint; `None` with `admin.control_socket_only`.
     admin: Option<crate::admin::AdminHandle>,
     admin_ctx: Arc<AdminContext>,
@@ -65,6 +68,17 @@ pub struct Engine {
     /// are shared with it while it has not begun to drain (see [`Engine::hand_over`]).
     hot_restart: bool,
 }
+
+/// The engine's side of DNS clusters.
+struct DnsState {
+    resolver: Resolver,
+    /// The spec and addresses behind the hosts of each DNS cluster of the running config.
+    current: HashMap<String, (DnsSpec, Resolved)>,
+    lookup: Arc<dns::Lookup>,
+}
+
+/// How often the engine's owner thread looks for host sets the resolver thread found.
+const DNS_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A running discovery thread with the config it runs under and the cell it publishes into.
 struct Running {
@@ -140,6 +154,41 @@ fn stop_removed_discoveries(
     registry.retain(&keep);
 }
 
+/// Sets the hosts of every DNS cluster of `config`: from the running state when its spec is
+/// unchanged, else from a lookup now (on the calling thread, never a worker; counted in shard
+/// 0). Returns the state behind them, to keep once `config` runs.
+fn fill_dns(
+    state: &DnsState,
+    store: &Store,
+    config: &mut Config,
+) -> HashMap<String, (DnsSpec, Resolved)> {
+    let mut out = HashMap::new();
+    for c in &mut config.clusters {
+        let Some(spec) = DnsSpec::of(c) else {
+            continue;
+        };
+        let resolved = match state.current.get(&c.name) {
+            Some((s, r)) if *s == spec => r.clone(),
+            _ => dns::resolve_counted(&c.name, &spec, None, &*state.lookup, store, 0),
+        };
+        c.hosts = dns::hosts(&spec, &resolved);
+        // Listed from the start (at 0), so dashboards see them before the first change.
+        store.counter(&format!("cluster.{}.membership_change", c.name), 0);
+        out.insert(c.name.clone(), (spec, resolved));
+    }
+    out
+}
+
+impl DnsState {
+    /// What the resolver thread should re-resolve: every DNS cluster now running.
+    fn resolver_list(&self) -> Vec<(String, DnsSpec, Resolved)> {
+        self.current
+            .iter()
+            .map(|(n, (s, r))| (n.clone(), s.clone(), r.clone()))
+            .collect()
+    }
+}
+
 /// `insecure_skip_verify` is a choice the operator made on purpose; it is still said out loud
 /// at every start and reload that keeps it, so it cannot go unnoticed.
 fn note_insecure_tls(config: &Config) {
@@ -174,7 +223,7 @@ impl Engine {
     /// `RLIMIT_NOFILE` allows (after raising the soft limit up to the hard one). `log` backs the
     /// admin `/logging` endpoint.
     pub fn start(
-        config: Config,
+        mut config: Config,
         config_path: Option<PathBuf>,
         log: Option<crate::admin::LogControl>,
         hot_restart: bool,
@@ -183,6 +232,14 @@ impl Engine {
         // Before anything starts: a second respite on the same config fails here, untouched.
         claim::check_listeners(&config.listeners, &[], hot_restart, claim::IN_USE_GRACE)?;
         let store = Store::new();
+        let lookup: Arc<dns::Lookup> = Arc::new(dns::system_lookup);
+        let mut dns = DnsState {
+            resolver: Resolver::spawn(store.clone(), lookup.clone()),
+            current: HashMap::new(),
+            lookup,
+        };
+        dns.current = fill_dns(&dns, &store, &mut config);
+        dns.resolver.set(dns.resolver_list());
         let registry = Arc::new(Registry::default());
         let hosts = Arc::new(HostRegistry::default());
         let admin_ctx =
@@ -246,6 +303,7 @@ impl Engine {
             hosts,
             discoveries,
             checker,
+            dns,
             admin,
             admin_ctx,
             hot_restart,
@@ -317,6 +375,8 @@ impl Engine {
     /// hand-over), or a worker rejected the config (e.g. an address cannot be bound). The
     /// running config stays.
     pub fn apply(&mut self, new: Config) -> Result<(), String> {
+        let mut new = new;
+        let dns_current = fill_dns(&self.dns, &self.store, &mut new);
         // The running workers: `runtime.workers` changes only at a restart, and the loader
         // checked the file's own value against the hard limit.
         nofile::ensure(&new, self.config.runtime.workers)?;
@@ -367,7 +427,45 @@ impl Engine {
         note_insecure_tls(&new);
         self.admin_ctx.set_config(new.clone());
         self.config = new;
+        self.dns.current = dns_current;
+        self.dns.resolver.set(self.dns.resolver_list());
         Ok(())
+    }
+
+    /// Applies the host sets the resolver thread found since the last call (through
+    /// [`Engine::apply`], as a reload), counting `cluster.<name>.membership_change`. An update
+    /// for a spec the running config no longer has is dropped.
+    pub fn poll_dns(&mut self) {
+        for u in self.dns.resolver.updates() {
+            let Some((spec, _)) = self.dns.current.get(&u.cluster) else {
+                continue;
+            };
+            if *spec != u.spec {
+                continue;
+            }
+            let old = self
+                .dns
+                .current
+                .insert(u.cluster.clone(), (u.spec.clone(), u.resolved.clone()));
+            let hosts = dns::hosts(&u.spec, &u.resolved);
+            let list: Vec<String> = hosts.iter().map(|h| h.address_text.clone()).collect();
+            match self.apply((*self.config).clone()) {
+                Ok(()) => {
+                    // Only this thread writes shard 0 of the cluster's DNS stats.
+                    self.store
+                        .counter(&format!("cluster.{}.membership_change", u.cluster), 0)
+                        .inc();
+                    info!(cluster = %u.cluster, hosts = ?list, "DNS host set changed; applied");
+                }
+                Err(e) => {
+                    if let Some(old) = old {
+                        self.dns.current.insert(u.cluster.clone(), old);
+                    }
+                    warn!(cluster = %u.cluster, hosts = ?list, error = %e,
+                        "DNS host set changed but could not be applied; keeping the running one");
+                }
+            }
+        }
     }
 
     /// Hot-restart drain (docs/hot-restart.md): releases the admin address (so the process
@@ -494,7 +592,13 @@ pub fn run(
         info!(path = %c.path().display(), "control socket listening");
     }
     drop(events);
-    for event in rx.iter() {
+    loop {
+        engine.poll_dns();
+        let event = match rx.recv_timeout(DNS_POLL) {
+            Ok(e) => e,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         match event {
             Event::Signal(SIGHUP) => match engine.reload() {
                 Ok(()) => info!("config reloaded"),

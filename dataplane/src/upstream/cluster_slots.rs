@@ -290,6 +290,7 @@ mod tests {
             max_reply_bytes_in_flight: 64 << 20,
             tcp_keepalive: Default::default(),
             tls: None,
+            dns: None,
         }
     }
 

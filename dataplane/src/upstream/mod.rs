@@ -190,6 +190,9 @@ pub struct PoolSettings {
     pub enable_command_stats: bool,
     /// The cluster's `[clusters.tls]`: every connection of the pool is TLS.
     pub tls: Option<TlsSettings>,
+    /// Redis Cluster only: the listener's `[listeners.dns_cache]`, which makes redirections to
+    /// hostnames followed.
+    pub dns_cache: Option<crate::config::DnsCacheConfig>,
 }
 
 impl PoolSettings {
@@ -215,6 +218,7 @@ impl PoolSettings {
             tcp_keepalive: cluster.tcp_keepalive,
             enable_command_stats: listener.enable_command_stats,
             tls: TlsSettings::of(cluster),
+            dns_cache: listener.dns_cache,
         }
     }
 }

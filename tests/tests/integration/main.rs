@@ -24,6 +24,7 @@ mod config_cli;
 mod control_file;
 mod control_socket;
 mod differential;
+mod dns_cluster;
 mod envoy_import;
 mod failures;
 mod faults;

@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::extensions::health_checkers::redis::v3::Redis;
 use serde_json::Value;
 
 use super::core::{address, data_source, grpc_service, runtime_fractional_percent};
-use super::reader::{MapErr, Obj, Res};
+use super::reader::{Obj, Res};
 
 /// `RedisProxy` (the fields of an `Any`, `@type` already taken by the caller).
 pub fn proxy(o: &mut Obj) -> Res<RedisProxy> {
@@ -45,19 +45,11 @@ pub fn proxy(o: &mut Obj) -> Res<RedisProxy> {
 fn settings(v: &Value, p: &str) -> Res<redis_proxy::ConnPoolSettings> {
     use redis_proxy::conn_pool_settings::ReadPolicy;
     let mut o = Obj::new(v, p)?;
-    // DnsCacheConfig (dynamic forward proxy) is a large message of its own; refusing it by
-    // name beats a silent drop of the setting.
-    o.msg::<()>("dns_cache_config", |_, p| {
-        Err(MapErr::new(
-            p,
-            "not supported by the Envoy import (dynamic forward proxy DNS cache)",
-        ))
-    })?;
     let r = redis_proxy::ConnPoolSettings {
         op_timeout: o.dur("op_timeout")?,
         enable_hashtagging: o.bool("enable_hashtagging")?,
         enable_redirection: o.bool("enable_redirection")?,
-        dns_cache_config: None,
+        dns_cache_config: o.msg("dns_cache_config", dns_cache_config)?,
         max_buffer_size_before_flush: o.u32("max_buffer_size_before_flush")?,
         buffer_flush_timeout: o.dur("buffer_flush_timeout")?,
         max_upstream_unknown_connections: o.u32w("max_upstream_unknown_connections")?,
@@ -178,4 +170,22 @@ pub fn health_checker(o: &mut Obj) -> Res<Redis> {
         key: o.string("key")?,
         aws_iam: o.msg("aws_iam", aws_iam)?,
     })
+}
+
+/// `DnsCacheConfig` (dynamic forward proxy): the fields the translation maps; any other is
+/// refused by name by the reader ("not supported by respite (refused)").
+fn dns_cache_config(
+    v: &Value,
+    p: &str,
+) -> Res<envoy_types::pb::envoy::extensions::common::dynamic_forward_proxy::v3::DnsCacheConfig> {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
+    let mut o = Obj::new(v, p)?;
+    let r = envoy_types::pb::envoy::extensions::common::dynamic_forward_proxy::v3::DnsCacheConfig {
+        name: o.string("name")?,
+        dns_lookup_family: o.enm("dns_lookup_family", DnsLookupFamily::from_str_name)?,
+        dns_refresh_rate: o.dur("dns_refresh_rate")?,
+        max_hosts: o.u32w("max_hosts")?,
+        ..Default::default()
+    };
+    o.done(r)
 }

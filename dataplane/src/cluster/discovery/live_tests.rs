@@ -146,6 +146,7 @@ fn config(ports: &[u16]) -> ClusterConfig {
         max_reply_bytes_in_flight: 64 << 20,
         tcp_keepalive: Default::default(),
         tls: None,
+        dns: None,
     }
 }
 
