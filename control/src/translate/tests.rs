@@ -660,7 +660,6 @@ fn connection_rate_limit_reaches_every_cluster_the_listener_names() {
             }];
             r.read_command_policy = Some(ReadCommandPolicy {
                 cluster: "reads".into(),
-                ..Default::default()
             });
             r
         }],
@@ -707,7 +706,7 @@ fn connection_rate_limit_lowest_listener_wins() {
     l.address = Some(sock("127.0.0.1", 6380));
     let d2 = super::listener(&l).unwrap();
     let c = super::cluster(&static_cluster("cache", &[7000])).unwrap();
-    let cfg = parse(&[&d1, &d2], &[c.clone()]);
+    let cfg = parse(&[&d1, &d2], std::slice::from_ref(&c));
     assert_eq!(cfg.clusters[0].connection_rate_limit_per_sec, 20);
     let cfg = parse(&[&d2, &d1], &[c]);
     assert_eq!(cfg.clusters[0].connection_rate_limit_per_sec, 20);
