@@ -31,11 +31,34 @@ pub fn translate(l: &Listener) -> Result<ListenerDraft, String> {
     let mut clusters = BTreeSet::new();
     let mut listener = proxy_fields(&proxy, &l.name, address, &mut clusters)?;
     listener.tls = tls.map(unspanned);
+    let connection_rate_limit_per_sec = connection_rate_limit(&proxy)?;
     Ok(ListenerDraft {
         name: l.name.clone(),
         listener,
         clusters,
+        connection_rate_limit_per_sec,
     })
+}
+
+/// `settings.connection_rate_limit.connection_rate_limit_per_sec`, carried to the clusters by
+/// [`super::render`]. Envoy's proto requires it above 0 (`gt: 0`); the data plane would read 0
+/// as unlimited, so it is refused instead.
+fn connection_rate_limit(proxy: &RedisProxy) -> Result<Option<u32>, String> {
+    let Some(r) = proxy
+        .settings
+        .as_ref()
+        .and_then(|s| s.connection_rate_limit)
+    else {
+        return Ok(None);
+    };
+    if r.connection_rate_limit_per_sec == 0 {
+        return Err(
+            "redis_proxy.settings.connection_rate_limit.connection_rate_limit_per_sec: must be \
+             above 0"
+                .into(),
+        );
+    }
+    Ok(Some(r.connection_rate_limit_per_sec))
 }
 
 /// Listener-level features that change what the listener accepts and that Respite does not have.
@@ -287,9 +310,7 @@ fn proxy_fields(
 ///   `redis_cluster` cluster (what Envoy's Redis Cluster docs require the flag for) and never
 ///   on other clusters.
 /// - `dns_cache_config` → `[listeners.dns_cache]` ([`super::dns::cache`]).
-/// - `connection_rate_limit` is accepted and not copied: Respite limits reconnects per upstream
-///   host on the cluster (`connection_rate_limit_per_sec`, default 100/s over all workers), which
-///   a listener cannot set, because one host may serve several listeners.
+/// - `connection_rate_limit` is not a listener key: [`translate`] carries it to the clusters.
 /// - `read_policy` and `max_upstream_unknown_connections` are written only when set (non-MASTER,
 ///   present); [`super::render`] drops them from a listener that reaches no `redis_cluster`
 ///   cluster, where Envoy ignores them too.

@@ -7,8 +7,9 @@
 //! invalid with a reason naming the field; fields with no effect on a Redis proxy are ignored.
 //!
 //! Choices where Envoy and Respite differ (each documented where it is made):
-//! - `connection_rate_limit` (listener): ignored; Respite limits reconnects per host on the
-//!   cluster (`listener.rs`).
+//! - `connection_rate_limit` (listener): copied onto every cluster the listener names; several
+//!   listeners disagreeing on one cluster give it the lowest value, with a warning; unset keeps
+//!   the data plane's default of 100/s per host where Envoy is unlimited ([`render`]).
 //! - `enable_redirection`: ignored; redirects are always followed on `redis_cluster` clusters.
 //! - `latency_in_micros`: copied (the data plane has the same switch).
 //! - `runtime_fraction` / `fault_enabled`: the default value only, no runtime layer
@@ -38,7 +39,7 @@
 //!   one with it also checks the host name; inline certificates become private files
 //!   (`files.rs`); `alpn_protocols` is ignored.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 mod cluster;
 mod dns;
@@ -94,6 +95,9 @@ pub struct ListenerDraft {
     pub listener: RawListener,
     /// Every cluster its routes, read policies and mirrors name.
     pub clusters: BTreeSet<String>,
+    /// `settings.connection_rate_limit.connection_rate_limit_per_sec`: new connections per second
+    /// to one host of each of `clusters` ([`render`] copies it onto them).
+    pub connection_rate_limit_per_sec: Option<u32>,
 }
 
 /// A translated Cluster: its `[[clusters]]` entry without `hosts`, and where the hosts come from.
@@ -155,7 +159,14 @@ pub fn endpoints(cla: &ClusterLoadAssignment) -> Result<Vec<RawHost>, String> {
 /// A listener none of whose clusters is a `redis_cluster` loses `read_policy` and
 /// `max_upstream_unknown_connections`: Envoy ignores them there ("Redis Cluster only"), while
 /// the data plane refuses them as settings without effect.
+///
+/// A cluster gets `connection_rate_limit_per_sec` from the listeners naming it (Envoy sets the
+/// limit on each listener's own pools; Respite's limit is per host over all listeners, so the
+/// lowest value wins, logged as a warning when listeners disagree). Named by none: the data
+/// plane's default (100/s), where Envoy's unset is unlimited, since a reconnect storm is worth
+/// damping by default.
 pub fn render(listeners: &[&ListenerDraft], clusters: &[(&ClusterDraft, &[RawHost])]) -> String {
+    let listeners_in = listeners;
     let redis_clusters: BTreeSet<&str> = clusters
         .iter()
         .filter(|(c, _)| c.cluster.cluster_type == ClusterType::RedisCluster)
@@ -176,10 +187,14 @@ pub fn render(listeners: &[&ListenerDraft], clusters: &[(&ClusterDraft, &[RawHos
             unspanned(raw)
         })
         .collect();
+    let rate_limits = rate_limits(listeners_in);
     let clusters = clusters
         .iter()
         .map(|(c, hosts)| {
             let mut raw = c.cluster.clone();
+            if let Some(limit) = rate_limits.get(c.name.as_str()) {
+                raw.connection_rate_limit_per_sec = Some(unspanned(*limit));
+            }
             raw.hosts = unspanned(hosts.iter().cloned().map(unspanned).collect());
             unspanned(raw)
         })
@@ -194,6 +209,34 @@ pub fn render(listeners: &[&ListenerDraft], clusters: &[(&ClusterDraft, &[RawHos
     #[cfg(test)]
     tests_golden::check(&text);
     text
+}
+
+/// Each cluster named by a listener with a connection rate limit → the lowest such limit;
+/// a warning names the cluster when its listeners disagree.
+fn rate_limits<'a>(listeners: &[&'a ListenerDraft]) -> BTreeMap<&'a str, u32> {
+    let mut seen: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for l in listeners {
+        if let Some(limit) = l.connection_rate_limit_per_sec {
+            for c in &l.clusters {
+                seen.entry(c.as_str()).or_default().insert(limit);
+            }
+        }
+    }
+    seen.into_iter()
+        .filter_map(|(cluster, limits)| {
+            let lowest = *limits.first()?;
+            if limits.len() > 1 {
+                tracing::warn!(
+                    cluster,
+                    ?limits,
+                    lowest,
+                    "listeners routing to this cluster set different \
+                     connection_rate_limit_per_sec values; the lowest applies"
+                );
+            }
+            Some((cluster, lowest))
+        })
+        .collect()
 }
 
 /// Translates a whole Envoy `static_resources` (bootstrap file: `respite-control translate`,

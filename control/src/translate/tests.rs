@@ -611,23 +611,116 @@ fn unsupported_behaviour_is_refused_by_name() {
     );
 }
 
+/// `settings.connection_rate_limit` with `per_sec`.
+fn rate_limited(
+    per_sec: u32,
+) -> envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisProxy {
+    let mut p = proxy();
+    if let Some(s) = p.settings.as_mut() {
+        s.connection_rate_limit = Some(
+            envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_proxy::ConnectionRateLimit {
+                connection_rate_limit_per_sec: per_sec,
+            },
+        );
+    }
+    p
+}
+
 #[test]
 fn accepted_and_ignored_settings() {
-    // enable_redirection and connection_rate_limit are accepted (see settings_fields).
+    // enable_redirection is accepted and not written (see settings_fields).
     let mut p = proxy();
     if let Some(s) = p.settings.as_mut() {
         s.enable_redirection = true;
-        s.connection_rate_limit = Some(
-            envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_proxy::ConnectionRateLimit {
-                connection_rate_limit_per_sec: 10,
-            },
-        );
     }
     let d = super::listener(&listener_with(&p)).unwrap();
     let written = toml::Table::try_from(&d.listener).unwrap();
     assert!(!written.contains_key("enable_redirection"));
-    assert!(!written.contains_key("connection_rate_limit"));
     parse_listener(&listener_with(&p));
+}
+
+#[test]
+fn connection_rate_limit_is_no_listener_key_but_the_cluster_s() {
+    let p = rate_limited(10);
+    let d = super::listener(&listener_with(&p)).unwrap();
+    let written = toml::Table::try_from(&d.listener).unwrap();
+    assert!(!written.contains_key("connection_rate_limit"));
+    assert!(!written.contains_key("connection_rate_limit_per_sec"));
+    assert_eq!(d.connection_rate_limit_per_sec, Some(10));
+    let cfg = parse_listener(&listener_with(&p));
+    assert_eq!(cfg.clusters[0].connection_rate_limit_per_sec, 10);
+}
+
+#[test]
+fn connection_rate_limit_reaches_every_cluster_the_listener_names() {
+    let mut p = rate_limited(7);
+    p.prefix_routes = Some(PrefixRoutes {
+        routes: vec![{
+            let mut r = route("a:", "routed");
+            r.request_mirror_policy = vec![RequestMirrorPolicy {
+                cluster: "mirror".into(),
+                ..Default::default()
+            }];
+            r.read_command_policy = Some(ReadCommandPolicy {
+                cluster: "reads".into(),
+            });
+            r
+        }],
+        catch_all_route: Some(route("", "cache")),
+        ..Default::default()
+    });
+    let mut l = listener_with(&p);
+    let d = super::listener(&l).unwrap();
+    // A second listener leaves `other` alone: it keeps the data plane's default.
+    l.name = "plain".into();
+    l.address = Some(sock("127.0.0.1", 6380));
+    let mut plain = proxy();
+    plain.stat_prefix = "plain".into();
+    plain.prefix_routes = Some(PrefixRoutes {
+        catch_all_route: Some(route("", "other")),
+        ..Default::default()
+    });
+    l.filter_chains[0].filters = vec![redis_filter(&plain)];
+    let d2 = super::listener(&l).unwrap();
+    let names = ["cache", "routed", "mirror", "reads", "other"];
+    let clusters: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| super::cluster(&static_cluster(n, &[7100 + i as u32])).unwrap())
+        .collect();
+    let cfg = parse(&[&d, &d2], &clusters);
+    let limit = |name: &str| {
+        cfg.clusters
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.connection_rate_limit_per_sec)
+    };
+    for n in ["cache", "routed", "mirror", "reads"] {
+        assert_eq!(limit(n), Some(7), "{n}");
+    }
+    assert_eq!(limit("other"), Some(100));
+}
+
+#[test]
+fn connection_rate_limit_lowest_listener_wins() {
+    let d1 = super::listener(&listener_with(&rate_limited(50))).unwrap();
+    let mut l = listener_with(&rate_limited(20));
+    l.name = "second".into();
+    l.address = Some(sock("127.0.0.1", 6380));
+    let d2 = super::listener(&l).unwrap();
+    let c = super::cluster(&static_cluster("cache", &[7000])).unwrap();
+    let cfg = parse(&[&d1, &d2], std::slice::from_ref(&c));
+    assert_eq!(cfg.clusters[0].connection_rate_limit_per_sec, 20);
+    let cfg = parse(&[&d2, &d1], &[c]);
+    assert_eq!(cfg.clusters[0].connection_rate_limit_per_sec, 20);
+}
+
+#[test]
+fn connection_rate_limit_zero_is_refused_as_envoy_does() {
+    assert_mentions(
+        &listener_err(&listener_with(&rate_limited(0))),
+        &["connection_rate_limit_per_sec", "above 0"],
+    );
 }
 
 #[test]
