@@ -128,6 +128,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
                 client_output_buffer_limit: OutputBufferLimit::NORMAL,
                 tls: None,
+                external_auth: None,
             },
             ListenerConfig {
                 name: "second".into(),
@@ -157,6 +158,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
                 client_output_buffer_limit: OutputBufferLimit::NORMAL,
                 tls: None,
+                external_auth: None,
             },
         ],
         clusters: vec![
@@ -193,6 +195,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
                 tls: None,
+                external_auth: None,
             },
             ClusterConfig {
                 name: "sessions".into(),
@@ -219,6 +222,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
                 tls: None,
+                external_auth: None,
             },
         ],
         sockmap: Sockmap::default(),

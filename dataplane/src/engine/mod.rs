@@ -5,6 +5,7 @@ mod accept_backoff;
 pub mod access_log;
 mod blocked;
 mod budget;
+pub mod external_auth;
 mod claim;
 mod handshake;
 mod nofile;
