@@ -25,6 +25,7 @@ mod control_file;
 mod control_socket;
 mod differential;
 mod envoy_import;
+mod external_auth;
 mod failures;
 mod faults;
 mod health;
