@@ -69,7 +69,7 @@ fn google_grpc_target_timeout_and_expiration_map() {
 fn envoy_grpc_cluster_gives_its_one_endpoint_and_is_no_redis_cluster() {
     let l = listener_with(&with_auth(envoy("authsvc"), Some(500), false));
     let text = super::static_config(
-        &[l.clone()],
+        std::slice::from_ref(&l),
         &[
             static_cluster("cache", &[7001]),
             static_cluster("authsvc", &[9100]),
@@ -84,7 +84,7 @@ fn envoy_grpc_cluster_gives_its_one_endpoint_and_is_no_redis_cluster() {
     assert_eq!(names, ["cache"]);
 
     let err = super::static_config(
-        &[l.clone()],
+        std::slice::from_ref(&l),
         &[
             static_cluster("cache", &[7001]),
             static_cluster("authsvc", &[9100, 9101]),

@@ -195,7 +195,6 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
                 tls: None,
-                external_auth: None,
             },
             ClusterConfig {
                 name: "sessions".into(),
@@ -222,7 +221,6 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 max_reply_bytes_in_flight: 64 << 20,
                 tcp_keepalive: TcpKeepalive::default(),
                 tls: None,
-                external_auth: None,
             },
         ],
         sockmap: Sockmap::default(),

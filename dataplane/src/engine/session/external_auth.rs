@@ -144,6 +144,9 @@ impl Session {
     }
 }
 
+/// `HELLO … AUTH`'s user, password and HELLO's other arguments.
+type HelloAuth = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
+
 fn arg(req: &Request<'_>, i: usize) -> Vec<u8> {
     req.arg(i).unwrap_or_default().to_vec()
 }
@@ -151,7 +154,7 @@ fn arg(req: &Request<'_>, i: usize) -> Vec<u8> {
 /// `HELLO protover … AUTH user pass …`: the last AUTH's user and password, and the arguments
 /// without any AUTH option. `None` when there is no AUTH, or the arguments are wrong (Redis
 /// `helloCommand` answers those before it checks credentials).
-fn hello_auth(req: &Request<'_>) -> Option<(Vec<u8>, Vec<u8>, Vec<Vec<u8>>)> {
+fn hello_auth(req: &Request<'_>) -> Option<HelloAuth> {
     let argc = req.argc();
     if argc < 2 || !matches!(string2ll(req.arg(1)?), Some(2 | 3)) {
         return None;
