@@ -32,11 +32,24 @@ pub fn translate(l: &Listener) -> Result<ListenerDraft, String> {
     let mut listener = proxy_fields(&proxy, &l.name, address, &mut clusters)?;
     listener.tls = tls.map(unspanned);
     let connection_rate_limit_per_sec = connection_rate_limit(&proxy)?;
+    let external_auth_cluster = match &proxy.external_auth_provider {
+        Some(e) => {
+            let (raw, target) =
+                super::external_auth::translate(e, "redis_proxy.external_auth_provider")?;
+            listener.external_auth = Some(unspanned(raw));
+            match target {
+                super::external_auth::AuthTarget::Cluster(c) => Some(c),
+                super::external_auth::AuthTarget::Address(_) => None,
+            }
+        }
+        None => None,
+    };
     Ok(ListenerDraft {
         name: l.name.clone(),
         listener,
         clusters,
         connection_rate_limit_per_sec,
+        external_auth_cluster,
     })
 }
 
@@ -251,12 +264,6 @@ fn proxy_fields(
     t.stat_prefix = Some(unspanned(proxy.stat_prefix.clone()));
     // Only the unit of command.<cmd>.latency changes; the data plane has the same switch.
     t.latency_in_micros = proxy.latency_in_micros;
-    if proxy.external_auth_provider.is_some() {
-        return Err(format!(
-            "{p}.external_auth_provider: external (gRPC) AUTH is not supported; use \
-             downstream_auth_passwords"
-        ));
-    }
     // RESP2 (0, the default) is what Respite speaks to upstreams; RESP3 enforcement (every
     // client must HELLO 3 first) is not implemented.
     if proxy.protocol_version != 0 {

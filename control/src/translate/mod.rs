@@ -2,8 +2,7 @@
 //! into the TOML the data plane parses. Each resource translates alone, so one bad resource is
 //! rejected by name while the others apply (xDS: a NACK names each rejected resource).
 //!
-//! A field that changes behaviour and that Respite does not implement (e.g.
-//! `external_auth_provider`, AWS IAM auth, a second network filter, SDS) makes the resource
+//! A field that changes behaviour and that Respite does not implement (e.g. AWS IAM auth, a second network filter, SDS) makes the resource
 //! invalid with a reason naming the field; fields with no effect on a Redis proxy are ignored.
 //!
 //! Choices where Envoy and Respite differ (each documented where it is made):
@@ -44,6 +43,7 @@ use std::collections::{BTreeMap, BTreeSet};
 mod cluster;
 mod dns;
 mod endpoints;
+pub mod external_auth;
 pub mod fields;
 pub mod files;
 mod health;
@@ -56,6 +56,7 @@ mod tests;
 mod tests_cluster;
 #[cfg(test)]
 mod tests_dns;
+mod tests_external_auth;
 #[cfg(test)]
 mod tests_golden;
 #[cfg(test)]
@@ -98,6 +99,9 @@ pub struct ListenerDraft {
     /// `settings.connection_rate_limit.connection_rate_limit_per_sec`: new connections per second
     /// to one host of each of `clusters` ([`render`] copies it onto them).
     pub connection_rate_limit_per_sec: Option<u32>,
+    /// The gRPC cluster of its `external_auth_provider` (`envoy_grpc.cluster_name`): not a
+    /// Redis cluster, [`render`] takes the service's address from its one endpoint.
+    pub external_auth_cluster: Option<String>,
 }
 
 /// A translated Cluster: its `[[clusters]]` entry without `hosts`, and where the hosts come from.
@@ -172,10 +176,24 @@ pub fn render(listeners: &[&ListenerDraft], clusters: &[(&ClusterDraft, &[RawHos
         .filter(|(c, _)| c.cluster.cluster_type == ClusterType::RedisCluster)
         .map(|(c, _)| c.name.as_str())
         .collect();
+    let routed: BTreeSet<&str> = listeners
+        .iter()
+        .flat_map(|l| l.clusters.iter().map(String::as_str))
+        .collect();
+    let auth_only: BTreeSet<&str> = listeners
+        .iter()
+        .filter_map(|l| l.external_auth_cluster.as_deref())
+        .filter(|c| !routed.contains(c))
+        .collect();
     let listeners = listeners
         .iter()
         .map(|l| {
             let mut raw = l.listener.clone();
+            if let (Some(auth), Some(name)) = (raw.external_auth.as_mut(), &l.external_auth_cluster)
+                && let Some(address) = single_endpoint(clusters, name)
+            {
+                auth.get_mut().address = unspanned(address);
+            }
             if !l
                 .clusters
                 .iter()
@@ -188,8 +206,10 @@ pub fn render(listeners: &[&ListenerDraft], clusters: &[(&ClusterDraft, &[RawHos
         })
         .collect();
     let rate_limits = rate_limits(listeners_in);
+    // A gRPC cluster of external auth only is not one the data plane serves.
     let clusters = clusters
         .iter()
+        .filter(|(c, _)| !auth_only.contains(c.name.as_str()))
         .map(|(c, hosts)| {
             let mut raw = c.cluster.clone();
             if let Some(limit) = rate_limits.get(c.name.as_str()) {
@@ -246,13 +266,37 @@ fn rate_limits<'a>(listeners: &[&'a ListenerDraft]) -> BTreeMap<&'a str, u32> {
 /// an EDS cluster (its endpoints need an xDS server); or the data plane's rejection of the whole
 /// config (e.g. a route naming a cluster that does not exist).
 pub fn static_config(listeners: &[Listener], clusters: &[Cluster]) -> Result<String, String> {
-    let ls = listeners
+    let mut ls = listeners
         .iter()
         .enumerate()
         .map(|(i, l)| listener(l).map_err(|e| format!("{}: {e}", resource("listener", i, &l.name))))
         .collect::<Result<Vec<_>, _>>()?;
+    // The gRPC clusters of external auth are read for their endpoint only; one that a route
+    // names too is also a Redis cluster.
+    let routed: BTreeSet<String> = ls.iter().flat_map(|l| l.clusters.clone()).collect();
+    let mut auth_only = BTreeSet::new();
+    for (i, l) in ls.iter_mut().enumerate() {
+        let Some(name) = l.external_auth_cluster.take() else {
+            continue;
+        };
+        let address = grpc_endpoint(clusters, &name).map_err(|e| {
+            format!(
+                "{}: redis_proxy.external_auth_provider.grpc_service.envoy_grpc.cluster_name: {e}",
+                resource("listener", i, &l.name)
+            )
+        })?;
+        if let Some(auth) = l.listener.external_auth.as_mut() {
+            auth.get_mut().address = unspanned(address);
+        }
+        if !routed.contains(&name) {
+            auth_only.insert(name);
+        }
+    }
     let mut cs = Vec::new();
     for (i, c) in clusters.iter().enumerate() {
+        if auth_only.contains(&c.name) {
+            continue;
+        }
         let name = resource("cluster", i, &c.name);
         let d = cluster(c).map_err(|e| format!("{name}: {e}"))?;
         let hosts = match &d.hosts {
@@ -272,6 +316,42 @@ pub fn static_config(listeners: &[Listener], clusters: &[Cluster]) -> Result<Str
     let text = render(&lrefs, &crefs);
     respite::config::parse_pushed(&text, "translated config").map_err(|e| e.to_string())?;
     Ok(text)
+}
+
+/// The address of the one endpoint of cluster `name` (a gRPC service's), from its inline
+/// `load_assignment`.
+///
+/// Errors: no such cluster, or not exactly one endpoint given inline.
+fn grpc_endpoint(clusters: &[Cluster], name: &str) -> Result<String, String> {
+    let c = clusters
+        .iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| format!("no cluster \"{name}\""))?;
+    let Some(cla) = &c.load_assignment else {
+        return Err(format!(
+            "cluster \"{name}\" must have exactly one endpoint in its load_assignment (it has no \
+             load_assignment)"
+        ));
+    };
+    let hosts = endpoints::translate(cla).map_err(|e| format!("cluster \"{name}\": {e}"))?;
+    match hosts.as_slice() {
+        [RawHost::Short(a)] => Ok(a.clone()),
+        [RawHost::Full(t)] => Ok(t.address.get_ref().clone()),
+        other => Err(format!(
+            "cluster \"{name}\" must have exactly one endpoint in its load_assignment (it has {})",
+            other.len()
+        )),
+    }
+}
+
+/// The address of `name`'s one endpoint, if `clusters` has it with exactly one.
+fn single_endpoint(clusters: &[(&ClusterDraft, &[RawHost])], name: &str) -> Option<String> {
+    let (_, hosts) = clusters.iter().find(|(c, _)| c.name == name)?;
+    match hosts {
+        [RawHost::Short(a)] => Some(a.clone()),
+        [RawHost::Full(t)] => Some(t.address.get_ref().clone()),
+        _ => None,
+    }
 }
 
 /// `listener "name"`, or `listeners[i]` for a nameless one.
@@ -296,6 +376,12 @@ fn check_listener(draft: &ListenerDraft) -> Result<(), String> {
     let stand_ins: Vec<(ClusterDraft, [RawHost; 1])> = draft
         .clusters
         .iter()
+        .chain(
+            draft
+                .external_auth_cluster
+                .iter()
+                .filter(|c| !draft.clusters.contains(*c)),
+        )
         .enumerate()
         .map(|(i, name)| {
             let c = ClusterDraft {

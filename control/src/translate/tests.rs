@@ -591,7 +591,10 @@ fn unsupported_behaviour_is_refused_by_name() {
     });
     assert_mentions(
         &listener_err(&listener_with(&p)),
-        &["external_auth_provider", "not supported"],
+        &[
+            "external_auth_provider.grpc_service",
+            "envoy_grpc or google_grpc required",
+        ],
     );
 
     let mut p = proxy();

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 mod dns;
 mod dump;
+pub mod external_auth;
 pub mod limits;
 mod locate;
 pub mod raw;
@@ -52,6 +53,7 @@ pub use dns::{
     DnsCacheConfig, DnsConfig, DnsLookupFamily, DnsTarget, is_dns,
 };
 pub use dump::REDACTED;
+pub use external_auth::ExternalAuthConfig;
 pub use routes::{KEY_VARIABLE, clusters_of};
 pub use sockmap::{Sockmap, parse_port_list};
 pub use tls::{DownstreamTls, SniCertificate, UpstreamTls};
@@ -207,6 +209,9 @@ pub struct ListenerConfig {
     /// `[listeners.tls]`: the listener accepts TLS only (absent, the default: plain TCP only).
     /// A reload changes the certificates of new connections; established ones keep theirs.
     pub tls: Option<DownstreamTls>,
+    /// `[listeners.external_auth]`: AUTH is checked by a gRPC service (absent, the default:
+    /// by `downstream_auth_passwords`). Not combined with `downstream_auth_passwords`.
+    pub external_auth: Option<ExternalAuthConfig>,
 }
 
 /// An output-buffer limit (Redis `client-output-buffer-limit <class> <hard> <soft> <soft

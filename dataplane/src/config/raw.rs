@@ -166,6 +166,9 @@ pub struct RawListener {
     /// `[listeners.tls]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<Spanned<RawDownstreamTls>>,
+    /// `[listeners.external_auth]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external_auth: Option<Spanned<super::external_auth::RawExternalAuth>>,
 }
 
 /// `[listeners.tls]` ([`super::DownstreamTls`]). Paths as written (relative ones are relative
@@ -249,6 +252,7 @@ impl RawListener {
             access_log: None,
             client_output_buffer_limit_pubsub: None,
             client_output_buffer_limit: None,
+            external_auth: None,
             tls: None,
         }
     }

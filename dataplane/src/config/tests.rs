@@ -129,6 +129,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
                 client_output_buffer_limit: OutputBufferLimit::NORMAL,
                 tls: None,
+                external_auth: None,
             },
             ListenerConfig {
                 name: "second".into(),
@@ -159,6 +160,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 client_output_buffer_limit_pubsub: OutputBufferLimit::PUBSUB,
                 client_output_buffer_limit: OutputBufferLimit::NORMAL,
                 tls: None,
+                external_auth: None,
             },
         ],
         clusters: vec![

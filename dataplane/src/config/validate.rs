@@ -416,6 +416,23 @@ fn listener(
 
     let hash_tag = hash_tag(src, path, l.hash_tag, l.enable_hashtagging)?;
 
+    let external_auth = match l.external_auth {
+        Some(e) if !downstream_auth_passwords.is_empty() => {
+            return Err(src.error(
+                Some(e.span()),
+                &format!("{path}.external_auth"),
+                "cannot be combined with downstream_auth_passwords (AUTH is checked by one or \
+                 the other)",
+            ));
+        }
+        Some(e) => Some(super::external_auth::validate(
+            src,
+            &format!("{path}.external_auth"),
+            e.into_inner(),
+        )?),
+        None => None,
+    };
+
     Ok(ListenerConfig {
         stat_prefix: stat_prefix.unwrap_or_else(|| name.clone()),
         name,
@@ -449,6 +466,7 @@ fn listener(
         client_output_buffer_limit_pubsub,
         client_output_buffer_limit,
         tls,
+        external_auth,
     })
 }
 

@@ -6,6 +6,7 @@ pub mod access_log;
 mod blocked;
 mod budget;
 mod claim;
+pub mod external_auth;
 mod handshake;
 mod nofile;
 mod observe;

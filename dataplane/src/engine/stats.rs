@@ -73,6 +73,14 @@ pub struct ListenerStats {
     pub auth_failure: Arc<Counter>,
     /// AUTH and `HELLO … AUTH` refused unchecked during a back-off after repeated failures.
     pub auth_throttled: Arc<Counter>,
+    /// `[listeners.external_auth]` calls that accepted the client (Envoy's redis_proxy counts
+    /// none of the external auth answers).
+    pub external_auth_ok: Arc<Counter>,
+    /// External auth calls that refused (PERMISSION_DENIED or UNAUTHENTICATED).
+    pub external_auth_denied: Arc<Counter>,
+    /// External auth calls that failed: another status, a timeout, the service unreachable,
+    /// too many calls in flight.
+    pub external_auth_error: Arc<Counter>,
     /// `command.custom.*` of the listener's `custom_commands`, registered with the first one.
     custom: RefCell<Option<CommandStats>>,
     /// `ssl.*`, registered at the first TLS handshake (a plain listener has none).
@@ -133,6 +141,9 @@ impl ListenerStats {
             evicted_clients: c("evicted_clients"),
             auth_failure: c("downstream_auth_failure"),
             auth_throttled: c("downstream_auth_throttled"),
+            external_auth_ok: c("external_auth.ok"),
+            external_auth_denied: c("external_auth.denied"),
+            external_auth_error: c("external_auth.error"),
             custom: RefCell::new(None),
             ssl: RefCell::new(None),
             micros: Cell::new(false),

@@ -26,6 +26,7 @@ mod control_socket;
 mod differential;
 mod dns_cluster;
 mod envoy_import;
+mod external_auth;
 mod failures;
 mod faults;
 mod health;

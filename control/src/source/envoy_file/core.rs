@@ -291,8 +291,8 @@ pub fn metadata(v: &Value, p: &str) -> Res<core::Metadata> {
     o.done(r)
 }
 
-/// `core.v3.GrpcService` with an `envoy_grpc` target (`cluster_name`, `authority`) and
-/// `timeout`.
+/// `core.v3.GrpcService` with an `envoy_grpc` target (`cluster_name`, `authority`) or a
+/// `google_grpc` one (`target_uri`), and `timeout`.
 pub fn grpc_service(v: &Value, p: &str) -> Res<core::GrpcService> {
     let mut o = Obj::new(v, p)?;
     let target = o.msg("envoy_grpc", |v, p| {
@@ -304,9 +304,24 @@ pub fn grpc_service(v: &Value, p: &str) -> Res<core::GrpcService> {
         };
         g.done(r)
     })?;
+    // Only the target: credentials, metadata and the like are left to `done`, which refuses
+    // them by name.
+    let google = o.msg("google_grpc", |v, p| {
+        let mut g = Obj::new(v, p)?;
+        let r = core::grpc_service::GoogleGrpc {
+            target_uri: g.string("target_uri")?,
+            ..Default::default()
+        };
+        g.done(r)
+    })?;
+    let target = match (target, google) {
+        (Some(e), _) => Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(e)),
+        (None, Some(g)) => Some(core::grpc_service::TargetSpecifier::GoogleGrpc(g)),
+        (None, None) => None,
+    };
     let r = core::GrpcService {
         timeout: o.dur("timeout")?,
-        target_specifier: target.map(core::grpc_service::TargetSpecifier::EnvoyGrpc),
+        target_specifier: target,
         ..Default::default()
     };
     o.done(r)

@@ -12,6 +12,7 @@ use tracing::debug;
 
 mod barrier;
 mod blocking;
+mod external_auth;
 mod large;
 mod mode;
 mod multi;
@@ -113,6 +114,8 @@ struct Session {
     /// other mode that holds a connection), so one command or transaction stays on one host.
     draw: u64,
     multi_frame: Option<Vec<Piece>>,
+    /// An AUTH sent to the listener's external auth service, answered once its barrier opens.
+    external_pending: Option<Rc<external_auth::Pending>>,
 }
 
 /// Keeps a session registered with its worker until both its reader and its writer are done
@@ -178,6 +181,7 @@ pub async fn run(
         large: None,
         multi_frame: None,
         draw: 0,
+        external_pending: None,
     };
     let mut parser = RequestParser::new(Limits {
         max_bulk_len: first.config.max_request_bytes,
@@ -355,6 +359,7 @@ pub async fn run(
             if let Some(watch) = barrier.wait().await {
                 session.watching = Some(watch);
             }
+            session.finish_external_auth(&handle.current());
             if cork {
                 sink.uncork();
             }
@@ -582,6 +587,7 @@ impl Session {
             spec.kind,
             Kind::Local(Local::Auth | Local::Quit | Local::Hello | Local::Reset)
         );
+        self.check_auth_expiry();
         if !self.conn.authed && !gate_exempt {
             return self
                 .sink
@@ -620,6 +626,12 @@ impl Session {
         }
         match spec.kind {
             Kind::Local(which) => {
+                if matches!(which, Local::Auth | Local::Hello)
+                    && rt.config.external_auth.is_some()
+                    && self.external_auth(rt, &req, spec, which)
+                {
+                    return;
+                }
                 if which == Local::Reset {
                     // RESET ends a WATCH (and a MULTI, which ended before this) and every
                     // subscription.

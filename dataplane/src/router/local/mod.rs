@@ -42,6 +42,9 @@ pub struct ConnState {
     pub peer: Option<IpAddr>,
     /// This connection's AUTH failures and back-off ([`auth::PER_CONNECTION`]).
     pub auth_failures: auth::Backoff,
+    /// When the authentication an external auth service gave ends (its `expiration`, with
+    /// `enable_auth_expiration`); `None`: it does not.
+    pub auth_expires: Option<SystemTime>,
 }
 
 /// What a local answer did that the listener's stats count.
@@ -95,7 +98,7 @@ impl ConnState {
         ConnState {
             local_addr: local_addr.unwrap_or(listener.address),
             client_id,
-            authed: listener.downstream_auth_passwords.is_empty(),
+            authed: open_by_default(listener),
             name: None,
             quit: false,
             resp3: false,
@@ -103,8 +106,15 @@ impl ConnState {
             replies: Replies::On,
             peer,
             auth_failures: auth::Backoff::default(),
+            auth_expires: None,
         }
     }
+}
+
+/// A new (or RESET) connection of `listener` may run commands: no password and no external
+/// auth service to check one.
+fn open_by_default(listener: &ListenerConfig) -> bool {
+    listener.downstream_auth_passwords.is_empty() && listener.external_auth.is_none()
 }
 
 /// Appends the reply to a local command to `out`; `listener` is the config of the listener the
@@ -150,7 +160,8 @@ pub fn answer<'a>(
             conn.replies = Replies::On;
             conn.name = None;
             conn.resp3 = false;
-            conn.authed = listener.downstream_auth_passwords.is_empty();
+            conn.authed = open_by_default(listener);
+            conn.auth_expires = None;
             out.extend_from_slice(b"+RESET\r\n");
         }
         Local::Time => {
@@ -179,6 +190,12 @@ fn authenticate(
     password: &[u8],
     out: &mut Vec<u8>,
 ) -> Outcome {
+    if cfg.external_auth.is_some() {
+        // The session sends every AUTH to the service; one that reached here is refused rather
+        // than checked against no password (which accepts any).
+        out.extend_from_slice(WRONGPASS);
+        return Outcome::AuthFailed;
+    }
     if cfg.downstream_auth_passwords.is_empty() {
         // Redis's `default` user with `nopass`: any password is right for it, and no other
         // user exists.
