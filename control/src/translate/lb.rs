@@ -4,23 +4,27 @@
 //! the data plane's ring (`dataplane/src/cluster/ring_hash.rs`: Envoy's default 1024 / 8M sizes,
 //! xxHash) and Maglev table (65537 entries).
 //!
-//! The non-hashing policies: RANDOM and ROUND_ROBIN (the proto default) become the data plane's
-//! `random` and `round_robin` — as in Envoy, a key has no fixed host; Respite keeps each client
-//! command and each transaction on one host, and pub/sub on one fixed host. They treat hosts
-//! alike, so inline endpoints of unequal weight are refused (an EDS assignment's weights are
-//! not seen here: they are ignored). LEAST_REQUEST is accepted only on a static cluster with
-//! exactly one host, where every policy picks the same host.
+//! The non-hashing policies: RANDOM, ROUND_ROBIN (the proto default) and LEAST_REQUEST become
+//! the data plane's `random`, `round_robin` and `least_request` — as in Envoy, a key has no
+//! fixed host; Respite keeps each client command and each transaction on one host, and pub/sub
+//! on one fixed host. Endpoint weights (inline or EDS) go to the hosts: ROUND_ROBIN and
+//! LEAST_REQUEST weigh by them as Envoy does, RANDOM ignores them as Envoy's does
+//! (`RandomLoadBalancer` draws uniformly). LEAST_REQUEST's `choice_count` and
+//! `active_request_bias` (its `default_value`: Respite has no runtime) become
+//! `[clusters.least_request]`; slow start and the full-scan selection are refused.
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     LbConfig, LbPolicy, ring_hash_lb_config,
 };
+use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::maglev::v3::Maglev;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::ring_hash::v3::{
     RingHash, ring_hash,
 };
 
 use respite::config::LbPolicy as DataPlaneLbPolicy;
+use respite::config::least_request::RawLeastRequest;
 use respite::config::raw::{RawCluster, unspanned};
 
 use super::cluster::Kind;
@@ -39,14 +43,12 @@ const MAGLEV_TYPE: &str =
     "type.googleapis.com/envoy.extensions.load_balancing_policies.maglev.v3.Maglev";
 const CLUSTER_PROVIDED_TYPE: &str = "type.googleapis.com/envoy.extensions.load_balancing_policies.cluster_provided.v3.ClusterProvided";
 /// Typed non-hashing policies, recognised so that a policy list can fall through to them.
-const NON_HASH_TYPES: [(&str, &str); 3] = [
+const LEAST_REQUEST_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest";
+const NON_HASH_TYPES: [(&str, &str); 2] = [
     (
         "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin",
         "ROUND_ROBIN",
-    ),
-    (
-        "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
-        "LEAST_REQUEST",
     ),
     (
         "type.googleapis.com/envoy.extensions.load_balancing_policies.random.v3.Random",
@@ -60,8 +62,10 @@ enum Policy {
     RingHash,
     Maglev,
     ClusterProvided,
-    /// Round robin, least request or random (the name, for messages).
+    /// Round robin or random (the name, for messages).
     NonHash(String),
+    /// Least request, with its settings when any is set.
+    LeastRequest(Option<RawLeastRequest>),
 }
 
 impl Policy {
@@ -71,6 +75,7 @@ impl Policy {
             Policy::Maglev => "MAGLEV",
             Policy::ClusterProvided => "CLUSTER_PROVIDED",
             Policy::NonHash(n) => n,
+            Policy::LeastRequest(_) => "LEAST_REQUEST",
         }
     }
 }
@@ -104,40 +109,66 @@ pub(super) fn policy(c: &Cluster, kind: Kind, t: &mut RawCluster) -> Result<(), 
             Err("lb_policy: CLUSTER_PROVIDED needs cluster_type envoy.clusters.redis".into())
         }
         Policy::NonHash(_) if kind == Kind::Static && one_host(c) => Ok(()),
-        Policy::NonHash(name) if name == "RANDOM" || name == "ROUND_ROBIN" => {
-            if let Some(w) = weighted(c) {
-                return Err(format!(
-                    "lb_policy: {name} with unequal endpoint weights ({w}) is not supported by \
-                     respite yet (its RANDOM and ROUND_ROBIN treat every host alike)"
-                ));
-            }
-            t.lb_policy = Some(unspanned(if name == "RANDOM" {
-                DataPlaneLbPolicy::Random
-            } else {
-                DataPlaneLbPolicy::RoundRobin
-            }));
+        Policy::LeastRequest(settings) => {
+            t.lb_policy = Some(unspanned(DataPlaneLbPolicy::LeastRequest));
+            t.least_request = settings.map(unspanned);
+            Ok(())
+        }
+        Policy::NonHash(name) if name == "RANDOM" => {
+            t.lb_policy = Some(unspanned(DataPlaneLbPolicy::Random));
+            Ok(())
+        }
+        Policy::NonHash(name) if name == "ROUND_ROBIN" => {
+            t.lb_policy = Some(unspanned(DataPlaneLbPolicy::RoundRobin));
             Ok(())
         }
         Policy::NonHash(name) => Err(format!(
             "lb_policy: {name} is not supported by respite yet on several hosts (RANDOM, \
-             ROUND_ROBIN, RING_HASH and MAGLEV are; any policy is accepted on a static cluster \
-             with one host)"
+             ROUND_ROBIN, LEAST_REQUEST, RING_HASH and MAGLEV are; any policy is accepted on a \
+             static cluster with one host)"
         )),
     }
 }
 
-/// The first inline endpoint weight that differs from the others (`"2 and 1"`), if any.
-fn weighted(c: &Cluster) -> Option<String> {
-    let cla = c.load_assignment.as_ref()?;
-    let mut weights = cla.endpoints.iter().flat_map(|l| &l.lb_endpoints).map(|e| {
-        e.load_balancing_weight
-            .as_ref()
-            .map_or(1, |w| w.value.max(1))
-    });
-    let first = weights.next()?;
-    weights
-        .find(|&w| w != first)
-        .map(|w| format!("{w} and {first}"))
+/// `[clusters.least_request]` from Envoy's `choice_count` and `active_request_bias` (`None`
+/// when neither is set); `f` names the message for errors.
+fn least_request_settings(
+    choice_count: Option<u32>,
+    bias: Option<&envoy_types::pb::envoy::config::core::v3::RuntimeDouble>,
+    slow_start: bool,
+    f: &str,
+) -> Result<Option<RawLeastRequest>, String> {
+    if slow_start {
+        return Err(format!("{f}.slow_start_config: not supported by respite"));
+    }
+    if choice_count.is_none() && bias.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(RawLeastRequest {
+        choice_count: choice_count.map(unspanned),
+        active_request_bias: bias.map(|b| unspanned(b.default_value)),
+    }))
+}
+
+/// The typed `envoy.load_balancing_policies.least_request` policy.
+fn typed_least_request(lr: &LeastRequest, f: &str) -> Result<Policy, String> {
+    if lr.locality_lb_config.is_some() {
+        return Err(format!("{f}.locality_lb_config: not supported by respite"));
+    }
+    #[allow(deprecated)]
+    let full_scan = lr.enable_full_scan.as_ref().is_some_and(|b| b.value);
+    if full_scan || lr.selection_method != 0 {
+        return Err(format!(
+            "{f}.selection_method: FULL_SCAN is not supported by respite (N_CHOICES)"
+        ));
+    }
+    least_request_settings(
+        lr.choice_count.map(|v| v.value),
+        lr.active_request_bias.as_ref(),
+        lr.slow_start_config.is_some(),
+        f,
+    )
+    .map(Policy::LeastRequest)
 }
 
 /// True if the inline assignment has exactly one endpoint.
@@ -187,6 +218,10 @@ fn chosen(c: &Cluster) -> Result<Policy, String> {
                     return Ok(Policy::Maglev);
                 }
                 CLUSTER_PROVIDED_TYPE => return Ok(Policy::ClusterProvided),
+                LEAST_REQUEST_TYPE => {
+                    let lr: LeastRequest = decode(any, LEAST_REQUEST_TYPE, &f)?;
+                    return typed_least_request(&lr, &f);
+                }
                 u => {
                     if let Some((_, name)) = NON_HASH_TYPES.iter().find(|(url, _)| *url == u) {
                         return Ok(Policy::NonHash((*name).to_owned()));
@@ -202,8 +237,8 @@ fn chosen(c: &Cluster) -> Result<Policy, String> {
             .map(|a| a.type_url.as_str())
             .collect();
         return Err(format!(
-            "load_balancing_policy: no supported policy in {urls:?} (ring_hash, maglev or \
-             cluster_provided)"
+            "load_balancing_policy: no supported policy in {urls:?} (ring_hash, maglev, \
+             cluster_provided, round_robin, least_request or random)"
         ));
     }
     match LbPolicy::try_from(c.lb_policy) {
@@ -230,6 +265,16 @@ fn chosen(c: &Cluster) -> Result<Policy, String> {
             Ok(Policy::Maglev)
         }
         Ok(LbPolicy::ClusterProvided) => Ok(Policy::ClusterProvided),
+        Ok(LbPolicy::LeastRequest) => match &c.lb_config {
+            Some(LbConfig::LeastRequestLbConfig(l)) => least_request_settings(
+                l.choice_count.map(|v| v.value),
+                l.active_request_bias.as_ref(),
+                l.slow_start_config.is_some(),
+                "least_request_lb_config",
+            )
+            .map(Policy::LeastRequest),
+            _ => Ok(Policy::LeastRequest(None)),
+        },
         Ok(LbPolicy::LoadBalancingPolicyConfig) => {
             Err("lb_policy: LOAD_BALANCING_POLICY_CONFIG needs load_balancing_policy".into())
         }

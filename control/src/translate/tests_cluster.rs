@@ -316,16 +316,6 @@ fn lb_policies() {
 #[test]
 fn lb_policy_rejections() {
     let mut cl = static_cluster("c", &[7001, 7002]);
-    cl.lb_policy = LbPolicy::LeastRequest as i32;
-    assert_mentions(
-        &cluster_err(&cl),
-        &["lb_policy", "LEAST_REQUEST", "not supported by respite yet"],
-    );
-    let mut cl = eds_cluster("");
-    cl.lb_policy = LbPolicy::LeastRequest as i32;
-    assert_mentions(&cluster_err(&cl), &["LEAST_REQUEST"]);
-
-    let mut cl = static_cluster("c", &[7001, 7002]);
     cl.lb_policy = LbPolicy::ClusterProvided as i32;
     assert_mentions(
         &cluster_err(&cl),
@@ -705,7 +695,7 @@ fn static_config_translates_a_whole_bootstrap() {
 
     // Errors name the resource.
     let mut bad = static_cluster("cache", &[7001]);
-    bad.lb_policy = LbPolicy::LeastRequest as i32;
+    bad.lb_policy = LbPolicy::ClusterProvided as i32;
     bad.load_assignment = Some(assignment(
         "cache",
         vec![
@@ -767,5 +757,88 @@ fn non_hashing_policies_map_onto_the_data_planes() {
         eds.lb_policy = policy as i32;
         let d = super::cluster(&eds).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(d.cluster.lb_policy.map(|p| *p.get_ref()), Some(want));
+    }
+}
+
+/// LEAST_REQUEST over several hosts, static or EDS, with its settings from
+/// `least_request_lb_config` or the typed policy; endpoint weights reach the hosts of every
+/// non-hashing policy (RANDOM ignores them in the data plane, as Envoy's does).
+#[test]
+fn least_request_and_weights_map_onto_the_data_plane() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::LeastRequestLbConfig;
+    use envoy_types::pb::envoy::config::core::v3::RuntimeDouble;
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::{
+        LeastRequest, least_request::SelectionMethod,
+    };
+
+    let mut cl = static_cluster("c", &[7001, 7002]);
+    cl.lb_policy = LbPolicy::LeastRequest as i32;
+    let c = parse_cluster(&cl);
+    assert_eq!(c.lb_policy, RLb::LeastRequest);
+    assert_eq!(
+        c.least_request,
+        respite::config::LeastRequestConfig::default()
+    );
+    let mut eds = eds_cluster("");
+    eds.lb_policy = LbPolicy::LeastRequest as i32;
+    let d = super::cluster(&eds).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        d.cluster.lb_policy.map(|p| *p.get_ref()),
+        Some(RLb::LeastRequest)
+    );
+
+    cl.lb_config = Some(LbConfig::LeastRequestLbConfig(LeastRequestLbConfig {
+        choice_count: u32v(4),
+        active_request_bias: Some(RuntimeDouble {
+            default_value: 0.5,
+            runtime_key: "lb.bias".into(),
+        }),
+        slow_start_config: None,
+    }));
+    let c = parse_cluster(&cl);
+    assert_eq!(c.least_request.choice_count, 4);
+    assert_eq!(c.least_request.active_request_bias, 0.5);
+
+    let mut cl = static_cluster("c", &[7001, 7002]);
+    cl.load_balancing_policy = typed_policy(any(&LeastRequest {
+        choice_count: u32v(3),
+        ..Default::default()
+    }));
+    let c = parse_cluster(&cl);
+    assert_eq!(c.lb_policy, RLb::LeastRequest);
+    assert_eq!(c.least_request.choice_count, 3);
+    assert_eq!(c.least_request.active_request_bias, 1.0);
+
+    cl.load_balancing_policy = typed_policy(any(&LeastRequest {
+        selection_method: SelectionMethod::FullScan as i32,
+        ..Default::default()
+    }));
+    assert_mentions(
+        &cluster_err(&cl),
+        &["selection_method", "FULL_SCAN", "not supported by respite"],
+    );
+    cl.load_balancing_policy = typed_policy(any(&LeastRequest {
+        choice_count: u32v(1),
+        ..Default::default()
+    }));
+    assert_mentions(
+        &cluster_err(&cl),
+        &["least_request.choice_count", "2 to 64"],
+    );
+
+    // Unequal weights: kept on the hosts for every non-hashing policy.
+    for policy in [
+        LbPolicy::RoundRobin,
+        LbPolicy::Random,
+        LbPolicy::LeastRequest,
+    ] {
+        let mut cl = static_cluster("c", &[7001]);
+        cl.lb_policy = policy as i32;
+        let mut heavy = lb_endpoint("127.0.0.1", 7002);
+        heavy.load_balancing_weight = u32v(3);
+        cl.load_assignment = Some(assignment("c", vec![lb_endpoint("127.0.0.1", 7001), heavy]));
+        let c = parse_cluster(&cl);
+        let weights: Vec<u32> = c.hosts.iter().map(|h| h.weight).collect();
+        assert_eq!(weights, [1, 3], "{policy:?}");
     }
 }

@@ -24,6 +24,7 @@ pub mod health;
 mod host;
 pub mod hostname_cache;
 mod ketama;
+mod least_request;
 mod maglev;
 mod modula;
 mod pool;
@@ -39,7 +40,7 @@ pub use hash::{ENVOY_STD_HASH_SEED, crc16, fnv1a_64_twemproxy, murmur2_64, xxh64
 pub use host::{HostRegistry, SharedHost};
 pub use pool::{ClusterPool, Conn, Dest, PoolContext, PoolError};
 
-use crate::config::{HostConfig, KeyHash, LbPolicy};
+use crate::config::{HostConfig, KeyHash, LbPolicy, LeastRequestConfig};
 
 /// Number of Redis Cluster hash slots.
 pub const CLUSTER_SLOTS: u16 = 16384;
@@ -88,6 +89,7 @@ enum Inner {
     Ketama(ketama::Ketama),
     Modula(modula::Modula),
     Random(random::Random),
+    LeastRequest(least_request::LeastRequest),
     RingHash(ring_hash::RingHash),
     Maglev(maglev::Maglev),
 }
@@ -113,6 +115,16 @@ impl LoadBalancer {
     /// Builds the ring/table for `hosts` under `policy`; `hash` is the key hash of ketama and
     /// modula (ignored by random, ring hash and maglev).
     pub fn with_hash(policy: LbPolicy, hash: KeyHash, hosts: &[HostConfig]) -> LoadBalancer {
+        LoadBalancer::with_settings(policy, hash, LeastRequestConfig::default(), hosts)
+    }
+
+    /// [`LoadBalancer::with_hash`] with the settings of `least_request` (`least_request`).
+    pub fn with_settings(
+        policy: LbPolicy,
+        hash: KeyHash,
+        least_request: LeastRequestConfig,
+        hosts: &[HostConfig],
+    ) -> LoadBalancer {
         let mut weights: Vec<u32> = hosts.iter().map(|h| h.weight).collect();
         if weights.iter().all(|&w| w == 0) {
             weights.iter_mut().for_each(|w| *w = 1);
@@ -122,6 +134,9 @@ impl LoadBalancer {
             LbPolicy::Modula => Inner::Modula(modula::Modula::new(hosts, &weights, hash)),
             LbPolicy::Random => Inner::Random(random::Random::new(&weights)),
             LbPolicy::RoundRobin => Inner::Random(random::Random::round_robin(&weights)),
+            LbPolicy::LeastRequest => {
+                Inner::LeastRequest(least_request::LeastRequest::new(&weights, least_request))
+            }
             LbPolicy::RingHash => Inner::RingHash(ring_hash::RingHash::new(hosts, &weights)),
             LbPolicy::Maglev => Inner::Maglev(maglev::Maglev::new(hosts, &weights)),
         };
@@ -136,15 +151,27 @@ impl LoadBalancer {
             Inner::Ketama(k) => k.pick(key),
             Inner::Modula(m) => m.pick(key),
             Inner::Random(r) => r.pick(),
+            // No load known here: every host counts as idle.
+            Inner::LeastRequest(l) => l.pick(|_| Some(0)).unwrap_or(0),
             Inner::RingHash(r) => r.pick_hash(murmur2_64(key, ENVOY_STD_HASH_SEED)),
             Inner::Maglev(m) => m.pick_hash(murmur2_64(key, ENVOY_STD_HASH_SEED)),
         }
     }
 
-    /// Whether a key has no fixed host ([`LbPolicy::Random`], [`LbPolicy::RoundRobin`]).
+    /// Whether a key has no fixed host ([`LbPolicy::Random`], [`LbPolicy::RoundRobin`],
+    /// [`LbPolicy::LeastRequest`]).
     #[inline]
     pub fn is_non_hashing(&self) -> bool {
-        matches!(self.inner, Inner::Random(_))
+        matches!(self.inner, Inner::Random(_) | Inner::LeastRequest(_))
+    }
+
+    /// The least-request picker, for a caller that knows each host's load.
+    #[inline]
+    pub(super) fn least_request(&self) -> Option<&least_request::LeastRequest> {
+        match &self.inner {
+            Inner::LeastRequest(l) => Some(l),
+            _ => None,
+        }
     }
 }
 

@@ -174,7 +174,12 @@ impl ClusterPool {
                     _ => None,
                 };
                 PoolKind::Hashed(HashedPool {
-                    lb: LoadBalancer::with_hash(cluster.lb_policy, cluster.hash, &cluster.hosts),
+                    lb: LoadBalancer::with_settings(
+                        cluster.lb_policy,
+                        cluster.hash,
+                        cluster.least_request,
+                        &cluster.hosts,
+                    ),
                     hosts: conns,
                     hosts_resp3: RefCell::new(None),
                     shared,
@@ -214,15 +219,20 @@ impl ClusterPool {
     #[inline]
     pub fn shard_of(&self, key: &[u8]) -> Option<usize> {
         match &self.kind {
-            PoolKind::Hashed(h) => match &h.rehash {
-                None => Some(h.lb.pick(key)),
-                Some(r) => r.pick(key, &h.lb, &h.shared),
-            },
+            PoolKind::Hashed(h) => {
+                if let Some(lr) = h.lb.least_request() {
+                    return h.least_request(lr);
+                }
+                match &h.rehash {
+                    None => Some(h.lb.pick(key)),
+                    Some(r) => r.pick(key, &h.lb, &h.shared),
+                }
+            }
             PoolKind::Slots(_) => Some(super::key_slot(key) as usize),
         }
     }
 
-    /// Where every pub/sub channel of a `random` or `round_robin` cluster lives (a [`Dest::Key`] host index):
+    /// Where every pub/sub channel of a `random`, `round_robin` or `least_request` cluster lives (a [`Dest::Key`] host index):
     /// its first host, or with `on_unhealthy = "rehash"` its first healthy one, so that
     /// PUBLISH and SUBSCRIBE of a channel meet. `None` for any other cluster (channels are
     /// placed like keys there) and when no host is healthy.
@@ -335,6 +345,24 @@ impl ClusterPool {
             PoolKind::Hashed(h) => h.hosts.len(),
             PoolKind::Slots(p) => p.primaries(),
         }
+    }
+}
+
+impl HashedPool {
+    /// The `least_request` host of the current draw, by this worker's outstanding requests to
+    /// each host (over its RESP2 and RESP3 connections). A `rehash` cluster picks among its
+    /// healthy hosts only; a `fail_fast` one among all, as its other policies do.
+    #[inline]
+    fn least_request(&self, lr: &super::least_request::LeastRequest) -> Option<usize> {
+        let r3 = self.hosts_resp3.borrow();
+        lr.pick(|i| {
+            if self.rehash.is_some() && !self.shared.get(i)?.health.is_healthy() {
+                return None;
+            }
+            let count = |conns: &[Rc<Conn>]| conns.iter().map(|c| c.outstanding()).sum::<usize>();
+            let resp3 = r3.as_ref().and_then(|h| h.get(i)).map_or(0, |c| count(c));
+            Some(count(self.hosts.get(i)?) + resp3)
+        })
     }
 }
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 mod dns;
 mod dump;
 pub mod external_auth;
+pub mod least_request;
 pub mod limits;
 mod locate;
 pub mod raw;
@@ -31,6 +32,8 @@ mod sockmap;
 pub(crate) mod tests;
 #[cfg(test)]
 mod tests_dns;
+#[cfg(test)]
+mod tests_least_request;
 #[cfg(test)]
 mod tests_limits;
 #[cfg(test)]
@@ -54,6 +57,7 @@ pub use dns::{
 };
 pub use dump::REDACTED;
 pub use external_auth::ExternalAuthConfig;
+pub use least_request::LeastRequestConfig;
 pub use routes::{KEY_VARIABLE, clusters_of};
 pub use sockmap::{Sockmap, parse_port_list};
 pub use tls::{DownstreamTls, SniCertificate, UpstreamTls};
@@ -399,8 +403,12 @@ pub struct ClusterConfig {
     /// Required, non-empty (may be empty for `type = "eds"`); no address twice. TOML items are `"host:port"` or
     /// `{ address = "host:port", weight = 1, name = "..." }`.
     pub hosts: Vec<HostConfig>,
-    /// `"ketama"` (default), `"modula"`, `"random"`, `"ring_hash"` or `"maglev"`.
+    /// `"ketama"` (default), `"modula"`, `"random"`, `"round_robin"`, `"least_request"`,
+    /// `"ring_hash"` or `"maglev"`.
     pub lb_policy: LbPolicy,
+    /// `[clusters.least_request]`: settings of `lb_policy = "least_request"` (defaults for
+    /// other policies, where the table is refused).
+    pub least_request: LeastRequestConfig,
     /// twemproxy's key hash for `ketama` and `modula` (default `fnv1a_64`); `hash` set with
     /// `ring_hash`, `maglev` or `type = "redis_cluster"` is refused at load.
     pub hash: KeyHash,
@@ -646,7 +654,8 @@ pub enum ClusterType {
 }
 
 /// Key placement policy of a cluster. TOML:
-/// `lb_policy = "ketama" | "modula" | "random" | "round_robin" | "ring_hash" | "maglev"`.
+/// `lb_policy = "ketama" | "modula" | "random" | "round_robin" | "least_request" | "ring_hash"
+/// | "maglev"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LbPolicy {
@@ -668,11 +677,19 @@ pub enum LbPolicy {
     /// on one fixed host, its first live host; keyspace notifications are subscribed on every
     /// host (a key may be anywhere).
     Random,
-    /// Envoy ROUND_ROBIN (unweighted): each client command, or transaction, goes to the next
-    /// host in turn on its worker. Like `random`, a key has no fixed home, and the same rules
-    /// keep one command or transaction on one host and pub/sub on one fixed host; `hash` does
-    /// not apply.
+    /// Envoy ROUND_ROBIN: each client command, or transaction, goes to the next host in turn
+    /// on its worker; with unequal weights in Envoy's earliest-deadline-first order (host `i`
+    /// serves `weight_i` of every `sum(weight)` turns, spread out). Like `random`, a key has no
+    /// fixed home, and the same rules keep one command or transaction on one host and pub/sub
+    /// on one fixed host; `hash` does not apply.
     RoundRobin,
+    /// Envoy LEAST_REQUEST: each client command, or transaction, goes to the host with the
+    /// fewest requests outstanding on this worker among `choice_count` hosts drawn at random
+    /// (equal weights), or, with unequal weights, to a host drawn with probability
+    /// proportional to `weight / (outstanding + 1)^active_request_bias`
+    /// (`[clusters.least_request]`). Keys, transactions and pub/sub as with `random`; `hash`
+    /// does not apply.
+    LeastRequest,
     /// Envoy RING_HASH.
     RingHash,
     /// Envoy MAGLEV.

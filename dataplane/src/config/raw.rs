@@ -415,6 +415,9 @@ pub struct RawCluster {
     /// Consistent-hash policy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lb_policy: Option<Spanned<LbPolicy>>,
+    /// `[clusters.least_request]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub least_request: Option<Spanned<super::least_request::RawLeastRequest>>,
     /// twemproxy key hash (`ketama`, `modula`; accepted without effect with `random`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash: Option<Spanned<KeyHash>>,
@@ -491,6 +494,7 @@ impl RawCluster {
             cluster_type,
             hosts: unspanned(Vec::new()),
             lb_policy: None,
+            least_request: None,
             hash: None,
             connect_timeout: None,
             auth_username: None,

@@ -182,6 +182,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                     },
                 ],
                 lb_policy: LbPolicy::Ketama,
+                least_request: Default::default(),
                 hash: crate::config::KeyHash::Fnv1a64,
                 connect_timeout: Duration::from_millis(500),
                 auth_username: Some("proxy".into()),
@@ -209,6 +210,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                     name: None,
                 }],
                 lb_policy: LbPolicy::Maglev,
+                least_request: Default::default(),
                 hash: crate::config::KeyHash::Fnv1a64,
                 connect_timeout: Duration::from_secs(1),
                 auth_username: None,
@@ -484,11 +486,11 @@ fn bad_types() {
         "invalid type",
     );
     assert_err(
-        &format!("{MINIMAL}lb_policy = \"least_request\"\n"),
+        &format!("{MINIMAL}lb_policy = \"least_connection\"\n"),
         10,
         "clusters[0].lb_policy",
-        "unknown variant `least_request`, expected one of `ketama`, `modula`, `random`, \
-         `round_robin`, `ring_hash`, `maglev`",
+        "unknown variant `least_connection`, expected one of `ketama`, `modula`, `random`, \
+         `round_robin`, `least_request`, `ring_hash`, `maglev`",
     );
     assert_err(
         &format!("{MINIMAL}type = \"original_dst\"\n"),

@@ -872,23 +872,36 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
                  (crc16 of the Redis Cluster spec)",
             ));
         }
-        (Some(h), _, LbPolicy::RingHash | LbPolicy::Maglev | LbPolicy::RoundRobin) => {
+        (
+            Some(h),
+            _,
+            LbPolicy::RingHash | LbPolicy::Maglev | LbPolicy::RoundRobin | LbPolicy::LeastRequest,
+        ) => {
             return Err(src.error(
                 Some(h.span()),
                 &format!("{path}.hash"),
                 "applies to lb_policy \"ketama\", \"modula\" and \"random\" only: \
-                 ring_hash and maglev hash keys with Envoy's murmur2, round_robin hashes nothing",
+                 ring_hash and maglev hash keys with Envoy's murmur2, round_robin and \
+                 least_request hash nothing",
             ));
         }
         (Some(h), _, _) => *h.get_ref(),
         (None, _, _) => KeyHash::default(),
     };
 
+    let least_request = super::least_request::validate(
+        src,
+        &format!("{path}.least_request"),
+        c.least_request.take(),
+        lb_policy,
+    )?;
+
     Ok(ClusterConfig {
         name,
         cluster_type: c.cluster_type,
         hosts,
         lb_policy,
+        least_request,
         hash,
         connect_timeout,
         auth_username: c.auth_username.map(Spanned::into_inner),

@@ -272,6 +272,7 @@ mod tests {
             cluster_type: ClusterType::RedisCluster,
             hosts: Vec::new(),
             lb_policy: LbPolicy::Ketama,
+            least_request: Default::default(),
             hash: crate::config::KeyHash::Fnv1a64,
             connect_timeout: Duration::from_secs(1),
             auth_username: None,

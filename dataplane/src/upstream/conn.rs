@@ -292,6 +292,15 @@ impl<H: HostState> Conn<H> {
         self.host.is_healthy()
     }
 
+    /// Requests sent on this connection and not yet answered, plus those waiting to be let in:
+    /// Envoy's `rq_active` of one connection, for `lb_policy = "least_request"`. Requests that
+    /// timed out are answered, so they no longer count.
+    #[inline]
+    pub fn outstanding(&self) -> usize {
+        let inner = self.inner.borrow();
+        inner.pending.len().saturating_sub(inner.timed_out) + inner.room.len()
+    }
+
     /// Queues one encoded request of client session `session` whose reply goes to `target`.
     /// The session, not the target, names the sender in the waiting room: a client's own
     /// requests and the mirror copies of its earlier ones (whose target is the mirror's

@@ -41,6 +41,7 @@ mod log_limits;
 mod migrate;
 mod migration;
 mod mirror;
+mod non_hashing_lb;
 mod observability_deploy;
 mod proxy;
 mod pubsub;

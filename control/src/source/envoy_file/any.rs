@@ -109,6 +109,7 @@ pub fn any(v: &Value, p: &str) -> Res<Any> {
         "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest" => {
             lbp::least_request::v3::LeastRequest {
                 choice_count: o.u32w("choice_count")?,
+                active_request_bias: o.msg("active_request_bias", super::core::runtime_double)?,
                 ..Default::default()
             }
             .encode_to_vec()

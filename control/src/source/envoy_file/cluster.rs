@@ -60,6 +60,7 @@ pub fn cluster(v: &Value, p: &str) -> Res<c::Cluster> {
             let mut m = Obj::new(v, p)?;
             let r = cluster::LeastRequestLbConfig {
                 choice_count: m.u32w("choice_count")?,
+                active_request_bias: m.msg("active_request_bias", super::core::runtime_double)?,
                 ..Default::default()
             };
             m.done(r)

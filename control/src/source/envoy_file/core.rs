@@ -96,6 +96,16 @@ pub fn typed_extension_config(v: &Value, p: &str) -> Res<core::TypedExtensionCon
     o.done(r)
 }
 
+/// `core.v3.RuntimeDouble`: `default_value` and `runtime_key`.
+pub fn runtime_double(v: &Value, p: &str) -> Res<core::RuntimeDouble> {
+    let mut o = Obj::new(v, p)?;
+    let r = core::RuntimeDouble {
+        default_value: o.f64("default_value")?,
+        runtime_key: o.string("runtime_key")?,
+    };
+    o.done(r)
+}
+
 /// `core.v3.RuntimeFractionalPercent`: `default_value` and `runtime_key`.
 pub fn runtime_fractional_percent(v: &Value, p: &str) -> Res<core::RuntimeFractionalPercent> {
     let mut o = Obj::new(v, p)?;

@@ -256,7 +256,7 @@ fn v2_api_is_refused_by_name() {
 
 /// Envoy's proto default ROUND_ROBIN and RANDOM over several hosts (Envoy's integration-test
 /// configs and its docs' upstream-auth example omit `lb_policy`): the data plane's
-/// `round_robin` and `random`; unequal weights and LEAST_REQUEST are refused by name.
+/// `round_robin` and `random`; weights and LEAST_REQUEST with its settings carried over.
 #[test]
 fn non_hashing_policies_over_several_hosts() {
     let two_hosts = |extra: &str, second: &str| {
@@ -271,19 +271,17 @@ fn non_hashing_policies_over_several_hosts() {
     assert!(t.contains("lb_policy = \"round_robin\""), "{t}");
     let t = toml(&two_hosts("    lb_policy: random\n", ""));
     assert!(t.contains("lb_policy = \"random\""), "{t}");
-    let e = refusal(&two_hosts(
-        "    lb_policy: RANDOM\n",
+    let t = toml(&two_hosts(
+        "    lb_policy: ROUND_ROBIN\n",
         "\n          load_balancing_weight: 3",
     ));
-    assert!(
-        e.contains(
-            "RANDOM with unequal endpoint weights (3 and 1) is not supported by respite yet"
-        ),
-        "{e}"
-    );
-    let e = refusal(&two_hosts("    lb_policy: LEAST_REQUEST\n", ""));
-    assert!(
-        e.contains("LEAST_REQUEST is not supported by respite yet on several hosts"),
-        "{e}"
-    );
+    assert!(t.contains("lb_policy = \"round_robin\""), "{t}");
+    assert!(t.contains("weight = 3"), "{t}");
+    let t = toml(&two_hosts(
+        "    lb_policy: LEAST_REQUEST\n    least_request_lb_config: {choice_count: 3, active_request_bias: {default_value: 0.5, runtime_key: k}}\n",
+        "",
+    ));
+    assert!(t.contains("lb_policy = \"least_request\""), "{t}");
+    assert!(t.contains("choice_count = 3"), "{t}");
+    assert!(t.contains("active_request_bias = 0.5"), "{t}");
 }

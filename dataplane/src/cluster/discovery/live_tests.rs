@@ -128,6 +128,7 @@ fn config(ports: &[u16]) -> ClusterConfig {
             })
             .collect(),
         lb_policy: LbPolicy::Ketama,
+        least_request: Default::default(),
         hash: crate::config::KeyHash::Fnv1a64,
         connect_timeout: Duration::from_secs(1),
         auth_username: None,

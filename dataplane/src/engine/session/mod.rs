@@ -112,7 +112,7 @@ struct Session {
     /// The random number an `lb_policy = "random"` cluster places this session's current
     /// command by: drawn anew per command in shared mode, kept through a transaction (and any
     /// other mode that holds a connection), so one command or transaction stays on one host.
-    draw: u64,
+    draw: Rc<crate::cluster::random::Draw>,
     multi_frame: Option<Vec<Piece>>,
     /// An AUTH sent to the listener's external auth service, answered once its barrier opens.
     external_pending: Option<Rc<external_auth::Pending>>,
@@ -180,7 +180,7 @@ pub async fn run(
         hub: worker.pubsub.clone(),
         large: None,
         multi_frame: None,
-        draw: 0,
+        draw: Rc::default(),
         external_pending: None,
     };
     let mut parser = RequestParser::new(Limits {
@@ -535,7 +535,7 @@ impl Session {
             self.sink.silence_next(true);
         }
         let req = if self.mode.is_shared() {
-            self.draw = crate::cluster::random::new_draw();
+            self.draw.renew();
             req
         } else {
             match self.in_multi(rt, req) {
@@ -686,7 +686,7 @@ impl Session {
     /// The dispatch of one request over `rt`'s routes, into this session's reply slots.
     #[inline]
     fn dispatch<'d>(&'d mut self, rt: &'d ListenerRuntime) -> Dispatch<'d, Sink> {
-        crate::cluster::random::set_draw(self.draw);
+        crate::cluster::random::set_session_draw(&self.draw);
         Dispatch {
             router: &rt.router,
             hash_tag: rt.config.hash_tag,
