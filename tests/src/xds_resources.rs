@@ -14,10 +14,9 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
 };
 use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
 use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
-use envoy_types::pb::envoy::config::core::v3::grpc_service::{EnvoyGrpc, TargetSpecifier};
 use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::config::core::v3::{
-    Address, AggregatedConfigSource, ApiVersion, ConfigSource, GrpcService, Metadata,
+    Address, AggregatedConfigSource, ApiVersion, ConfigSource, Metadata,
     SocketAddress,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
@@ -31,7 +30,7 @@ use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis
     ConnPoolSettings, PrefixRoutes,
 };
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
-    RedisExternalAuthProvider, RedisProxy,
+    RedisProxy,
 };
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryResponse, DiscoveryResponse, Resource,
@@ -125,22 +124,17 @@ pub fn listener_routes(
     listener_with(name, addr, redis_proxy(name, routes, catch_all))
 }
 
-/// A Listener a conforming client must reject: a valid Redis proxy over `cluster` with
-/// `external_auth_provider` set, a supported field with behaviour Respite does not implement
-/// (a supported field with an unsupported value makes the resource invalid, gRFC A46: it is
-/// NACKed with a clear reason, not silently ignored).
+/// A listener that is invalid whatever clusters exist: its catch-all route's `key_formatter`
+/// has no `%KEY%` (every key would become the same key), a refusal of the data plane's own.
 pub fn bad_listener_over(name: &str, addr: SocketAddr, cluster: &str) -> Listener {
     let mut proxy = redis_proxy(name, &[], Some(cluster));
-    proxy.external_auth_provider = Some(RedisExternalAuthProvider {
-        grpc_service: Some(GrpcService {
-            target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
-                cluster_name: "ext_authz".to_string(),
-                ..Default::default()
-            })),
-            ..Default::default()
-        }),
-        enable_auth_expiration: true,
-    });
+    if let Some(r) = proxy
+        .prefix_routes
+        .as_mut()
+        .and_then(|p| p.catch_all_route.as_mut())
+    {
+        r.key_formatter = "no-key-here".to_string();
+    }
     listener_with(name, addr, proxy)
 }
 

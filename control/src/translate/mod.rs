@@ -56,6 +56,7 @@ mod tests;
 mod tests_cluster;
 #[cfg(test)]
 mod tests_dns;
+#[cfg(test)]
 mod tests_external_auth;
 #[cfg(test)]
 mod tests_golden;

@@ -246,7 +246,7 @@ fn rule1_nack_carries_previous_version_and_error_detail() {
             any(bad_listener_over("lbad-x", listen_addr(), "c1")),
         ],
     );
-    assert_nack(&nack, "l1", "nl2", &["lbad-x", "external_auth_provider"]);
+    assert_nack(&nack, "l1", "nl2", &["lbad-x", "key_formatter"]);
     server.expect_none(Duration::from_secs(1));
     let xds = ctl.xds_status();
     assert_eq!(xds["types"][LISTENER]["version"], "l1", "{xds}");
@@ -334,7 +334,7 @@ fn rule2_rejected_resource_keeps_last_good_and_valid_ones_apply() {
         l1["error"]
             .as_str()
             .unwrap_or_default()
-            .contains("external_auth_provider"),
+            .contains("key_formatter"),
         "{l1}"
     );
     let l2 = wait_state(&ctl, LISTENER, "l2", "ACKED");
