@@ -788,17 +788,7 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
                     &format!("duplicate host \"{address_text}\""),
                 ));
             }
-            let weight = match weight {
-                Some(w) if *w.get_ref() == 0 => {
-                    return Err(src.error(
-                        Some(w.span()),
-                        &format!("{hpath}.weight"),
-                        "must be at least 1",
-                    ));
-                }
-                Some(w) => w.into_inner(),
-                None => 1,
-            };
+            let weight = host_weight(src, &hpath, weight)?;
             d.targets.push(super::DnsTarget { host, port, weight });
             continue;
         }
@@ -816,17 +806,7 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
                 &format!("duplicate host {address} (also {path}.hosts[{first}])"),
             ));
         }
-        let weight = match weight {
-            Some(w) if *w.get_ref() == 0 => {
-                return Err(src.error(
-                    Some(w.span()),
-                    &format!("{hpath}.weight"),
-                    "must be at least 1",
-                ));
-            }
-            Some(w) => w.into_inner(),
-            None => 1,
-        };
+        let weight = host_weight(src, &hpath, weight)?;
         let name = match hname {
             Some(n) => {
                 let span = n.span();
@@ -1301,6 +1281,19 @@ fn positive(src: &Source<'_>, path: &str, d: &Spanned<RawDuration>) -> Result<Du
         return Err(src.error(Some(d.span()), path, "must be greater than zero"));
     }
     Ok(v)
+}
+
+/// A host's `weight`: at least 1, 1 when absent.
+fn host_weight(src: &Source<'_>, hpath: &str, weight: Option<Spanned<u32>>) -> Result<u32> {
+    match weight {
+        Some(w) if *w.get_ref() == 0 => Err(src.error(
+            Some(w.span()),
+            &format!("{hpath}.weight"),
+            "must be at least 1",
+        )),
+        Some(w) => Ok(w.into_inner()),
+        None => Ok(1),
+    }
 }
 
 /// `host:port` → the first address it resolves to. `allow_port_zero` is for local listen
