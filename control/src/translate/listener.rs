@@ -6,14 +6,16 @@ use std::collections::BTreeSet;
 use envoy_types::pb::envoy::config::listener::v3::{Listener, filter, listener_filter};
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisProxy;
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_proxy::{
-    ConnPoolSettings, PrefixRoutes, RedisFault, conn_pool_settings::ReadPolicy, prefix_routes,
-    redis_fault::RedisFaultType,
+    ConnPoolSettings, PrefixRoutes, ProtocolVersion, RedisFault, conn_pool_settings::ReadPolicy,
+    prefix_routes, redis_fault::RedisFaultType,
 };
 use respite::config::raw::{
     RawDownstreamTls, RawFault, RawListener, RawMirrorPolicy, RawPrefixRoutes,
     RawReadCommandPolicy, RawRoute, unspanned,
 };
-use respite::config::{FaultType, ReadPolicy as DataPlaneReadPolicy};
+use respite::config::{
+    FaultType, ProtocolVersion as DataPlaneProtocolVersion, ReadPolicy as DataPlaneReadPolicy,
+};
 
 use super::fields::{count, data_source, decode, positive_duration, socket_address};
 use super::{ListenerDraft, REDIS_PROXY_FILTER, REDIS_PROXY_TYPE};
@@ -264,14 +266,18 @@ fn proxy_fields(
     t.stat_prefix = Some(unspanned(proxy.stat_prefix.clone()));
     // Only the unit of command.<cmd>.latency changes; the data plane has the same switch.
     t.latency_in_micros = proxy.latency_in_micros;
-    // RESP2 (0, the default) is what Respite speaks to upstreams; RESP3 enforcement (every
-    // client must HELLO 3 first) is not implemented.
-    if proxy.protocol_version != 0 {
-        return Err(format!(
-            "{p}.protocol_version: enforced RESP3 is not supported (Respite negotiates per \
-             connection with HELLO)"
-        ));
-    }
+    // RESP2 (0) is also the proto default, so it cannot be told from unset: it leaves the key
+    // unset (per-connection HELLO negotiation, which accepts HELLO 3 where Envoy refuses it).
+    t.protocol_version = match ProtocolVersion::try_from(proxy.protocol_version) {
+        Ok(ProtocolVersion::Resp2) => None,
+        Ok(ProtocolVersion::Resp3) => Some(unspanned(DataPlaneProtocolVersion::Resp3)),
+        Err(_) => {
+            return Err(format!(
+                "{p}.protocol_version: unknown value {}",
+                proxy.protocol_version
+            ));
+        }
+    };
 
     if let Some(ds) = &proxy.downstream_auth_password {
         let password = data_source(ds, &format!("{p}.downstream_auth_password"))?;

@@ -61,6 +61,8 @@ mod tests_external_auth;
 #[cfg(test)]
 mod tests_golden;
 #[cfg(test)]
+mod tests_protocol;
+#[cfg(test)]
 mod tests_support;
 #[cfg(test)]
 mod tests_tls;

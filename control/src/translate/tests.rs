@@ -607,10 +607,10 @@ fn unsupported_behaviour_is_refused_by_name() {
     );
 
     let mut p = proxy();
-    p.protocol_version = 1;
+    p.protocol_version = 7;
     assert_mentions(
         &listener_err(&listener_with(&p)),
-        &["protocol_version", "RESP3"],
+        &["protocol_version", "unknown value 7"],
     );
 }
 

@@ -37,6 +37,8 @@ mod tests_least_request;
 #[cfg(test)]
 mod tests_limits;
 #[cfg(test)]
+mod tests_protocol;
+#[cfg(test)]
 mod tests_raw;
 #[cfg(test)]
 mod tests_routes;
@@ -180,6 +182,10 @@ pub struct ListenerConfig {
     /// Which node of a Redis Cluster slot serves read commands (Envoy `read_policy`). Applies to
     /// `redis_cluster` clusters only. Default `primary`.
     pub read_policy: ReadPolicy,
+    /// The one RESP version the listener serves (Envoy `protocol_version`); `None` (unset, the
+    /// default): each connection picks RESP2 or RESP3 with `HELLO`, as Redis does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<ProtocolVersion>,
     /// Per worker, the most connections to hosts known only from a `MOVED`/`ASK` redirect (Envoy
     /// `max_upstream_unknown_connections`); past it the redirect error goes to the client.
     /// Default 100, at most [`limits::MAX_UPSTREAM_UNKNOWN_CONNECTIONS`].
@@ -296,6 +302,18 @@ pub enum ReadPolicy {
     PreferReplica,
     /// Reads go to any node of the slot, spread by session.
     Any,
+}
+
+/// Envoy `RedisProxy.ProtocolVersion`: the RESP version a listener enforces. TOML:
+/// `protocol_version = "resp2" | "resp3"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtocolVersion {
+    /// RESP2 only: `HELLO 3` is answered `-NOPROTO`.
+    Resp2,
+    /// RESP3 only: a client must `HELLO 3` before any command but HELLO, AUTH and QUIT (the
+    /// others are answered `-NOPROTO`), so every request goes to a RESP3 upstream connection.
+    Resp3,
 }
 
 /// Envoy `PrefixRoutes`: which cluster a key goes to. The longest matching `prefix` of

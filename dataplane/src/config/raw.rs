@@ -136,6 +136,9 @@ pub struct RawListener {
     /// Redis Cluster replica reads; only with a `redis_cluster` route.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub read_policy: Option<Spanned<ReadPolicy>>,
+    /// `"resp2" | "resp3"`: the one RESP version served; unset: negotiated per connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<Spanned<super::ProtocolVersion>>,
     /// Redis Cluster redirect connections; only with a `redis_cluster` route.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_upstream_unknown_connections: Option<Spanned<usize>>,
@@ -243,6 +246,7 @@ impl RawListener {
             prefix_routes: None,
             faults: Vec::new(),
             read_policy: None,
+            protocol_version: None,
             max_upstream_unknown_connections: None,
             latency_in_micros: false,
             enable_command_stats: false,

@@ -119,6 +119,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
 
                 faults: vec![],
                 read_policy: ReadPolicy::Primary,
+                protocol_version: None,
                 max_upstream_unknown_connections: 100,
                 latency_in_micros: false,
                 enable_command_stats: false,
@@ -150,6 +151,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
 
                 faults: vec![],
                 read_policy: ReadPolicy::Primary,
+                protocol_version: None,
                 max_upstream_unknown_connections: 100,
                 latency_in_micros: false,
                 enable_command_stats: false,

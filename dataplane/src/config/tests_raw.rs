@@ -33,6 +33,7 @@ downstream_auth_username = "app"
 custom_commands = ["BF.ADD"]
 max_request_bytes = 1048576
 read_policy = "prefer_replica"
+protocol_version = "resp3"
 max_upstream_unknown_connections = 7
 latency_in_micros = true
 enable_command_stats = true

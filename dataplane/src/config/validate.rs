@@ -448,6 +448,7 @@ fn listener(
         prefix_routes,
         faults,
         read_policy: l.read_policy.map(Spanned::into_inner).unwrap_or_default(),
+        protocol_version: l.protocol_version.map(Spanned::into_inner),
         max_upstream_unknown_connections: at_most(
             src,
             &format!("{path}.max_upstream_unknown_connections"),

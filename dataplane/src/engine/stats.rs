@@ -47,6 +47,9 @@ pub struct ListenerStats {
     pub rq_total: Arc<Counter>,
     pub rq_active: Arc<Gauge>,
     pub unsupported_command: Arc<Counter>,
+    /// Requests refused `-NOPROTO` for coming before `HELLO 3` on a `protocol_version =
+    /// "resp3"` listener (Envoy's `downstream_rq_noproto`).
+    pub rq_noproto: Arc<Counter>,
     pub invalid_request: Arc<Counter>,
     /// EXECs that ran their transaction (the backend answered EXEC with an array).
     pub tx_committed: Arc<Counter>,
@@ -130,6 +133,7 @@ impl ListenerStats {
             rq_total: c("downstream_rq_total"),
             rq_active: g("downstream_rq_active"),
             unsupported_command: c("splitter.unsupported_command"),
+            rq_noproto: c("downstream_rq_noproto"),
             invalid_request: c("splitter.invalid_request"),
             tx_committed: c("tx_committed"),
             tx_aborted: c("tx_aborted"),

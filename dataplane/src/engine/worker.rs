@@ -149,6 +149,13 @@ pub struct ListenerRuntime {
 }
 
 impl ListenerRuntime {
+    /// The listener requires RESP3 (`protocol_version = "resp3"`): requests before `HELLO 3`
+    /// are refused.
+    #[inline]
+    pub fn resp3_only(&self) -> bool {
+        self.config.protocol_version == Some(crate::config::ProtocolVersion::Resp3)
+    }
+
     /// True if `name` is one of the listener's `custom_commands` (case-insensitive).
     pub fn custom_command(&self, name: &[u8]) -> bool {
         self.config

@@ -24,6 +24,7 @@ use super::{
 use crate::net::BufResult;
 use crate::net::{self, Notify, Stream};
 use crate::resp::{ReplyScanner, encode};
+use crate::stats::Counter;
 use crate::stats::clock::{self, BatchClock};
 use crate::stats::log_limit::log_limited;
 use crate::stats::probe::RequestPath;
@@ -969,6 +970,7 @@ async fn connect<H: HostState>(conn: &Conn<H>) -> std::io::Result<Stream> {
         conn.readonly,
         conn.host.cluster(),
         conn.settings.connect_timeout,
+        Some(&conn.stats.resp3_hello_failure),
     )
     .await?;
     wait_loaded(conn, &stream).await?;
@@ -1030,13 +1032,17 @@ async fn wait_loaded<H: HostState>(conn: &Conn<H>, stream: &Stream) -> std::io::
 
 /// [`connect`] for any connection to `addr` of cluster `cluster` (named in the log line of a
 /// refused handshake): the shared ones and the leased ones. The TCP connect is bounded by
-/// `connect_timeout`, the handshake's replies by `handshake`.
+/// `connect_timeout`, the handshake's replies by `handshake`. A RESP3 connection whose
+/// `HELLO 3` fails once connected (an error reply, a reply that is not a RESP3 map with
+/// `proto` 3, a write or read error, a timeout) counts in `hello_failure`
+/// (`cluster.<c>.redis_cluster.upstream_resp3_hello_failure`, Envoy's name).
 pub(super) async fn open(
     addr: SocketAddr,
     s: &PoolSettings,
     readonly: bool,
     cluster: &str,
     handshake: std::time::Duration,
+    hello_failure: Option<&Counter>,
 ) -> std::io::Result<Stream> {
     let stream = match &s.tls {
         Some(tls) => {
@@ -1076,11 +1082,24 @@ pub(super) async fn open(
     if replies == 0 {
         return Ok(stream);
     }
+    let hello3_failed = || {
+        if s.resp3
+            && let Some(c) = hello_failure
+        {
+            c.inc();
+        }
+    };
     let BufResult(res, _) = net::write_all(&stream, req).await;
-    res?;
+    res.inspect_err(|_| hello3_failed())?;
     let all = net::timeout(handshake, read_replies(&stream, replies))
         .await
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))??;
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timeout"))
+        .and_then(|r| r)
+        .inspect_err(|_| hello3_failed())?;
+    let hello_ok = !s.resp3 || all.first().is_some_and(|r| hello3_accepted(r));
+    if !hello_ok {
+        hello3_failed();
+    }
     if let Some(reply) = all.iter().find(|r| r.first() == Some(&b'-')) {
         let text = String::from_utf8_lossy(reply).trim_end().to_string();
         log_limited!(WARN, "upstream handshake failed";
@@ -1090,7 +1109,22 @@ pub(super) async fn open(
             text,
         ));
     }
+    if !hello_ok {
+        log_limited!(WARN, "upstream answered HELLO 3 without RESP3 proto 3";
+            cluster = %cluster, upstream = %addr);
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "HELLO 3 was not answered with a RESP3 map with proto 3",
+        ));
+    }
     Ok(stream)
+}
+
+/// Whether `reply` (one whole reply) is a successful `HELLO 3` answer: a RESP3 map (`%`) with
+/// the pair `proto` → `:3`, as Redis's `helloCommand` writes it (bulk-string keys).
+fn hello3_accepted(reply: &[u8]) -> bool {
+    const PROTO3: &[u8] = b"\r\n$5\r\nproto\r\n:3\r\n";
+    reply.first() == Some(&b'%') && reply.windows(PROTO3.len()).any(|w| w == PROTO3)
 }
 
 /// Reads exactly `n` replies from a connection that is not pipelining (a handshake, a health
@@ -1537,5 +1571,27 @@ mod tests {
         ] {
             assert!(!is_redirect(r, false), "{r:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod hello3_tests {
+    use super::hello3_accepted;
+
+    #[test]
+    fn hello3_reply_shapes() {
+        // Redis 7.0.15's answer to `HELLO 3`, byte for byte.
+        let redis = b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n\
+$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:3\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n\
+$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n";
+        assert!(hello3_accepted(redis));
+        // The same pairs as a RESP2 array, and a map that says proto 2: not RESP3.
+        assert!(!hello3_accepted(
+            b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$5\r\nproto\r\n:3\r\n"
+        ));
+        assert!(!hello3_accepted(b"%1\r\n$5\r\nproto\r\n:2\r\n"));
+        assert!(!hello3_accepted(b"-ERR unknown command 'HELLO'\r\n"));
+        assert!(!hello3_accepted(b"+OK\r\n"));
+        assert!(!hello3_accepted(b""));
     }
 }

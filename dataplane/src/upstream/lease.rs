@@ -105,8 +105,17 @@ async fn open_leased(
     settings: &PoolSettings,
     cluster: &str,
     handshake: std::time::Duration,
+    hello_failure: &Counter,
 ) -> std::io::Result<(Stream, Option<u64>)> {
-    let stream = open(addr, settings, false, cluster, handshake).await?;
+    let stream = open(
+        addr,
+        settings,
+        false,
+        cluster,
+        handshake,
+        Some(hello_failure),
+    )
+    .await?;
     let BufResult(res, _) = net::write_all(&stream, CLIENT_ID.to_vec()).await;
     res?;
     let reply = net::timeout(handshake, read_replies(&stream, 1))
@@ -147,6 +156,9 @@ pub struct LeaseStats {
     pub closed_dirty: Arc<Counter>,
     /// How long each lease waited for its connection (connect included), in ms.
     pub wait_ms: Arc<Histogram>,
+    /// RESP3 connections whose `HELLO 3` failed (shared with the pool's
+    /// [`super::HostStats::resp3_hello_failure`]).
+    pub resp3_hello_failure: Arc<Counter>,
 }
 
 impl LeaseStats {
@@ -164,6 +176,10 @@ impl LeaseStats {
             exhausted: c("pool_exhausted"),
             closed_dirty: c("closed_dirty"),
             wait_ms: store.histogram(&format!("cluster.{cluster}.leased_cx_wait_ms"), worker),
+            resp3_hello_failure: store.counter(
+                &format!("cluster.{cluster}.{}", super::RESP3_HELLO_FAILURE),
+                worker,
+            ),
         }
     }
 }
@@ -509,7 +525,14 @@ impl LeasePool {
         handshake: std::time::Duration,
     ) -> std::io::Result<(Stream, Option<u64>)> {
         let tried = Instant::now();
-        let opened = open_leased(addr, settings, &self.cluster, handshake).await;
+        let opened = open_leased(
+            addr,
+            settings,
+            &self.cluster,
+            handshake,
+            &self.stats.resp3_hello_failure,
+        )
+        .await;
         if opened.is_err() {
             self.stats.connect_fail.inc();
         }

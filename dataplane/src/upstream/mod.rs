@@ -365,7 +365,13 @@ pub struct HostStats {
     /// Requests answered with the host's own `-LOADING` error because it was still loading
     /// `op_timeout` after their connection first saw it loading.
     pub rq_loading: Arc<Counter>,
+    /// RESP3 connections whose `HELLO 3` failed (`redis_cluster.upstream_resp3_hello_failure`,
+    /// Envoy's name).
+    pub resp3_hello_failure: Arc<Counter>,
 }
+
+/// Envoy's per-cluster counter of failed `HELLO 3` negotiations, under `cluster.<c>.`.
+pub const RESP3_HELLO_FAILURE: &str = "redis_cluster.upstream_resp3_hello_failure";
 
 impl HostStats {
     /// The stats of host `host` (its `ip:port`) of cluster `cluster`, shard `worker`; every one
@@ -401,6 +407,7 @@ impl HostStats {
             rq_cancelled: c("upstream_rq_cancelled"),
             cx_loading: c("upstream_cx_loading"),
             rq_loading: c("upstream_rq_loading"),
+            resp3_hello_failure: c(RESP3_HELLO_FAILURE),
         }
     }
 }

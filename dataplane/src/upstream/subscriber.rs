@@ -113,6 +113,8 @@ impl SubConn {
                 false,
                 &me.cluster,
                 settings.connect_timeout,
+                // RESP2 always: no HELLO 3 to fail.
+                None,
             )
             .await
             {

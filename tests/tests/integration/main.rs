@@ -49,6 +49,7 @@ mod reconnect;
 mod redis_suite;
 mod regressions;
 mod reload;
+mod resp3_listener;
 mod restart;
 mod routes;
 mod scripts;

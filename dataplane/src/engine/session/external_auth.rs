@@ -60,6 +60,11 @@ impl Session {
                     return true;
                 }
             },
+            // A version the listener refuses is answered NOPROTO before any credentials
+            // check, as Redis checks `protover` first.
+            Local::Hello if local::hello_version_refused(&self.conn, &rt.config, req.arg(1)) => {
+                return false;
+            }
             Local::Hello => match hello_auth(req) {
                 Some((user, password, rest)) => (user, password, Some(rest)),
                 None => return false,

@@ -16,6 +16,7 @@ mod external_auth;
 mod large;
 mod mode;
 mod multi;
+mod protocol;
 mod script_control;
 mod subscribe;
 mod transaction;
@@ -533,6 +534,9 @@ impl Session {
         let silent = self.conn.replies.silences_next_command();
         if silent {
             self.sink.silence_next(true);
+        }
+        if rt.resp3_only() && !self.conn.resp3 && self.refused_before_hello3(rt, req.name()) {
+            return;
         }
         let req = if self.mode.is_shared() {
             self.draw.renew();

@@ -12,7 +12,7 @@ pub mod auth;
 mod cluster;
 
 use crate::command::{self, CommandSpec, Local};
-use crate::config::ListenerConfig;
+use crate::config::{ListenerConfig, ProtocolVersion};
 use crate::resp::{encode, string2ll};
 
 /// The Redis version whose command surface Respite serves, reported by HELLO.
@@ -257,6 +257,42 @@ fn auth<'a>(
     outcome
 }
 
+/// Redis's reply to a protocol version it does not serve; Envoy's to a request before the
+/// `HELLO 3` a RESP3 listener requires.
+pub const NOPROTO: &[u8] = b"-NOPROTO unsupported protocol version\r\n";
+
+/// Whether a listener serves RESP version `proto` (2 or 3): any of them without
+/// `protocol_version`, only its own with one (Envoy matches `HELLO`'s version, or the
+/// connection's current one for a bare `HELLO`, exactly against it).
+fn version_allowed(cfg: &ListenerConfig, proto: i64) -> bool {
+    match cfg.protocol_version {
+        None => true,
+        Some(ProtocolVersion::Resp2) => proto == 2,
+        Some(ProtocolVersion::Resp3) => proto == 3,
+    }
+}
+
+/// Whether `HELLO` with first argument `protover` (`None`: a bare `HELLO`) asks for a version
+/// the listener refuses with [`NOPROTO`]; an argument that is not 2 or 3 is left to [`answer`].
+pub fn hello_version_refused(
+    conn: &ConnState,
+    cfg: &ListenerConfig,
+    protover: Option<&[u8]>,
+) -> bool {
+    let proto = match protover.map(string2ll) {
+        None => {
+            if conn.resp3 {
+                3
+            } else {
+                2
+            }
+        }
+        Some(Some(v @ (2 | 3))) => v,
+        Some(_) => return false,
+    };
+    !version_allowed(cfg, proto)
+}
+
 /// `HELLO [protover [AUTH username password] [SETNAME clientname]]` (Redis 7.0 `helloCommand`).
 /// RESP2 and RESP3: a RESP3 session is served by RESP3 upstream connections, so replies keep
 /// their RESP3 types (maps, doubles, nulls) byte for byte.
@@ -272,7 +308,7 @@ fn hello<'a>(
         match string2ll(arg(1)) {
             Some(v @ (2 | 3)) => proto = v,
             Some(_) => {
-                out.extend_from_slice(b"-NOPROTO unsupported protocol version\r\n");
+                out.extend_from_slice(NOPROTO);
                 return Outcome::Answered;
             }
             None => {
@@ -282,6 +318,10 @@ fn hello<'a>(
                 return Outcome::Answered;
             }
         }
+    }
+    if !version_allowed(cfg, proto) {
+        out.extend_from_slice(NOPROTO);
+        return Outcome::Answered;
     }
     let mut i = 2;
     let mut auth: Option<(&[u8], &[u8])> = None;

@@ -190,3 +190,55 @@ fn with_a_user_name_the_default_user_is_off() {
     assert_eq!(run(&mut c, &cfg, &[b"AUTH", b"app", b"pw"]).0, b"+OK\r\n");
     assert!(c.authed);
 }
+
+#[test]
+fn hello_matches_the_listener_protocol_version() {
+    use crate::config::ProtocolVersion;
+    let mut cfg = listener(&[], None);
+    cfg.protocol_version = Some(ProtocolVersion::Resp3);
+    let mut c = conn(&cfg, None);
+    assert_eq!(run(&mut c, &cfg, &[b"HELLO", b"2"]).0, NOPROTO);
+    // A bare HELLO asks for the connection's version, RESP2 until HELLO 3.
+    assert_eq!(run(&mut c, &cfg, &[b"HELLO"]).0, NOPROTO);
+    assert!(hello_version_refused(&c, &cfg, None));
+    assert!(!c.resp3);
+    assert!(
+        run(&mut c, &cfg, &[b"HELLO", b"3"])
+            .0
+            .starts_with(b"%7\r\n")
+    );
+    assert!(c.resp3);
+    assert!(run(&mut c, &cfg, &[b"HELLO"]).0.starts_with(b"%7\r\n"));
+    assert!(!hello_version_refused(&c, &cfg, None));
+    assert_eq!(run(&mut c, &cfg, &[b"HELLO", b"2"]).0, NOPROTO);
+    assert!(c.resp3, "a refused HELLO 2 keeps RESP3");
+    // Not a version: Redis's own errors, whatever the listener's version.
+    assert!(!hello_version_refused(&c, &cfg, Some(b"x")));
+    assert_eq!(run(&mut c, &cfg, &[b"HELLO", b"4"]).0, NOPROTO);
+
+    cfg.protocol_version = Some(ProtocolVersion::Resp2);
+    let mut c = conn(&cfg, None);
+    assert_eq!(run(&mut c, &cfg, &[b"HELLO", b"3"]).0, NOPROTO);
+    assert!(hello_version_refused(&c, &cfg, Some(b"3")));
+    assert!(!c.resp3);
+    assert!(
+        run(&mut c, &cfg, &[b"HELLO", b"2"])
+            .0
+            .starts_with(b"*14\r\n")
+    );
+    assert!(run(&mut c, &cfg, &[b"HELLO"]).0.starts_with(b"*14\r\n"));
+
+    // Unset: both, as Redis.
+    cfg.protocol_version = None;
+    let mut c = conn(&cfg, None);
+    assert!(
+        run(&mut c, &cfg, &[b"HELLO", b"3"])
+            .0
+            .starts_with(b"%7\r\n")
+    );
+    assert!(
+        run(&mut c, &cfg, &[b"HELLO", b"2"])
+            .0
+            .starts_with(b"*14\r\n")
+    );
+}
