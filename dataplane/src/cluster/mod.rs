@@ -18,6 +18,7 @@
 
 pub mod discovery;
 pub mod dns;
+pub mod dns_names;
 mod hash;
 pub mod hashkit;
 pub mod health;
