@@ -111,7 +111,7 @@ pub fn resolve(
             });
         match found {
             Ok(a) => {
-                super::dns_names::record(&t.host, t.port, &a);
+                crate::config::dns_names::record(&t.host, t.port, &a);
                 out.push(a);
                 outcomes.push(Ok(()));
             }

@@ -18,7 +18,6 @@
 
 pub mod discovery;
 pub mod dns;
-pub mod dns_names;
 mod hash;
 pub mod hashkit;
 pub mod health;

@@ -89,7 +89,7 @@ pub struct Auth<'a> {
 /// `default`. `hostname`: the DNS name (and port, `addr`'s) the address was resolved from, for
 /// hosts of DNS clusters; `None` for the others. Without a `hostname`, a
 /// [`CredentialAddress::Name`] entry matches when the DNS resolver last found `addr` under
-/// that name ([`crate::cluster::dns_names`]), which is how connections, which know only their
+/// that name ([`super::dns_names`]), which is how connections, which know only their
 /// address, find the name of a DNS host.
 pub fn auth_for<'a>(
     entries: &'a [CredentialConfig],
@@ -103,7 +103,7 @@ pub fn auth_for<'a>(
             *port == addr.port()
                 && match hostname {
                     Some(h) => h.eq_ignore_ascii_case(host),
-                    None => crate::cluster::dns_names::resolved_to(host, *port, addr),
+                    None => super::dns_names::resolved_to(host, *port, addr),
                 }
         }
     });

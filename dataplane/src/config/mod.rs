@@ -21,6 +21,7 @@ use std::time::Duration;
 
 pub mod credentials;
 mod dns;
+pub mod dns_names;
 mod dump;
 pub mod external_auth;
 pub mod least_request;

@@ -106,9 +106,9 @@ fn bad_credentials_name_their_key() {
         &format!(
             "{MINIMAL}[[clusters.credentials]]\naddress = \"127.0.0.1:1\"\npassword = \"x\"\n"
         ),
-        10,
-        "clusters[0].credentials",
-        "unknown field",
+        12,
+        "clusters[0].credentials[0].password",
+        "unknown field `password`",
     );
 }
 

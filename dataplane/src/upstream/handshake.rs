@@ -170,7 +170,7 @@ mod tests {
             ),
             d
         );
-        crate::cluster::dns_names::record("never-resolved.invalid", 6379, &[a2]);
+        crate::config::dns_names::record("never-resolved.invalid", 6379, &[a2]);
         assert_eq!(
             auth_for(
                 named,

@@ -3,7 +3,7 @@
 //! that `[[clusters.credentials]]` entries written by name match it as Envoy matches them (by
 //! the host's hostname, `config/credentials.rs`).
 //!
-//! Written by [`super::dns::resolve`] (the engine and the resolver thread), read on connect;
+//! Written by `cluster::dns::resolve` (the engine and the resolver thread), read on connect;
 //! one process-wide map behind a mutex held for a lookup only. Its size is bounded by the
 //! names of the configs the process ran (each name keeps only its last answer).
 
