@@ -7,9 +7,10 @@ use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::Redis
 use envoy_types::pb::google::protobuf::Any;
 
 use respite::config::ClusterType;
+use respite::config::credentials::RawCredential;
 use respite::config::raw::{RawCluster, RawDuration, RawTcpKeepalive, unspanned};
 
-use super::fields::{count, data_source, decode, positive_duration, seconds};
+use super::fields::{count, data_source, decode, positive_duration, seconds, socket_address};
 use super::{ClusterDraft, HostSource, REDIS_CLUSTER_TYPE_NAME, REDIS_PROTOCOL_OPTIONS_TYPE};
 
 /// Envoy's `connect_timeout` default (cluster.proto: "If not set, a default value of 5s will be
@@ -195,7 +196,10 @@ fn protocol_options(c: &Cluster, t: &mut RawCluster) -> Result<(), String> {
     Ok(())
 }
 
-/// One `RedisProtocolOptions` entry (at `p`) → the cluster's AUTH keys.
+/// One `RedisProtocolOptions` entry (at `p`) → the cluster's AUTH keys, and its
+/// `credentials` → `[[clusters.credentials]]` in order (the data plane takes the first entry
+/// matching a host, as Envoy does; it refuses a DNS name on a cluster whose hosts are matched
+/// by IP).
 fn redis_options(any: &Any, p: &str, t: &mut RawCluster) -> Result<(), String> {
     let o: RedisProtocolOptions = decode(any, REDIS_PROTOCOL_OPTIONS_TYPE, p)?;
     if o.aws_iam.is_some() {
@@ -204,9 +208,25 @@ fn redis_options(any: &Any, p: &str, t: &mut RawCluster) -> Result<(), String> {
         ));
     }
     if !o.credentials.is_empty() {
-        return Err(format!(
-            "{p}.credentials: per-address credentials are not supported (use auth_password)"
-        ));
+        let mut out = Vec::with_capacity(o.credentials.len());
+        for (i, c) in o.credentials.iter().enumerate() {
+            let cp = format!("{p}.credentials[{i}]");
+            let address = socket_address(c.address.as_ref(), &format!("{cp}.address"))?;
+            let auth_password = match &c.auth_password {
+                Some(ds) => Some(unspanned(data_source(ds, &format!("{cp}.auth_password"))?)),
+                None => None,
+            };
+            let auth_username = match &c.auth_username {
+                Some(ds) => Some(unspanned(data_source(ds, &format!("{cp}.auth_username"))?)),
+                None => None,
+            };
+            out.push(unspanned(RawCredential {
+                address: unspanned(address),
+                auth_username,
+                auth_password,
+            }));
+        }
+        t.credentials = Some(unspanned(out));
     }
     if let Some(ds) = &o.auth_password {
         let password = data_source(ds, &format!("{p}.auth_password"))?;

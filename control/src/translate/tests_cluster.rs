@@ -723,22 +723,87 @@ fn static_config_translates_a_whole_bootstrap() {
     assert_mentions(&super::static_config(&[l], &[]).unwrap_err(), &["cache"]);
 }
 
+/// `credentials` → `[[clusters.credentials]]`, per address and in order, the cluster-wide
+/// AUTH next to them; the data plane's `auth_for` picks per host.
 #[test]
-fn per_address_credentials_are_refused() {
+fn per_address_credentials_map_per_address() {
+    use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_protocol_options::Credential;
+    use respite::config::{Auth, CredentialAddress};
+    let mut cl = static_cluster("c", &[7001, 7002]);
+    with_protocol_options(
+        &mut cl,
+        &RedisProtocolOptions {
+            auth_password: Some(inline("cluster-pw")),
+            credentials: vec![
+                Credential {
+                    address: Some(sock("127.0.0.1", 7001)),
+                    auth_password: Some(inline("p1")),
+                    auth_username: Some(inline("u1")),
+                },
+                Credential {
+                    address: Some(sock("::1", 7003)),
+                    auth_password: Some(inline("p3")),
+                    auth_username: None,
+                },
+            ],
+            ..Default::default()
+        },
+    );
+    let c = parse_cluster(&cl);
+    assert_eq!(c.credentials.len(), 2);
+    assert_eq!(
+        c.credentials[0].address,
+        CredentialAddress::Ip("127.0.0.1:7001".parse().unwrap())
+    );
+    assert_eq!(c.credentials[0].auth_username.as_deref(), Some("u1"));
+    assert_eq!(c.credentials[0].auth_password.as_deref(), Some("p1"));
+    assert_eq!(
+        c.credentials[1].address,
+        CredentialAddress::Ip("[::1]:7003".parse().unwrap())
+    );
+    assert_eq!(c.credentials[1].auth_username, None);
+    assert_eq!(
+        c.auth_for("127.0.0.1:7001".parse().unwrap(), None),
+        Auth {
+            username: Some("u1"),
+            password: Some("p1")
+        }
+    );
+    assert_eq!(
+        c.auth_for("127.0.0.1:7002".parse().unwrap(), None),
+        Auth {
+            username: None,
+            password: Some("cluster-pw")
+        }
+    );
+}
+
+/// A credential's address must be a socket_address; the error names the entry's field.
+#[test]
+fn a_credential_address_that_is_not_a_socket_address_is_refused() {
+    use envoy_types::pb::envoy::config::core::v3::{Address, Pipe, address};
     use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_protocol_options::Credential;
     let mut cl = static_cluster("c", &[7001]);
     with_protocol_options(
         &mut cl,
         &RedisProtocolOptions {
             credentials: vec![Credential {
-                address: Some(sock("127.0.0.1", 7001)),
+                address: Some(Address {
+                    address: Some(address::Address::Pipe(Pipe {
+                        path: "/tmp/redis.sock".into(),
+                        ..Default::default()
+                    })),
+                }),
                 auth_password: Some(inline("x")),
                 auth_username: None,
             }],
             ..Default::default()
         },
     );
-    assert_mentions(&cluster_err(&cl), &["credentials", "not supported"]);
+    assert_mentions(
+        &cluster_err(&cl),
+        &["credentials[0].address", "socket_address"],
+    );
 }
 
 /// ROUND_ROBIN (the proto default) and RANDOM over several hosts, static or EDS: the data

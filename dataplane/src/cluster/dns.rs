@@ -111,6 +111,7 @@ pub fn resolve(
             });
         match found {
             Ok(a) => {
+                crate::config::dns_names::record(&t.host, t.port, &a);
                 out.push(a);
                 outcomes.push(Ok(()));
             }

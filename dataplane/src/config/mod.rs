@@ -19,7 +19,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+pub mod credentials;
 mod dns;
+pub mod dns_names;
 mod dump;
 pub mod external_auth;
 pub mod least_request;
@@ -30,6 +32,8 @@ mod routes;
 mod sockmap;
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_credentials;
 #[cfg(test)]
 mod tests_dns;
 #[cfg(test)]
@@ -53,6 +57,7 @@ pub mod tls;
 pub(crate) mod tls_testing;
 mod validate;
 
+pub use credentials::{Auth, CredentialAddress, CredentialConfig};
 pub use dns::{
     DEFAULT_DNS_CACHE_MAX_HOSTS, DEFAULT_DNS_CACHE_REFRESH_RATE, DEFAULT_DNS_REFRESH_RATE,
     DnsCacheConfig, DnsConfig, DnsLookupFamily, DnsTarget, is_dns,
@@ -222,6 +227,12 @@ pub struct ListenerConfig {
     /// `[listeners.external_auth]`: AUTH is checked by a gRPC service (absent, the default:
     /// by `downstream_auth_passwords`). Not combined with `downstream_auth_passwords`.
     pub external_auth: Option<ExternalAuthConfig>,
+    /// The one database a client's `SELECT` is answered `+OK` for: the `db` shared by every
+    /// cluster the listener sends to (0 when they have none), `None` when their `db`s differ
+    /// (then every `SELECT` is refused). Derived at load, not a TOML key
+    /// ([`credentials::listener_db`]).
+    #[serde(skip)]
+    pub select_db: Option<u32>,
 }
 
 /// An output-buffer limit (Redis `client-output-buffer-limit <class> <hard> <soft> <soft
@@ -438,6 +449,13 @@ pub struct ClusterConfig {
     /// Upstream `AUTH` password (`requirepass`). Default none.
     #[serde(serialize_with = "dump::redact_option")]
     pub auth_password: Option<String>,
+    /// `[[clusters.credentials]]`: per-host `AUTH` that replaces `auth_username`/`auth_password`
+    /// for the host it names (Envoy `RedisProtocolOptions.credentials`; see
+    /// [`ClusterConfig::auth_for`]). At most [`credentials::MAX_CREDENTIALS`]; default none.
+    pub credentials: Vec<CredentialConfig>,
+    /// The database every upstream connection `SELECT`s after its handshake (twemproxy
+    /// `redis_db`); 0 (the default) sends nothing. Refused on `redis_cluster` clusters.
+    pub db: u32,
     /// Upstream connections per host per worker, opened at once; 1 to
     /// [`limits::MAX_CONNECTIONS_PER_HOST`], default 1. With the other per-worker connections
     /// the config implies, bounded by `RLIMIT_NOFILE` ([`limits::fd_need`]).

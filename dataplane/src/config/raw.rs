@@ -434,6 +434,12 @@ pub struct RawCluster {
     /// Upstream `AUTH` password (in clear: this is the file, not the dump).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth_password: Option<Spanned<String>>,
+    /// `[[clusters.credentials]]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<Spanned<Vec<Spanned<super::credentials::RawCredential>>>>,
+    /// Database selected on every upstream connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub db: Option<Spanned<u32>>,
     /// Connections per host per worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connections_per_host: Option<Spanned<usize>>,
@@ -503,6 +509,8 @@ impl RawCluster {
             connect_timeout: None,
             auth_username: None,
             auth_password: None,
+            credentials: None,
+            db: None,
             connections_per_host: None,
             cluster_refresh_rate: None,
             cluster_refresh_timeout: None,

@@ -101,6 +101,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
         },
         listeners: vec![
             ListenerConfig {
+                select_db: Some(0),
                 name: "main".into(),
                 address: v4(6380),
                 stat_prefix: "edge".into(),
@@ -133,6 +134,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 external_auth: None,
             },
             ListenerConfig {
+                select_db: Some(0),
                 name: "second".into(),
                 address: SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 6381),
                 stat_prefix: "second".into(),
@@ -189,6 +191,8 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 connect_timeout: Duration::from_millis(500),
                 auth_username: Some("proxy".into()),
                 auth_password: Some("pw".into()),
+                credentials: Vec::new(),
+                db: 0,
                 connections_per_host: 2,
                 redis_cluster: RedisClusterConfig::default(),
                 health_checks: vec![],
@@ -217,6 +221,8 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 connect_timeout: Duration::from_secs(1),
                 auth_username: None,
                 auth_password: None,
+                credentials: Vec::new(),
+                db: 0,
                 connections_per_host: 1,
                 redis_cluster: RedisClusterConfig::default(),
                 health_checks: vec![],

@@ -127,6 +127,9 @@ pub(super) fn build(
     for (i, c) in raw.clusters.into_iter().enumerate() {
         clusters.push(cluster(src, &format!("clusters[{i}]"), c.into_inner())?);
     }
+    for l in &mut listeners {
+        l.select_db = super::credentials::listener_db(l, &clusters);
+    }
 
     let config = Config {
         admin,
@@ -434,6 +437,7 @@ fn listener(
     };
 
     Ok(ListenerConfig {
+        select_db: Some(0),
         stat_prefix: stat_prefix.unwrap_or_else(|| name.clone()),
         name,
         address,
@@ -739,6 +743,13 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
             "requires auth_password",
         ));
     }
+    let credentials = super::credentials::validate(
+        src,
+        &format!("{path}.credentials"),
+        c.credentials.take(),
+        c.cluster_type,
+    )?;
+    let db = super::credentials::db(src, &format!("{path}.db"), c.db.take(), c.cluster_type)?;
 
     let hosts_span = c.hosts.span();
     let raw_hosts = c.hosts.into_inner();
@@ -887,6 +898,8 @@ fn cluster(src: &Source<'_>, path: &str, mut c: RawCluster) -> Result<ClusterCon
         connect_timeout,
         auth_username: c.auth_username.map(Spanned::into_inner),
         auth_password: c.auth_password.map(Spanned::into_inner),
+        credentials,
+        db,
         connections_per_host,
         redis_cluster,
         health_checks,

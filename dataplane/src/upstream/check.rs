@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::conn::read_replies;
+use super::handshake::{UpstreamAuth, encode_handshake};
 use super::tls::TlsSettings;
 use crate::net::{self, BufResult, Stream};
 use crate::resp::encode;
@@ -22,42 +23,31 @@ pub enum CheckReply {
     NetworkFail,
 }
 
-/// The encoded exchange of one check: `AUTH [user] pass` (or nothing) once per connection,
-/// then the check command on every attempt.
+/// The encoded exchange of one check: the handshake (`AUTH` with the host's credentials,
+/// `SELECT db`; see `upstream/handshake.rs`) once per connection, then the check command on
+/// every attempt.
 #[derive(Debug, Clone)]
 pub struct CheckSession {
-    handshake: Vec<u8>,
+    auth: UpstreamAuth,
     command: Vec<u8>,
     connect_timeout: Duration,
     tls: Option<TlsSettings>,
 }
 
 impl CheckSession {
-    /// `command`: the check's arguments (`PING`, `EXISTS key`); `user`/`password`: the
-    /// cluster's `auth_username`/`auth_password`; `tls`: the cluster's TLS (the handshake
-    /// counts in `connect_timeout`).
+    /// `command`: the check's arguments (`PING`, `EXISTS key`); `auth`: the cluster's
+    /// credentials and database; `tls`: the cluster's TLS (the handshake counts in
+    /// `connect_timeout`).
     pub fn new(
         command: &[&[u8]],
-        user: Option<&str>,
-        password: Option<&str>,
+        auth: UpstreamAuth,
         connect_timeout: Duration,
         tls: Option<TlsSettings>,
     ) -> CheckSession {
-        let mut handshake = Vec::new();
-        match (user, password) {
-            (Some(u), Some(p)) => encode::command(
-                &mut handshake,
-                [&b"AUTH"[..], u.as_bytes(), p.as_bytes()].into_iter(),
-            ),
-            (None, Some(p)) => {
-                encode::command(&mut handshake, [&b"AUTH"[..], p.as_bytes()].into_iter())
-            }
-            _ => {}
-        }
         let mut encoded = Vec::new();
         encode::command(&mut encoded, command.iter().copied());
         CheckSession {
-            handshake,
+            auth,
             command: encoded,
             connect_timeout,
             tls,
@@ -87,11 +77,10 @@ impl CheckSession {
                 }
             }
         };
-        let mut req = Vec::with_capacity(self.handshake.len() + self.command.len());
+        let mut req = Vec::with_capacity(128 + self.command.len());
         let mut replies = 1;
-        if fresh && !self.handshake.is_empty() {
-            req.extend_from_slice(&self.handshake);
-            replies += 1;
+        if fresh {
+            replies += encode_handshake(&mut req, self.auth.for_addr(addr), false, self.auth.db);
         }
         req.extend_from_slice(&self.command);
         let BufResult(res, _) = net::write_all(&stream, req).await;
@@ -102,7 +91,12 @@ impl CheckSession {
             Ok(all) => all,
             Err(_) => return (CheckReply::NetworkFail, None),
         };
-        if replies == 2 && all.first().is_some_and(|r| r.first() == Some(&b'-')) {
+        // A refused AUTH or SELECT: the check's own reply is the last one.
+        if all
+            .iter()
+            .take(replies - 1)
+            .any(|r| r.first() == Some(&b'-'))
+        {
             return (CheckReply::AuthRefused, None);
         }
         match all.pop() {

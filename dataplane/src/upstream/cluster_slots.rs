@@ -71,9 +71,9 @@ impl std::error::Error for FetchError {}
 pub struct ClusterSlotsClient {
     connect_timeout: Duration,
     timeout: Duration,
-    /// `AUTH …` (if configured) and `CLUSTER SLOTS`, pipelined in one write.
-    request: Vec<u8>,
-    auth: bool,
+    /// The cluster's credentials: `AUTH …` (if any for the node) and `CLUSTER SLOTS` are
+    /// pipelined in one write.
+    auth: super::UpstreamAuth,
     stop: Arc<AtomicBool>,
     /// The cluster's TLS: discovery connects as every other connection to its nodes does.
     tls: Option<super::TlsSettings>,
@@ -84,26 +84,14 @@ impl ClusterSlotsClient {
     /// connect by `connect_timeout` too. `stop` aborts a pending read.
     pub fn new(cluster: &ClusterConfig, stop: Arc<AtomicBool>) -> ClusterSlotsClient {
         let timeout = cluster.redis_cluster.cluster_refresh_timeout;
-        let mut request = Vec::new();
-        let auth = cluster.auth_password.is_some();
-        if let Some(pass) = &cluster.auth_password {
-            match &cluster.auth_username {
-                Some(user) => encode::command(
-                    &mut request,
-                    [b"AUTH".as_slice(), user.as_bytes(), pass.as_bytes()].into_iter(),
-                ),
-                None => encode::command(
-                    &mut request,
-                    [b"AUTH".as_slice(), pass.as_bytes()].into_iter(),
-                ),
-            }
-        }
-        encode::command(&mut request, [b"CLUSTER".as_slice(), b"SLOTS"].into_iter());
         ClusterSlotsClient {
             connect_timeout: cluster.connect_timeout.min(timeout),
             timeout,
-            request,
-            auth,
+            // Redis Cluster has database 0 only (`db` is refused on these clusters).
+            auth: super::UpstreamAuth {
+                db: 0,
+                ..super::UpstreamAuth::of(cluster)
+            },
             stop,
             tls: super::TlsSettings::of(cluster),
         }
@@ -149,9 +137,12 @@ impl ClusterSlotsClient {
             }
             None => Blocking::Plain(tcp),
         };
-        stream.write_all(&self.request).map_err(FetchError::Write)?;
+        let mut request = Vec::new();
+        let auth = super::encode_handshake(&mut request, self.auth.for_addr(node), false, 0);
+        encode::command(&mut request, [b"CLUSTER".as_slice(), b"SLOTS"].into_iter());
+        stream.write_all(&request).map_err(FetchError::Write)?;
         let mut reader = Reader::default();
-        if self.auth {
+        if auth > 0 {
             let reply = reader.next(&mut stream, deadline, &self.stop)?;
             if is_error(&reply) {
                 let text = String::from_utf8_lossy(&reply);
@@ -277,6 +268,8 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             auth_username: None,
             auth_password: password.map(str::to_string),
+            credentials: Vec::new(),
+            db: 0,
             connections_per_host: 1,
             redis_cluster: RedisClusterConfig {
                 cluster_refresh_timeout: Duration::from_secs(1),

@@ -1053,28 +1053,9 @@ pub(super) async fn open(
             Stream::plain(net::connect_keepalive(addr, s.connect_timeout, &s.tcp_keepalive).await?)
         }
     };
-    // RESP3 connections authenticate inside HELLO; RESP2 ones with AUTH.
+    // RESP3 connections authenticate inside HELLO; RESP2 ones with AUTH; then SELECT db.
     let mut req = Vec::new();
-    let mut replies = 0;
-    let user = s.auth_username.as_deref().unwrap_or("default");
-    match (&s.auth_password, s.resp3) {
-        (Some(pw), true) => encode::command(
-            &mut req,
-            [&b"HELLO"[..], b"3", b"AUTH", user.as_bytes(), pw.as_bytes()].into_iter(),
-        ),
-        (None, true) => encode::command(&mut req, [&b"HELLO"[..], b"3"].into_iter()),
-        (Some(pw), false) => match &s.auth_username {
-            Some(u) => encode::command(
-                &mut req,
-                [&b"AUTH"[..], u.as_bytes(), pw.as_bytes()].into_iter(),
-            ),
-            None => encode::command(&mut req, [&b"AUTH"[..], pw.as_bytes()].into_iter()),
-        },
-        (None, false) => {}
-    }
-    if !req.is_empty() {
-        replies += 1;
-    }
+    let mut replies = super::encode_handshake(&mut req, s.auth_for(addr), s.resp3, s.db);
     if readonly {
         encode::command(&mut req, [&b"READONLY"[..]].into_iter());
         replies += 1;

@@ -10,6 +10,7 @@ mod backoff;
 mod check;
 mod cluster_slots;
 mod conn;
+mod handshake;
 mod host;
 mod lease;
 mod limit;
@@ -26,6 +27,7 @@ use std::time::{Duration, Instant};
 pub use check::{CheckReply, CheckSession};
 pub use cluster_slots::{ClusterSlotsClient, FetchError};
 pub use conn::{Conn, SendError};
+pub use handshake::{UpstreamAuth, encode_handshake};
 pub use host::{HostState, Streak};
 pub use lease::{BlockedError, LEASE_EXHAUSTED, Lease, LeaseError, LeasePool, LeaseStats, Piece};
 pub use limit::ConnectLimiter;
@@ -169,6 +171,10 @@ pub struct PoolSettings {
     pub auth_username: Option<String>,
     /// The cluster's upstream `AUTH` password.
     pub auth_password: Option<String>,
+    /// The cluster's `[[clusters.credentials]]`: per-host credentials ([`PoolSettings::auth_for`]).
+    pub credentials: Arc<[crate::config::CredentialConfig]>,
+    /// The cluster's `db`: `SELECT`ed on every connection when not 0.
+    pub db: u32,
     /// Speak RESP3 upstream (HELLO 3 at connect), for sessions whose client chose RESP3.
     pub resp3: bool,
     /// Redis Cluster only: which node of a slot serves reads.
@@ -196,6 +202,20 @@ pub struct PoolSettings {
 }
 
 impl PoolSettings {
+    /// The credentials of a connection to `addr`: its `[[clusters.credentials]]` entry, else
+    /// the cluster's (`config::credentials::auth_for`).
+    pub fn auth_for(&self, addr: SocketAddr) -> crate::config::Auth<'_> {
+        crate::config::credentials::auth_for(
+            &self.credentials,
+            crate::config::Auth {
+                username: self.auth_username.as_deref(),
+                password: self.auth_password.as_deref(),
+            },
+            addr,
+            None,
+        )
+    }
+
     /// The settings a listener gives the pool of one of its clusters.
     pub fn new(listener: &ListenerConfig, cluster: &ClusterConfig) -> PoolSettings {
         PoolSettings {
@@ -205,6 +225,8 @@ impl PoolSettings {
             connect_timeout: cluster.connect_timeout,
             auth_username: cluster.auth_username.clone(),
             auth_password: cluster.auth_password.clone(),
+            credentials: cluster.credentials.clone().into(),
+            db: cluster.db,
             resp3: false,
             read_policy: listener.read_policy,
             max_upstream_unknown_connections: listener.max_upstream_unknown_connections,

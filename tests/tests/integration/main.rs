@@ -58,5 +58,6 @@ mod tls;
 mod tls_sessions;
 mod transactions;
 mod twemproxy_import;
+mod upstream_credentials;
 mod xds_e2e;
 mod xds_transport;

@@ -444,7 +444,7 @@ fn examples_redis_static_and_with_a_cds_file() {
 }
 
 /// The filter docs' examples: DNS lookups on redirection (a STRICT_DNS cluster of a name that
-/// does not resolve here), per-endpoint upstream credentials and AWS IAM (both refused by name).
+/// does not resolve here), per-endpoint upstream credentials (mapped per address) and AWS IAM (refused by name).
 #[test]
 fn filter_docs_examples() {
     let docs_listener = |settings: &str| {
@@ -541,12 +541,30 @@ fn filter_docs_examples() {
             7340 + i
         ));
     }
-    // Per-endpoint credentials are the one feature of this example Respite lacks (yet).
-    let e = refused(&creds);
-    assert!(
-        e.contains("credentials: per-address credentials are not supported"),
-        "{e}"
-    );
+    // Per-endpoint credentials: one `[[clusters.credentials]]` per address, in order, next to
+    // the cluster-wide AUTH.
+    let t = served(&creds);
+    let v: toml::Value = toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
+    let c = &v["clusters"][0];
+    assert_eq!(c["auth_username"].as_str(), Some("default_username"), "{t}");
+    assert_eq!(c["auth_password"].as_str(), Some("default_password"), "{t}");
+    let creds = c["credentials"].as_array().unwrap_or_else(|| panic!("{t}"));
+    assert_eq!(creds.len(), 3, "{t}");
+    for (i, e) in (1..=3).zip(creds) {
+        assert_eq!(
+            e["address"].as_str(),
+            Some(format!("node_{i}.walk.invalid:{}", 7340 + i).as_str()),
+            "{t}"
+        );
+        assert_eq!(
+            e["auth_username"].as_str(),
+            Some(format!("node_{i}_user").as_str())
+        );
+        assert_eq!(
+            e["auth_password"].as_str(),
+            Some(format!("node_{i}_pw").as_str())
+        );
+    }
 
     let iam = docs_listener(
         "  clusters:

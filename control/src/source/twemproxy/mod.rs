@@ -12,7 +12,7 @@
 //! - `timeout` (ms) → `op_timeout`; absent or 0 (twemproxy waits forever) → [`pool::NO_TIMEOUT`].
 //! - `redis_auth` → the listener's `downstream_auth_passwords` and the cluster's
 //!   `auth_password`: clients must AUTH, and Respite AUTHs to the servers, as twemproxy does.
-//! - `redis_db` other than 0 is refused.
+//! - `redis_db` → the cluster's `db` (every server connection `SELECT`s it, as twemproxy's do).
 //! - `server_connections` → `connections_per_host` (per worker here, per process there).
 //! - `auto_eject_hosts: true` → `[clusters.outlier_detection]` (`consecutive_5xx` =
 //!   `server_failure_limit`, default 2; ejection time = `server_retry_timeout`, default 30000 ms,

@@ -219,13 +219,14 @@ pub fn translate(name: &str, line: usize, node: &Node) -> Result<Pool, String> {
         cluster.auth_password = Some(unspanned(p.to_string()));
     }
 
-    if let Some(e) = get("redis_db")
-        && e.num(name)? != 0
-    {
-        return Err(e.err(
-            name,
-            "SELECT of a non-zero database is not supported by respite yet",
-        ));
+    // twemproxy SELECTs redis_db on each server connection (nc_redis.c `redis_post_connect`);
+    // the cluster's `db` does the same.
+    if let Some(e) = get("redis_db") {
+        let n = e.num(name)?;
+        let db = u32::try_from(n).map_err(|_| e.err(name, format!("{n} is too large")))?;
+        if db != 0 {
+            cluster.db = Some(unspanned(db));
+        }
     }
 
     if let Some(e) = get("server_connections") {

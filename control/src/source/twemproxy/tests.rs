@@ -96,6 +96,14 @@ fn redis_auth_is_both_ends() {
 }
 
 #[test]
+fn redis_db_is_the_clusters_db() {
+    let p = pool_of(&one("  redis_db: 3\n")).unwrap();
+    assert_eq!(p.cluster.db, Some(unspanned(3)));
+    let p = pool_of(&one("  redis_db: 0\n")).unwrap();
+    assert_eq!(p.cluster.db, None);
+}
+
+#[test]
 fn auto_eject_hosts_is_outlier_detection_and_rehash() {
     let p = pool_of(&one("  auto_eject_hosts: true\n")).unwrap();
     let o = p.cluster.outlier_detection.as_ref().unwrap().get_ref();
@@ -209,9 +217,8 @@ fn refusals_name_pool_key_and_line() {
              listeners are not supported by respite (its listeners are TCP only)",
         ),
         (
-            &one("  redis_db: 2\n"),
-            "line 6: pool \"p\": redis_db: SELECT of a non-zero database is not supported by \
-             respite yet",
+            &one("  redis_db: 4294967296\n"),
+            "line 6: pool \"p\": redis_db: 4294967296 is too large",
         ),
         (
             &one("  tcpkeepalive: true\n  stats_listen: 1.2.3.4:1\n"),

@@ -133,6 +133,8 @@ fn config(ports: &[u16]) -> ClusterConfig {
         connect_timeout: Duration::from_secs(1),
         auth_username: None,
         auth_password: None,
+        credentials: Vec::new(),
+        db: 0,
         connections_per_host: 1,
         redis_cluster: RedisClusterConfig {
             cluster_refresh_rate: Duration::from_millis(200),

@@ -325,8 +325,7 @@ impl Run {
             .map(|hc| {
                 Probe::new(
                     hc.key.as_deref(),
-                    c.auth_username.as_deref(),
-                    c.auth_password.as_deref(),
+                    crate::upstream::UpstreamAuth::of(c),
                     c.connect_timeout,
                     crate::upstream::TlsSettings::of(c)
                         .map(|t| t.with_stats(store, crate::stats::HEALTH_SHARD)),

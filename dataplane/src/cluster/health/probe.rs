@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::check::{Outcome, judge};
 use crate::net::Stream;
-use crate::upstream::{CheckReply, CheckSession, TlsSettings};
+use crate::upstream::{CheckReply, CheckSession, TlsSettings, UpstreamAuth};
 
 /// One configured check of a cluster, ready to run against any of its hosts.
 #[derive(Debug, Clone)]
@@ -15,12 +15,12 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// `key`: `EXISTS key` instead of `PING`; `user`/`password`: the cluster's credentials;
-    /// `tls`: the cluster's TLS, which checks use like every other connection to its hosts.
+    /// `key`: `EXISTS key` instead of `PING`; `auth`: the cluster's credentials and database
+    /// (per host, as every connection to its hosts takes them); `tls`: the cluster's TLS,
+    /// which checks use like every other connection to its hosts.
     pub fn new(
         key: Option<&str>,
-        user: Option<&str>,
-        password: Option<&str>,
+        auth: UpstreamAuth,
         connect_timeout: Duration,
         tls: Option<TlsSettings>,
     ) -> Probe {
@@ -28,7 +28,7 @@ impl Probe {
             Some(k) => &[b"EXISTS", k.as_bytes()],
             None => &[b"PING"],
         };
-        let session = CheckSession::new(command, user, password, connect_timeout, tls);
+        let session = CheckSession::new(command, auth, connect_timeout, tls);
         Probe {
             session,
             exists: key.is_some(),

@@ -148,8 +148,12 @@ pub fn answer<'a>(
             out.extend_from_slice(b"+OK\r\n");
             conn.quit = true;
         }
+        // A cluster's `db` is the client's database: SELECT of it is a no-op (config/credentials.rs
+        // `listener_db`), any other is refused rather than silently served from it.
         Local::Select => match string2ll(arg(1)) {
-            Some(0) => out.extend_from_slice(b"+OK\r\n"),
+            Some(n) if listener.select_db.is_some_and(|d| i64::from(d) == n) => {
+                out.extend_from_slice(b"+OK\r\n")
+            }
             Some(_) => out.extend_from_slice(b"-ERR DB index is out of range\r\n"),
             None => out.extend_from_slice(b"-ERR value is not an integer or out of range\r\n"),
         },
