@@ -46,10 +46,13 @@ mod tests_sockmap;
 mod tests_tls;
 #[cfg(test)]
 mod tests_twemproxy;
+#[cfg(test)]
+mod tests_zone;
 pub mod tls;
 #[cfg(test)]
 pub(crate) mod tls_testing;
 mod validate;
+mod zone;
 
 pub use dns::{
     DEFAULT_DNS_CACHE_MAX_HOSTS, DEFAULT_DNS_CACHE_REFRESH_RATE, DEFAULT_DNS_REFRESH_RATE,
@@ -180,6 +183,10 @@ pub struct ListenerConfig {
     /// Which node of a Redis Cluster slot serves read commands (Envoy `read_policy`). Applies to
     /// `redis_cluster` clusters only. Default `primary`.
     pub read_policy: ReadPolicy,
+    /// The proxy's availability zone (Envoy `node.locality.zone`), compared with each Redis
+    /// Cluster node's `availability_zone` by the `local_zone_affinity*` read policies; required
+    /// by them and refused without them. Default none.
+    pub local_zone: Option<String>,
     /// Per worker, the most connections to hosts known only from a `MOVED`/`ASK` redirect (Envoy
     /// `max_upstream_unknown_connections`); past it the redirect error goes to the client.
     /// Default 100, at most [`limits::MAX_UPSTREAM_UNKNOWN_CONNECTIONS`].
@@ -279,7 +286,8 @@ pub struct AccessLogConfig {
 }
 
 /// Envoy `ConnPoolSettings.ReadPolicy`. TOML: `read_policy = "primary" | "prefer_primary" |
-/// "replica" | "prefer_replica" | "any"`.
+/// "replica" | "prefer_replica" | "any" | "local_zone_affinity" |
+/// "local_zone_affinity_replicas_and_primary"`.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize,
 )]
@@ -296,6 +304,23 @@ pub enum ReadPolicy {
     PreferReplica,
     /// Reads go to any node of the slot, spread by session.
     Any,
+    /// Envoy `LOCAL_ZONE_AFFINITY` (formerly `AZ_AFFINITY`): reads go to a replica in the
+    /// listener's `local_zone`; else to any replica; else to the primary. Node zones come from
+    /// the cluster's `zone_discovery`.
+    LocalZoneAffinity,
+    /// Envoy `LOCAL_ZONE_AFFINITY_REPLICAS_AND_PRIMARY`: a replica in `local_zone`; else the
+    /// primary if it is in `local_zone`; else any replica; else the primary.
+    LocalZoneAffinityReplicasAndPrimary,
+}
+
+impl ReadPolicy {
+    /// True for the policies that compare node zones with the listener's `local_zone`.
+    pub fn zone_aware(self) -> bool {
+        matches!(
+            self,
+            ReadPolicy::LocalZoneAffinity | ReadPolicy::LocalZoneAffinityReplicasAndPrimary
+        )
+    }
 }
 
 /// Envoy `PrefixRoutes`: which cluster a key goes to. The longest matching `prefix` of
@@ -613,6 +638,11 @@ pub struct RedisClusterConfig {
     /// early refresh; 0 = never. Default 1 (Envoy: 0; on here so that a primary found dead by a
     /// health check is looked up again at once).
     pub host_degraded_refresh_threshold: u32,
+    /// Envoy `enable_zone_discovery`: with each topology refresh, ask every node `INFO server`
+    /// and read its `availability_zone` (Valkey 8+; a node without the field, or that does not
+    /// answer, has no known zone). Used by the `local_zone_affinity*` read policies. Default
+    /// false.
+    pub zone_discovery: bool,
 }
 
 impl Default for RedisClusterConfig {
@@ -624,6 +654,7 @@ impl Default for RedisClusterConfig {
             redirect_refresh_threshold: 5,
             failure_refresh_threshold: 5,
             host_degraded_refresh_threshold: 1,
+            zone_discovery: false,
         }
     }
 }

@@ -83,6 +83,20 @@ impl ClusterSlotsClient {
     /// Timeouts from `cluster`: the whole exchange is bounded by `cluster_refresh_timeout`, the
     /// connect by `connect_timeout` too. `stop` aborts a pending read.
     pub fn new(cluster: &ClusterConfig, stop: Arc<AtomicBool>) -> ClusterSlotsClient {
+        Self::asking(cluster, stop, &[b"CLUSTER", b"SLOTS"])
+    }
+
+    /// A client that sends `INFO server` instead (zone discovery: the reply's
+    /// `availability_zone` field), under the same timeouts, AUTH and TLS.
+    pub fn info_server(cluster: &ClusterConfig, stop: Arc<AtomicBool>) -> ClusterSlotsClient {
+        Self::asking(cluster, stop, &[b"INFO", b"server"])
+    }
+
+    fn asking(
+        cluster: &ClusterConfig,
+        stop: Arc<AtomicBool>,
+        command: &[&[u8]],
+    ) -> ClusterSlotsClient {
         let timeout = cluster.redis_cluster.cluster_refresh_timeout;
         let mut request = Vec::new();
         let auth = cluster.auth_password.is_some();
@@ -98,7 +112,7 @@ impl ClusterSlotsClient {
                 ),
             }
         }
-        encode::command(&mut request, [b"CLUSTER".as_slice(), b"SLOTS"].into_iter());
+        encode::command(&mut request, command.iter().copied());
         ClusterSlotsClient {
             connect_timeout: cluster.connect_timeout.min(timeout),
             timeout,
