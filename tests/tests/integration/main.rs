@@ -59,3 +59,4 @@ mod transactions;
 mod twemproxy_import;
 mod xds_e2e;
 mod xds_transport;
+mod zone_affinity;
