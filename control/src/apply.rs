@@ -91,6 +91,9 @@ pub struct Options {
     /// sockmap filter must hold a new listener's or upstream's port before the data plane's
     /// first connection on it, since a connection is only recorded when it is established.
     pub before_push: Option<BeforePush>,
+    /// The proxy's zone (the bootstrap's `node.locality.zone`), for listeners with a
+    /// `LOCAL_ZONE_AFFINITY*` read policy ([`translate::set_local_zone`]).
+    pub local_zone: Option<String>,
 }
 
 /// A hook run with each config about to be pushed ([`Options::before_push`]).
@@ -485,7 +488,8 @@ impl State {
             LISTENER_TYPE => {
                 let l = Listener::decode(any.value.as_slice()).map_err(|e| e.to_string())?;
                 check_name(name, &l.name)?;
-                let draft = translate::listener(&l)?;
+                let mut draft = translate::listener(&l)?;
+                translate::set_local_zone(&mut draft, self.options.local_zone.as_deref())?;
                 let entry = self.cache.listeners.entry(name.to_string()).or_default();
                 if entry.active.as_ref() == Some(&draft) {
                     entry.warming = None;

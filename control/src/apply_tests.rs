@@ -132,6 +132,7 @@ fn applier(warming: Duration) -> Applier {
             listener_names: Vec::new(),
             warming_timeout: warming,
             before_push: None,
+            local_zone: None,
         },
         Status::default(),
     )
@@ -394,6 +395,7 @@ fn named_mode_subscribes_to_the_clusters_of_its_listeners() {
             listener_names: vec!["l".into()],
             warming_timeout: Duration::from_secs(60),
             before_push: None,
+            local_zone: None,
         },
         Status::default(),
     );

@@ -187,8 +187,12 @@ fn translate_file(path: &Path, kind: FileKind) -> Result<(String, Vec<PathBuf>),
         return Ok((t.toml, Vec::new()));
     }
     let resources = envoy_file::load(path)?;
-    let toml = translate::static_config(&resources.listeners, &resources.clusters)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let toml = translate::static_config_in_zone(
+        &resources.listeners,
+        &resources.clusters,
+        resources.local_zone.as_deref(),
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
     let files = [resources.xds_files.lds, resources.xds_files.cds];
     Ok((toml, files.into_iter().flatten().collect()))
 }
@@ -333,6 +337,7 @@ async fn run_source(
                     listener_names: Vec::new(),
                     warming_timeout: Duration::ZERO,
                     before_push: before_push(&accelerator),
+                    local_zone: None,
                 },
                 status.clone(),
             );
@@ -356,6 +361,12 @@ async fn run_source(
                 listener_names: b.listener_names.clone(),
                 warming_timeout: b.warming_timeout,
                 before_push: before_push(&accelerator),
+                local_zone: b
+                    .node
+                    .locality
+                    .as_ref()
+                    .map(|l| l.zone.clone())
+                    .filter(|z| !z.is_empty()),
             },
             status.clone(),
         );

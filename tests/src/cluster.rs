@@ -303,6 +303,8 @@ pub struct RedisCluster {
     stopped: HashSet<String>,
     /// The `redis-server` arguments every node was started with (for `add_node`).
     node_args: Vec<String>,
+    /// The server binary every node runs (`redis-server` or `valkey-server`).
+    program: String,
 }
 
 impl RedisCluster {
@@ -316,6 +318,11 @@ impl RedisCluster {
     /// [`RedisCluster::start`] with extra `redis-server` arguments for every node (for
     /// example `&["--cluster-require-full-coverage", "no"]`).
     pub fn start_with(extra_args: &[&str]) -> RedisCluster {
+        Self::start_program("redis-server", extra_args)
+    }
+
+    /// [`RedisCluster::start_with`] with every node running `program` (e.g. `valkey-server`).
+    pub fn start_program(program: &str, extra_args: &[&str]) -> RedisCluster {
         let timeout = NODE_TIMEOUT_MS.to_string();
         let mut args = vec![
             "--cluster-enabled",
@@ -331,8 +338,9 @@ impl RedisCluster {
             "",
         ];
         args.extend_from_slice(extra_args);
-        let servers: Vec<RedisServer> = (0..6).map(|_| start_node(&args)).collect();
+        let servers: Vec<RedisServer> = (0..6).map(|_| start_node(program, &args)).collect();
         let cluster = RedisCluster {
+            program: program.to_string(),
             servers,
             stopped: HashSet::new(),
             node_args: args.iter().map(|a| a.to_string()).collect(),
@@ -596,7 +604,7 @@ impl RedisCluster {
     /// primary with `redis-cli --cluster add-node`, waits until stable and returns its address.
     pub fn add_node(&mut self) -> String {
         let args: Vec<&str> = self.node_args.iter().map(String::as_str).collect();
-        let server = start_node(&args);
+        let server = start_node(&self.program, &args);
         let addr = server.addr();
         let existing = self.live_nodes()[0].clone();
         self.servers.push(server);
@@ -817,11 +825,11 @@ impl Drop for RedisCluster {
 /// Starts one cluster node with `args` and its own free cluster bus port (`--cluster-port`):
 /// the default, port + 10000, does not exist for ports above 55535, which the kernel hands out
 /// (ephemeral range up to 60999), and may be taken.
-fn start_node(args: &[&str]) -> RedisServer {
+fn start_node(program: &str, args: &[&str]) -> RedisServer {
     let bus = crate::free_port().to_string();
     let mut args = args.to_vec();
     args.extend(["--cluster-port", &bus]);
-    RedisServer::start_with(&args)
+    RedisServer::start_program(program, &args)
 }
 
 /// Runs `redis-cli <args>` (with a 120 s timeout); panics with its output unless it exits 0
@@ -879,6 +887,7 @@ const LISTENER_KEYS: &[&str] = &[
     "stat_prefix",
     "max_buffer_size_before_flush",
     "buffer_flush_timeout",
+    "local_zone",
 ];
 
 /// A Respite config with 2 workers, listener `main` on `127.0.0.1:port` with `read_policy`

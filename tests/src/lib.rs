@@ -137,6 +137,8 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: tempfile::TempDir,
     extra_args: Vec<String>,
+    /// The server binary: `redis-server`, or `valkey-server` ([`RedisServer::start_program`]).
+    program: String,
 }
 
 impl RedisServer {
@@ -150,6 +152,12 @@ impl RedisServer {
     ///
     /// Panics with the server log if it does not answer `PING` within [`START_TIMEOUT`].
     pub fn start_with(args: &[&str]) -> RedisServer {
+        Self::start_program("redis-server", args)
+    }
+
+    /// [`RedisServer::start_with`] running `program` (e.g. `valkey-server`, which takes the
+    /// same arguments) instead of `redis-server`.
+    pub fn start_program(program: &str, args: &[&str]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("respite-redis-")
             .tempdir()
@@ -159,6 +167,7 @@ impl RedisServer {
             child: None,
             dir,
             extra_args: args.iter().map(|s| s.to_string()).collect(),
+            program: program.to_string(),
         };
         // A free port can be taken by another process before redis binds it: retry a few times.
         let mut last_err = String::new();
@@ -180,7 +189,7 @@ impl RedisServer {
     fn spawn_and_wait(&mut self) -> Result<(), String> {
         let port = self.port.to_string();
         let log = self.log_path();
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = Command::new(&self.program);
         cmd.args(["--port", &port, "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
@@ -194,7 +203,7 @@ impl RedisServer {
             .stderr(Stdio::null());
         let mut child = cmd
             .spawn()
-            .map_err(|e| format!("cannot spawn redis-server (is it installed?): {e}"))?;
+            .map_err(|e| format!("cannot spawn {} (is it installed?): {e}", self.program))?;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(Some(status)) = child.try_wait() {

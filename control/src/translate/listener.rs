@@ -324,6 +324,8 @@ fn proxy_fields(
 ///   on other clusters.
 /// - `dns_cache_config` → `[listeners.dns_cache]` ([`super::dns::cache`]).
 /// - `connection_rate_limit` is not a listener key: [`translate`] carries it to the clusters.
+/// - `LOCAL_ZONE_AFFINITY*` map to `local_zone_affinity*`; the listener's `local_zone` comes
+///   from the node (`super::zone::set_local_zone`), not from the Listener.
 /// - `read_policy` and `max_upstream_unknown_connections` are written only when set (non-MASTER,
 ///   present); [`super::render`] drops them from a listener that reaches no `redis_cluster`
 ///   cluster, where Envoy ignores them too.
@@ -360,14 +362,10 @@ fn settings_fields(
         Ok(ReadPolicy::Replica) => Some(DataPlaneReadPolicy::Replica),
         Ok(ReadPolicy::PreferReplica) => Some(DataPlaneReadPolicy::PreferReplica),
         Ok(ReadPolicy::Any) => Some(DataPlaneReadPolicy::Any),
-        Ok(
-            other @ (ReadPolicy::LocalZoneAffinity
-            | ReadPolicy::LocalZoneAffinityReplicasAndPrimary),
-        ) => {
-            return Err(format!(
-                "{p}.read_policy: {} is not supported (availability-zone routing)",
-                other.as_str_name()
-            ));
+        // The proxy's zone (`node.locality.zone`) is set by [`super::zone::set_local_zone`].
+        Ok(ReadPolicy::LocalZoneAffinity) => Some(DataPlaneReadPolicy::LocalZoneAffinity),
+        Ok(ReadPolicy::LocalZoneAffinityReplicasAndPrimary) => {
+            Some(DataPlaneReadPolicy::LocalZoneAffinityReplicasAndPrimary)
         }
         Err(_) => {
             return Err(format!("{p}.read_policy: unknown value {}", c.read_policy));

@@ -66,7 +66,10 @@ mod tests_protocol;
 mod tests_support;
 #[cfg(test)]
 mod tests_tls;
+#[cfg(test)]
+mod tests_zone;
 pub mod tls;
+mod zone;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -128,6 +131,8 @@ pub enum HostSource {
     /// or the cluster name); the table has `type = "eds"`.
     Eds(String),
 }
+
+pub use zone::set_local_zone;
 
 /// Translates a Listener carrying `envoy.filters.network.redis_proxy` (rules: `listener.rs`).
 /// The table is checked alone by the data plane's parser (against stand-in clusters), so a
@@ -203,6 +208,7 @@ pub fn render(listeners: &[&ListenerDraft], clusters: &[(&ClusterDraft, &[RawHos
                 .any(|c| redis_clusters.contains(c.as_str()))
             {
                 raw.read_policy = None;
+                raw.local_zone = None;
                 raw.max_upstream_unknown_connections = None;
             }
             unspanned(raw)
@@ -269,10 +275,25 @@ fn rate_limits<'a>(listeners: &[&'a ListenerDraft]) -> BTreeMap<&'a str, u32> {
 /// an EDS cluster (its endpoints need an xDS server); or the data plane's rejection of the whole
 /// config (e.g. a route naming a cluster that does not exist).
 pub fn static_config(listeners: &[Listener], clusters: &[Cluster]) -> Result<String, String> {
+    static_config_in_zone(listeners, clusters, None)
+}
+
+/// [`static_config`] for a proxy in availability zone `local_zone` (the file's
+/// `node.locality.zone`), which `LOCAL_ZONE_AFFINITY*` read policies need
+/// ([`set_local_zone`]).
+pub fn static_config_in_zone(
+    listeners: &[Listener],
+    clusters: &[Cluster],
+    local_zone: Option<&str>,
+) -> Result<String, String> {
     let mut ls = listeners
         .iter()
         .enumerate()
-        .map(|(i, l)| listener(l).map_err(|e| format!("{}: {e}", resource("listener", i, &l.name))))
+        .map(|(i, l)| {
+            listener(l)
+                .and_then(|mut d| set_local_zone(&mut d, local_zone).map(|()| d))
+                .map_err(|e| format!("{}: {e}", resource("listener", i, &l.name)))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     // The gRPC clusters of external auth are read for their endpoint only; one that a route
     // names too is also a Redis cluster.
@@ -376,6 +397,11 @@ fn stand_in_host(i: usize) -> RawHost {
 /// Parses `draft` with stand-in `redis_cluster` clusters (so cluster-only listener settings are
 /// allowed), returning the data plane's message without its location.
 fn check_listener(draft: &ListenerDraft) -> Result<(), String> {
+    // The node's zone is set later ([`set_local_zone`]); the check needs one.
+    let mut zoned = draft.clone();
+    set_local_zone(&mut zoned, Some(zone::STAND_IN_ZONE))?;
+    let draft = &zoned;
+    let zone_policy = draft.listener.local_zone.is_some();
     let stand_ins: Vec<(ClusterDraft, [RawHost; 1])> = draft
         .clusters
         .iter()
@@ -387,9 +413,15 @@ fn check_listener(draft: &ListenerDraft) -> Result<(), String> {
         )
         .enumerate()
         .map(|(i, name)| {
+            let mut cluster = RawCluster::new(name.clone(), ClusterType::RedisCluster);
+            // A zone read policy needs its clusters' zone discovery; the real clusters are
+            // checked with the whole config.
+            if zone_policy {
+                cluster.zone_discovery = Some(unspanned(true));
+            }
             let c = ClusterDraft {
                 name: name.clone(),
-                cluster: RawCluster::new(name.clone(), ClusterType::RedisCluster),
+                cluster,
                 hosts: HostSource::Inline(Vec::new()),
             };
             (c, [stand_in_host(i)])

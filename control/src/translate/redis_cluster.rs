@@ -25,10 +25,9 @@ pub(super) fn config(any: Option<&Any>, t: &mut RawCluster) -> Result<(), String
         None => RedisClusterConfig::default(),
         Some(a) => decode(a, REDIS_CLUSTER_CONFIG_TYPE, P)?,
     };
+    // Nodes' zones from `INFO server`'s `availability_zone` (Valkey 8+), as Envoy reads them.
     if cfg.enable_zone_discovery.is_some_and(|v| v.value) {
-        return Err(format!(
-            "{P}.enable_zone_discovery: availability-zone discovery is not supported"
-        ));
+        t.zone_discovery = Some(unspanned(true));
     }
     if let Some(d) = &cfg.cluster_refresh_rate {
         let v = positive_duration(d, &format!("{P}.cluster_refresh_rate"))?;

@@ -598,15 +598,6 @@ fn unsupported_behaviour_is_refused_by_name() {
     );
 
     let mut p = proxy();
-    if let Some(s) = p.settings.as_mut() {
-        s.read_policy = 5;
-    }
-    assert_mentions(
-        &listener_err(&listener_with(&p)),
-        &["read_policy", "LOCAL_ZONE_AFFINITY", "not supported"],
-    );
-
-    let mut p = proxy();
     p.protocol_version = 7;
     assert_mentions(
         &listener_err(&listener_with(&p)),

@@ -241,15 +241,6 @@ fn redis_cluster_rejections() {
         &["cluster_type.name", "envoy.clusters.aggregate"],
     );
 
-    let cfg = RedisClusterConfig {
-        enable_zone_discovery: Some(envoy_types::pb::google::protobuf::BoolValue { value: true }),
-        ..Default::default()
-    };
-    assert_mentions(
-        &cluster_err(&redis_cluster(Some(any(&cfg)), &[7101])),
-        &["enable_zone_discovery", "not supported"],
-    );
-
     let mut cl = redis_cluster(None, &[]);
     cl.load_assignment = None;
     assert_mentions(&cluster_err(&cl), &["load_assignment: required"]);

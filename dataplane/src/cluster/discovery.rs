@@ -31,6 +31,10 @@
 //! - **Maps with no slots** (a node that has not joined yet) count as failed answers, as Envoy
 //!   treats an empty `CLUSTER SLOTS` reply.
 //!
+//! - **Zones.** With `zone_discovery`, each refresh is followed by an `INFO server` exchange
+//!   with every node of the current map (see `zones`); a changed zone set is published into the
+//!   cell, and workers rebuild their views as for a new map.
+//!
 //! Stats, all under `cluster.<name>.redis_cluster.` in stats shard 0 (only this thread writes
 //! them): counters `refresh_periodic`, `refresh_triggered` (refreshes started by each cause),
 //! `refresh_failed` (a node did not answer or its reply was unusable; one per node asked),
@@ -42,6 +46,7 @@
 
 mod refresh;
 mod slots_reply;
+mod zones;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -193,6 +198,8 @@ struct Worker {
     refresher: Refresher,
     gate: TriggerGate,
     client: ClusterSlotsClient,
+    /// `INFO server` client, with `zone_discovery` only.
+    zone_client: Option<ClusterSlotsClient>,
     rate: Duration,
     stop: Arc<AtomicBool>,
     wait: Receiver<()>,
@@ -219,6 +226,10 @@ impl Worker {
             refresher: Refresher::new(seeds, current, fastrand::Rng::new()),
             gate: TriggerGate::new(&cluster.redis_cluster),
             client: ClusterSlotsClient::new(&cluster, stop.clone()).with_stats(store),
+            zone_client: cluster
+                .redis_cluster
+                .zone_discovery
+                .then(|| ClusterSlotsClient::info_server(&cluster, stop.clone()).with_stats(store)),
             rate: cluster.redis_cluster.cluster_refresh_rate,
             name: cluster.name,
             cell,
@@ -256,6 +267,7 @@ impl Worker {
             };
             if let Some(cause) = cause {
                 let changed = self.refresh(cause);
+                self.refresh_zones();
                 if cause == Cause::Triggered {
                     self.gate.refreshed(changed);
                 }
@@ -331,6 +343,28 @@ impl Worker {
                 ));
                 false
             }
+        }
+    }
+
+    /// With `zone_discovery`: asks every node of the current map for its zone and publishes
+    /// the result if it changed.
+    fn refresh_zones(&mut self) {
+        let (Some(client), Some(map)) = (&self.zone_client, self.refresher.current()) else {
+            return;
+        };
+        let (found, failed) = zones::discover(client, map, &self.stop);
+        if self.stopped() {
+            return;
+        }
+        for (node, error) in failed {
+            self.warn(format!(
+                "cluster {}: zone request (INFO server) to {node} failed: {error}",
+                self.name
+            ));
+        }
+        let known = found.len();
+        if self.cell.publish_zones(found) {
+            tracing::info!("cluster {}: node zones changed: {known} known", self.name);
         }
     }
 

@@ -40,7 +40,7 @@ mod hostname;
 use super::CLUSTER_SLOTS;
 use super::host::HostRegistry;
 use super::pool::{Conn, Dest, PoolContext, session_conn};
-use super::read_policy::{candidate, candidates};
+use super::read_policy::{candidate, candidates, zoned};
 use super::redirection::Redirection;
 use super::topology::{SlotMap, TopologyCell, UNASSIGNED};
 use crate::config::{ClusterConfig, ReadPolicy};
@@ -72,6 +72,10 @@ struct ViewShard {
     replicas: Vec<SocketAddr>,
     primary_conns: Vec<Rc<Conn>>,
     replica_conns: Vec<Vec<Rc<Conn>>>,
+    /// The primary is in the listener's `local_zone` (zone read policies only).
+    primary_local: bool,
+    /// `replica_local[i]`: replica `i` is; same length as `replicas`.
+    replica_local: Vec<bool>,
 }
 
 struct View {
@@ -268,13 +272,21 @@ impl SlotPool {
         }
         if let Some((version, map)) = self.cell.current() {
             self.seen.set(version);
-            self.rebuild(&map);
+            let zones = self.cell.zones();
+            self.rebuild(&map, &zones);
         }
     }
 
     /// Rebuilds the view from `map`: connections to hosts it still names are kept, the others
     /// retire once their in-flight requests are answered.
-    fn rebuild(&self, map: &SlotMap) {
+    /// `zones`: the nodes' availability zones, compared with the listener's `local_zone`.
+    fn rebuild(&self, map: &SlotMap, zones: &HashMap<SocketAddr, String>) {
+        let local = |addr: &SocketAddr| {
+            self.settings
+                .local_zone
+                .as_deref()
+                .is_some_and(|z| zones.get(addr).is_some_and(|n| n == z))
+        };
         let mut live: HashSet<(SocketAddr, bool)> = HashSet::new();
         let shards: Vec<ViewShard> = map
             .shards
@@ -293,6 +305,8 @@ impl SlotPool {
                         .iter()
                         .map(|r| self.conns_for(*r, true, false))
                         .collect(),
+                    primary_local: local(&sh.primary),
+                    replica_local: sh.replicas.iter().map(local).collect(),
                 }
             })
             .collect();
@@ -475,7 +489,12 @@ impl SlotPool {
         let mut backoff = false;
         let mut overflow = false;
         for k in 0..count {
-            let sent = match candidate(policy, nrep, session, k) {
+            let pick = if policy.zone_aware() {
+                zoned(policy, sh.primary_local, &sh.replica_local, session, k)
+            } else {
+                candidate(policy, nrep, session, k)
+            };
+            let sent = match pick {
                 None if !healthy(&sh.primary_conns) => continue,
                 None => self.send_node(
                     Node::primary(sh.primary, &sh.primary_conns),
@@ -712,6 +731,8 @@ impl SlotPool {
         view.shards.push(ViewShard {
             primary: addr,
             replicas: Vec::new(),
+            primary_local: false,
+            replica_local: Vec::new(),
             primary_conns: conns,
             replica_conns: Vec::new(),
         });

@@ -73,6 +73,8 @@ pub struct TopologyCell {
     /// Nodes that turned unhealthy (active checks) or were ejected (outlier detection) since
     /// then, reported by the health thread.
     degraded: AtomicU32,
+    /// Each node's availability zone (`zone_discovery`); nodes without a known zone are absent.
+    zones: Mutex<Arc<HashMap<SocketAddr, String>>>,
 }
 
 impl TopologyCell {
@@ -96,6 +98,29 @@ impl TopologyCell {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         *map = Some(new);
         self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The nodes' zones last published (empty without `zone_discovery`). Takes a lock: call it
+    /// only when [`TopologyCell::version`] changed.
+    pub fn zones(&self) -> Arc<HashMap<SocketAddr, String>> {
+        self.zones.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the nodes' zones (discovery thread only); bumps the version, so that workers
+    /// rebuild their views, only if they changed and a map exists. True if they changed.
+    pub fn publish_zones(&self, new: HashMap<SocketAddr, String>) -> bool {
+        let mut zones = self.zones.lock().unwrap_or_else(|p| p.into_inner());
+        if **zones == new {
+            return false;
+        }
+        *zones = Arc::new(new);
+        drop(zones);
+        // Workers rebuild from `current()`; before the first map there is nothing to rebuild
+        // and version 0 must keep meaning "no map".
+        if self.map.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            self.version.fetch_add(1, Ordering::AcqRel);
+        }
+        true
     }
 
     /// A worker followed (or could not follow) a `MOVED`/`ASK` redirect.

@@ -52,10 +52,13 @@ mod tests_sockmap;
 mod tests_tls;
 #[cfg(test)]
 mod tests_twemproxy;
+#[cfg(test)]
+mod tests_zone;
 pub mod tls;
 #[cfg(test)]
 pub(crate) mod tls_testing;
 mod validate;
+mod zone;
 
 pub use credentials::{Auth, CredentialAddress, CredentialConfig};
 pub use dns::{
@@ -191,6 +194,10 @@ pub struct ListenerConfig {
     /// default): each connection picks RESP2 or RESP3 with `HELLO`, as Redis does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol_version: Option<ProtocolVersion>,
+    /// The proxy's availability zone (Envoy `node.locality.zone`), compared with each Redis
+    /// Cluster node's `availability_zone` by the `local_zone_affinity*` read policies; required
+    /// by them and refused without them. Default none.
+    pub local_zone: Option<String>,
     /// Per worker, the most connections to hosts known only from a `MOVED`/`ASK` redirect (Envoy
     /// `max_upstream_unknown_connections`); past it the redirect error goes to the client.
     /// Default 100, at most [`limits::MAX_UPSTREAM_UNKNOWN_CONNECTIONS`].
@@ -296,7 +303,8 @@ pub struct AccessLogConfig {
 }
 
 /// Envoy `ConnPoolSettings.ReadPolicy`. TOML: `read_policy = "primary" | "prefer_primary" |
-/// "replica" | "prefer_replica" | "any"`.
+/// "replica" | "prefer_replica" | "any" | "local_zone_affinity" |
+/// "local_zone_affinity_replicas_and_primary"`.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize,
 )]
@@ -313,6 +321,23 @@ pub enum ReadPolicy {
     PreferReplica,
     /// Reads go to any node of the slot, spread by session.
     Any,
+    /// Envoy `LOCAL_ZONE_AFFINITY` (formerly `AZ_AFFINITY`): reads go to a replica in the
+    /// listener's `local_zone`; else to any replica; else to the primary. Node zones come from
+    /// the cluster's `zone_discovery`.
+    LocalZoneAffinity,
+    /// Envoy `LOCAL_ZONE_AFFINITY_REPLICAS_AND_PRIMARY`: a replica in `local_zone`; else the
+    /// primary if it is in `local_zone`; else any replica; else the primary.
+    LocalZoneAffinityReplicasAndPrimary,
+}
+
+impl ReadPolicy {
+    /// True for the policies that compare node zones with the listener's `local_zone`.
+    pub fn zone_aware(self) -> bool {
+        matches!(
+            self,
+            ReadPolicy::LocalZoneAffinity | ReadPolicy::LocalZoneAffinityReplicasAndPrimary
+        )
+    }
 }
 
 /// Envoy `RedisProxy.ProtocolVersion`: the RESP version a listener enforces. TOML:
@@ -649,6 +674,11 @@ pub struct RedisClusterConfig {
     /// early refresh; 0 = never. Default 1 (Envoy: 0; on here so that a primary found dead by a
     /// health check is looked up again at once).
     pub host_degraded_refresh_threshold: u32,
+    /// Envoy `enable_zone_discovery`: with each topology refresh, ask every node `INFO server`
+    /// and read its `availability_zone` (Valkey 8+; a node without the field, or that does not
+    /// answer, has no known zone). Used by the `local_zone_affinity*` read policies. Default
+    /// false.
+    pub zone_discovery: bool,
 }
 
 impl Default for RedisClusterConfig {
@@ -660,6 +690,7 @@ impl Default for RedisClusterConfig {
             redirect_refresh_threshold: 5,
             failure_refresh_threshold: 5,
             host_degraded_refresh_threshold: 1,
+            zone_discovery: false,
         }
     }
 }

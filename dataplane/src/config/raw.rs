@@ -139,6 +139,9 @@ pub struct RawListener {
     /// `"resp2" | "resp3"`: the one RESP version served; unset: negotiated per connection.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol_version: Option<Spanned<super::ProtocolVersion>>,
+    /// The proxy's zone for the `local_zone_affinity*` read policies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_zone: Option<Spanned<String>>,
     /// Redis Cluster redirect connections; only with a `redis_cluster` route.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_upstream_unknown_connections: Option<Spanned<usize>>,
@@ -247,6 +250,7 @@ impl RawListener {
             faults: Vec::new(),
             read_policy: None,
             protocol_version: None,
+            local_zone: None,
             max_upstream_unknown_connections: None,
             latency_in_micros: false,
             enable_command_stats: false,
@@ -461,6 +465,9 @@ pub struct RawCluster {
     /// `redis_cluster` only: degraded hosts that trigger a refresh.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_degraded_refresh_threshold: Option<Spanned<u32>>,
+    /// `redis_cluster` only: learn node zones from `INFO server`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone_discovery: Option<Spanned<bool>>,
     /// `[[clusters.health_checks]]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health_checks: Vec<Spanned<RawHealthCheck>>,
@@ -518,6 +525,7 @@ impl RawCluster {
             redirect_refresh_threshold: None,
             failure_refresh_threshold: None,
             host_degraded_refresh_threshold: None,
+            zone_discovery: None,
             health_checks: Vec::new(),
             outlier_detection: None,
             on_unhealthy: None,

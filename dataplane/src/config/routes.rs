@@ -18,6 +18,8 @@ pub(super) struct ClusterRef {
     /// Position in `[[clusters]]`.
     pub index: usize,
     pub cluster_type: ClusterType,
+    /// `zone_discovery = true` (checked by the listener's zone read policies).
+    pub zone_discovery: bool,
     /// Host addresses as written, normalised where they parse as `ip:port`.
     hosts: HashSet<String>,
 }
@@ -41,6 +43,7 @@ impl ClusterRef {
         ClusterRef {
             index,
             cluster_type: c.cluster_type,
+            zone_discovery: c.zone_discovery.as_ref().is_some_and(|z| *z.get_ref()),
             hosts,
         }
     }

@@ -121,6 +121,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 faults: vec![],
                 read_policy: ReadPolicy::Primary,
                 protocol_version: None,
+                local_zone: None,
                 max_upstream_unknown_connections: 100,
                 latency_in_micros: false,
                 enable_command_stats: false,
@@ -154,6 +155,7 @@ hosts = [{ address = "127.0.0.1:7003" }]
                 faults: vec![],
                 read_policy: ReadPolicy::Primary,
                 protocol_version: None,
+                local_zone: None,
                 max_upstream_unknown_connections: 100,
                 latency_in_micros: false,
                 enable_command_stats: false,
@@ -922,6 +924,7 @@ fn redis_cluster_keys() {
             redirect_refresh_threshold: 0,
             failure_refresh_threshold: 2,
             host_degraded_refresh_threshold: 1,
+            zone_discovery: false,
         }
     );
     assert_eq!(c.listeners[0].read_policy, ReadPolicy::PreferReplica);

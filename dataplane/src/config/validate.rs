@@ -379,6 +379,15 @@ fn listener(
         }
     }
 
+    let local_zone = super::zone::local_zone(
+        src,
+        path,
+        l.read_policy.as_ref(),
+        l.local_zone,
+        &prefix_routes,
+        clusters,
+    )?;
+
     let dns_cache = match l.dns_cache {
         Some(d) => Some(super::dns::cache(
             src,
@@ -453,6 +462,7 @@ fn listener(
         faults,
         read_policy: l.read_policy.map(Spanned::into_inner).unwrap_or_default(),
         protocol_version: l.protocol_version.map(Spanned::into_inner),
+        local_zone,
         max_upstream_unknown_connections: at_most(
             src,
             &format!("{path}.max_upstream_unknown_connections"),
@@ -1122,6 +1132,13 @@ fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisCl
         ),
     ];
     if c.cluster_type != ClusterType::RedisCluster {
+        if let Some(z) = &c.zone_discovery {
+            return Err(src.error(
+                Some(z.span()),
+                &format!("{path}.zone_discovery"),
+                "applies only to type = \"redis_cluster\"",
+            ));
+        }
         let span = durations
             .iter()
             .find_map(|(k, v)| v.as_ref().map(|v| (*k, v.span())))
@@ -1173,6 +1190,7 @@ fn redis_cluster(src: &Source<'_>, path: &str, c: &RawCluster) -> Result<RedisCl
             &c.host_degraded_refresh_threshold,
             d.host_degraded_refresh_threshold,
         ),
+        zone_discovery: c.zone_discovery.as_ref().is_some_and(|z| *z.get_ref()),
     })
 }
 

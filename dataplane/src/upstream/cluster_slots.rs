@@ -71,9 +71,11 @@ impl std::error::Error for FetchError {}
 pub struct ClusterSlotsClient {
     connect_timeout: Duration,
     timeout: Duration,
-    /// The cluster's credentials: `AUTH …` (if any for the node) and `CLUSTER SLOTS` are
-    /// pipelined in one write.
+    /// The cluster's credentials: `AUTH …` (if any for the node) and `command` are pipelined
+    /// in one write.
     auth: super::UpstreamAuth,
+    /// What to ask: `CLUSTER SLOTS`, or `INFO server` for zone discovery.
+    command: &'static [&'static [u8]],
     stop: Arc<AtomicBool>,
     /// The cluster's TLS: discovery connects as every other connection to its nodes does.
     tls: Option<super::TlsSettings>,
@@ -83,6 +85,20 @@ impl ClusterSlotsClient {
     /// Timeouts from `cluster`: the whole exchange is bounded by `cluster_refresh_timeout`, the
     /// connect by `connect_timeout` too. `stop` aborts a pending read.
     pub fn new(cluster: &ClusterConfig, stop: Arc<AtomicBool>) -> ClusterSlotsClient {
+        Self::asking(cluster, stop, &[b"CLUSTER", b"SLOTS"])
+    }
+
+    /// A client that sends `INFO server` instead (zone discovery: the reply's
+    /// `availability_zone` field), under the same timeouts, AUTH and TLS.
+    pub fn info_server(cluster: &ClusterConfig, stop: Arc<AtomicBool>) -> ClusterSlotsClient {
+        Self::asking(cluster, stop, &[b"INFO", b"server"])
+    }
+
+    fn asking(
+        cluster: &ClusterConfig,
+        stop: Arc<AtomicBool>,
+        command: &'static [&'static [u8]],
+    ) -> ClusterSlotsClient {
         let timeout = cluster.redis_cluster.cluster_refresh_timeout;
         ClusterSlotsClient {
             connect_timeout: cluster.connect_timeout.min(timeout),
@@ -92,6 +108,7 @@ impl ClusterSlotsClient {
                 db: 0,
                 ..super::UpstreamAuth::of(cluster)
             },
+            command,
             stop,
             tls: super::TlsSettings::of(cluster),
         }
@@ -139,7 +156,7 @@ impl ClusterSlotsClient {
         };
         let mut request = Vec::new();
         let auth = super::encode_handshake(&mut request, self.auth.for_addr(node), false, 0);
-        encode::command(&mut request, [b"CLUSTER".as_slice(), b"SLOTS"].into_iter());
+        encode::command(&mut request, self.command.iter().copied());
         stream.write_all(&request).map_err(FetchError::Write)?;
         let mut reader = Reader::default();
         if auth > 0 {

@@ -179,6 +179,8 @@ pub struct PoolSettings {
     pub resp3: bool,
     /// Redis Cluster only: which node of a slot serves reads.
     pub read_policy: ReadPolicy,
+    /// Redis Cluster only: the listener's `local_zone`, for the zone read policies.
+    pub local_zone: Option<String>,
     /// Redis Cluster only: per-worker cap on connections to hosts known only from redirects.
     pub max_upstream_unknown_connections: usize,
     /// Per connection, the most requests queued and not yet written: the cluster's
@@ -229,6 +231,7 @@ impl PoolSettings {
             db: cluster.db,
             resp3: false,
             read_policy: listener.read_policy,
+            local_zone: listener.local_zone.clone(),
             max_upstream_unknown_connections: listener.max_upstream_unknown_connections,
             max_pending_requests: cluster
                 .max_pending_requests

@@ -61,3 +61,4 @@ mod twemproxy_import;
 mod upstream_credentials;
 mod xds_e2e;
 mod xds_transport;
+mod zone_affinity;

@@ -59,6 +59,9 @@ pub struct StaticResources {
     /// subscription): [`load`] has appended their resources to `listeners` and `clusters`;
     /// whoever runs the config re-reads it when they change.
     pub xds_files: XdsFiles,
+    /// `node.locality.zone` (non-empty): the proxy's zone, for `LOCAL_ZONE_AFFINITY*` read
+    /// policies. The rest of `node` is ignored.
+    pub local_zone: Option<String>,
 }
 
 pub use dynamic::XdsFiles;
@@ -66,7 +69,6 @@ pub use dynamic::XdsFiles;
 /// Top-level bootstrap keys that configure Envoy itself (its admin, stats, runtime, tracing…):
 /// Respite has its own, so they are ignored with a warning.
 const IGNORED: &[&str] = &[
-    "node",
     "node_context_params",
     "admin",
     "layered_runtime",
@@ -149,6 +151,16 @@ pub fn parse(text: &str, yaml: bool) -> Result<StaticResources, String> {
     })
 }
 
+/// `node.locality.zone` if it is a non-empty string.
+fn node_zone(node: Option<&Value>) -> Option<String> {
+    node?
+        .get("locality")?
+        .get("zone")?
+        .as_str()
+        .filter(|z| !z.is_empty())
+        .map(str::to_owned)
+}
+
 /// The line of `path`, or of its nearest ancestor that has one.
 fn line_of(lines: &yaml::Lines, path: &str) -> Option<usize> {
     let mut p = path;
@@ -176,8 +188,18 @@ fn bootstrap(root: &Value) -> Result<StaticResources, MapErr> {
     let xds_files = o
         .msg("dynamic_resources", dynamic::dynamic_resources)?
         .unwrap_or_default();
+    let mut local_zone = None;
     for key in map.keys() {
         let snake = reader::snake(key);
+        if snake == "node" {
+            local_zone = node_zone(map.get(key));
+            tracing::warn!(
+                key = %key,
+                "Envoy bootstrap: ignored but for locality.zone (Respite has its own)"
+            );
+            o.skip(key);
+            continue;
+        }
         if IGNORED.contains(&snake.as_str()) {
             tracing::warn!(key = %key, "Envoy bootstrap: ignored (Respite has its own)");
             o.skip(key);
@@ -189,15 +211,21 @@ fn bootstrap(root: &Value) -> Result<StaticResources, MapErr> {
             listeners: s.list("listeners", listener::listener)?,
             clusters: s.list("clusters", cluster::cluster)?,
             xds_files: XdsFiles::default(),
+            local_zone: None,
         };
         s.finish_message("envoy.config.bootstrap.v3.Bootstrap.StaticResources")?;
         Ok(r)
     })?;
     o.finish_message("envoy.config.bootstrap.v3.Bootstrap")?;
     match sr {
-        Some(sr) => Ok(StaticResources { xds_files, ..sr }),
+        Some(sr) => Ok(StaticResources {
+            xds_files,
+            local_zone,
+            ..sr
+        }),
         None if xds_files != XdsFiles::default() => Ok(StaticResources {
             xds_files,
+            local_zone,
             ..StaticResources::default()
         }),
         None => Err(MapErr::new("", "no static_resources")),
@@ -210,3 +238,5 @@ mod tests;
 mod tests_corpus;
 #[cfg(test)]
 mod tests_shapes;
+#[cfg(test)]
+mod tests_zone;

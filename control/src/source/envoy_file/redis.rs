@@ -43,7 +43,6 @@ pub fn proxy(o: &mut Obj) -> Res<RedisProxy> {
 }
 
 fn settings(v: &Value, p: &str) -> Res<redis_proxy::ConnPoolSettings> {
-    use redis_proxy::conn_pool_settings::ReadPolicy;
     let mut o = Obj::new(v, p)?;
     let r = redis_proxy::ConnPoolSettings {
         op_timeout: o.dur("op_timeout")?,
@@ -54,7 +53,7 @@ fn settings(v: &Value, p: &str) -> Res<redis_proxy::ConnPoolSettings> {
         buffer_flush_timeout: o.dur("buffer_flush_timeout")?,
         max_upstream_unknown_connections: o.u32w("max_upstream_unknown_connections")?,
         enable_command_stats: o.bool("enable_command_stats")?,
-        read_policy: o.enm("read_policy", ReadPolicy::from_str_name)?,
+        read_policy: o.enm("read_policy", read_policy_name)?,
         connection_rate_limit: o.msg("connection_rate_limit", |v, p| {
             let mut c = Obj::new(v, p)?;
             let r = redis_proxy::ConnectionRateLimit {
@@ -188,4 +187,15 @@ fn dns_cache_config(
         ..Default::default()
     };
     o.done(r)
+}
+
+/// `ReadPolicy` by name, also under the names older Envoy protos gave 5 and 6 (`AZ_AFFINITY`,
+/// `AZ_AFFINITY_REPLICAS_AND_PRIMARY`, renamed `LOCAL_ZONE_AFFINITY*` with the same numbers).
+fn read_policy_name(name: &str) -> Option<redis_proxy::conn_pool_settings::ReadPolicy> {
+    use redis_proxy::conn_pool_settings::ReadPolicy;
+    ReadPolicy::from_str_name(name).or(match name {
+        "AZ_AFFINITY" => Some(ReadPolicy::LocalZoneAffinity),
+        "AZ_AFFINITY_REPLICAS_AND_PRIMARY" => Some(ReadPolicy::LocalZoneAffinityReplicasAndPrimary),
+        _ => None,
+    })
 }

@@ -234,7 +234,7 @@ fn redis_proxy_integration_downstream_passwords_and_faults() {
 /// The Redis Cluster integration test's bootstrap (current API): one seed node, the cluster
 /// config wrapped in a `google.protobuf.Struct`; `settings` and `cluster_config` are extra
 /// lines of the listener's settings and the Struct's value.
-fn redis_cluster(settings: &str, cluster_config: &str, cluster_extra: &str) -> String {
+pub(super) fn redis_cluster(settings: &str, cluster_config: &str, cluster_extra: &str) -> String {
     format!(
         "admin:
   access_log_path: /dev/null
