@@ -158,8 +158,14 @@ fn least_request_avoids_a_stalled_host() {
     let least_request = picks_of_a_stalled_host("least_request");
     let random = picks_of_a_stalled_host("random");
     println!("GETs sent to the stalled host: least_request {least_request}, random {random}");
-    assert!(least_request < 100, "least_request {least_request}, random {random}");
-    assert!(random > 110, "least_request {least_request}, random {random}");
+    assert!(
+        least_request < 100,
+        "least_request {least_request}, random {random}"
+    );
+    assert!(
+        random > 110,
+        "least_request {least_request}, random {random}"
+    );
 }
 
 #[test]

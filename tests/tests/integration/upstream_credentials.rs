@@ -182,10 +182,10 @@ fn a_clusters_db_is_selected_everywhere() {
     cfg.push_str("key = \"drain\"\n");
     let respite = Respite::start(&cfg, port, admin);
     let mut c = respite.raw();
-    for i in 0..2 {
+    for (i, server) in servers.iter().enumerate().take(2) {
         let k = placement.key_on(i, "db");
         assert_eq!(c.cmd(&[b"SET", k.as_bytes(), b"v"]), OK);
-        let mut d = servers[i].raw();
+        let mut d = server.raw();
         assert_eq!(d.cmd(&[b"EXISTS", k.as_bytes()]), b":0\r\n", "in db 0");
         assert_eq!(d.cmd(&[b"SELECT", b"3"]), OK);
         assert_eq!(d.cmd(&[b"EXISTS", k.as_bytes()]), b":1\r\n", "not in db 3");
