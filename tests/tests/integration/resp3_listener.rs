@@ -58,8 +58,10 @@ fn resp3_listener_requires_hello3_first() {
     // The gate's refusals; HELLO's own NOPROTO answers are not among them.
     assert_eq!(proxy.stat("redis.main.downstream_rq_noproto"), 7);
 
-    // The same commands on a direct RESP3 connection: the same bytes.
-    let mut direct = backend.raw();
+    // The same commands on a direct RESP3 connection to an empty server of its own (the
+    // writes must meet the same state as through the proxy): the same bytes.
+    let twin = RedisServer::start();
+    let mut direct = twin.raw();
     assert_hello3(&direct.cmd(&[b"HELLO", b"3"]));
     let commands: Vec<Vec<Vec<u8>>> = vec![
         cmd(&[b"SET", b"k", b"v"]),
