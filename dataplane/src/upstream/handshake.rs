@@ -112,8 +112,8 @@ mod tests {
 
     #[test]
     fn first_matching_entry_wins_else_cluster_default() {
-        let a1: SocketAddr = "10.0.0.1:6379".parse().unwrap();
-        let a2: SocketAddr = "10.0.0.2:6379".parse().unwrap();
+        let a1: SocketAddr = SocketAddr::from(([10, 0, 0, 1], 6379));
+        let a2: SocketAddr = SocketAddr::from(([10, 0, 0, 2], 6379));
         let auth = UpstreamAuth {
             username: None,
             password: Some("cluster".into()),
@@ -183,7 +183,7 @@ mod tests {
             ),
             d
         );
-        let other_port: SocketAddr = "10.0.0.2:6380".parse().unwrap();
+        let other_port: SocketAddr = SocketAddr::from(([10, 0, 0, 2], 6380));
         assert_eq!(
             auth_for(
                 named,
